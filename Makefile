@@ -1,0 +1,49 @@
+# d2t-lab: `make demo` (set up, then reproduce the investigation on the bundled samples),
+# `make test` (set up, then run every test), `make lab` (JupyterLab on notebooks/).
+# The first target that needs it creates a local virtual environment in .venv.
+PYTHON ?= python3
+VENV ?= .venv
+# Which PyTorch to install. The default takes the newest release pip allows (a CUDA build on
+# Linux, which GPU users need); CI sets TORCH_SPEC=torch==2.13.0 for a small CPU build.
+TORCH_SPEC ?= torch>=2.2
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.d2t-installed
+DEMO_OUT ?= reports/demo
+
+.PHONY: setup demo test lab benchmarks samples clean help
+
+help:
+	@echo "make demo       set up, then run the report on the bundled samples into $(DEMO_OUT)/"
+	@echo "make test       set up, then run every test (unit, CLI, notebooks, browser)"
+	@echo "make lab        open JupyterLab on notebooks/"
+	@echo "make benchmarks run the speed and memory benchmarks (slow; writes GBs to a temp folder)"
+	@echo "make samples    regenerate data_samples/ with the scripts in scripts/"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $@
+
+demo: $(STAMP)
+	$(BIN)/python -m helpers report data_samples/tiny_draft_sglang --samples data_samples/tiny_hidden_states --engine sglang -o $(DEMO_OUT)
+	@echo "Open $(DEMO_OUT)/summary.md first; executed notebooks, HTML and figures are beside it."
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+benchmarks: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+samples: $(STAMP)
+	$(BIN)/python scripts/make_kimi_mapping.py
+	$(BIN)/python scripts/make_samples.py
+
+clean:
+	rm -rf $(VENV) reports .pytest_cache

@@ -1,0 +1,62 @@
+"""`python -m helpers COMMAND ...`: the kit's command line.
+
+Each command lives in `helpers/commands/<name>.py` and exposes `HELP`, `DESCRIPTION`,
+`add_arguments(parser)` and `run(args) -> int`. Bad input of any kind is one line on stderr and
+exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from . import __version__, commands
+from .errors import BadInputError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers",
+        description=(
+            "d2t-lab: inspect EAGLE-3 draft checkpoints and their d2t/t2d vocab mapping, score the "
+            "draft under each reading of d2t, predict accept length, and bundle bug reports."
+        ),
+        epilog="Run 'python -m helpers COMMAND --help' for the options of one command.",
+    )
+    parser.add_argument("--version", action="version", version=f"d2t-lab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{commands.__name__}.{info.name}")
+        name = getattr(mod, "NAME", info.name)
+        p = sub.add_parser(
+            name,
+            help=mod.HELP,
+            description=getattr(mod, "DESCRIPTION", mod.HELP),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except BadInputError as e:
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per CLI command; `helpers.__main__` discovers them."""

@@ -1,0 +1,66 @@
+"""`inspect PATH`: how a checkpoint's d2t is encoded, and whether it agrees with t2d."""
+from __future__ import annotations
+
+import json
+
+from ..checkpoint import load_mapping, open_checkpoint
+
+HELP = "show how d2t is encoded (offset / absolute / identity / ambiguous / inconsistent)"
+DESCRIPTION = """\
+Read only the d2t/t2d tensors of a draft checkpoint or mapping file and report both readings:
+  offset   target_id = i + d2t[i]   (what SGLang, vLLM and TensorRT-LLM do)
+  absolute target_id = d2t[i]       (a common bug in hand-written tests)
+PATH may be a checkpoint folder (config.json + model.safetensors / sharded index /
+pytorch_model.bin), a single .safetensors/.bin/.pt file, a SpecForge/EAGLE mapping .pt dict,
+separate d2t.pt + t2d.pt, or speculators' d2t.npy / t2d.npy (also d2t-32000.npy).
+
+Exit 0 on a readable mapping whatever the verdict; 2 with one line on unreadable input."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("path", help="checkpoint folder or mapping file")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+
+
+def inspect_path(path) -> dict:
+    """The `inspect --json` object for a path."""
+    ck = open_checkpoint(path)
+    m = load_mapping(ck)
+    out = m.summary()
+    out["key_layout"] = ck.key_layout
+    out["sources"] = m.sources
+    out["path"] = str(path)
+    return out
+
+
+def format_report(r: dict) -> str:
+    def fmt(x):
+        return "unknown" if x is None else f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
+
+    lines = [
+        f"{r['path']}",
+        f"  verdict: {r['verdict'].upper()}",
+        f"  draft vocab {fmt(r['draft_vocab_size'])}, target vocab {fmt(r['target_vocab_size'])}, "
+        f"t2d: {'%s True' % fmt(r['t2d_true']) if r['has_t2d'] else 'absent'}, key layout: {r['key_layout']}",
+        f"  d2t: {fmt(r['nonzero_entries'])} non-zero of {fmt(r['draft_vocab_size'])}, leading zeros {fmt(r['leading_zero_run'])}, "
+        f"distinct values {fmt(r['distinct_values'])}, non-decreasing: {'yes' if r['non_decreasing'] else 'no'}",
+        "",
+        f"  {'reading':<10}{'distinct targets':>18}{'in range':>10}{'= t2d':>8}{'max id':>10}",
+    ]
+    for name in ("offset", "absolute"):
+        rr = r[f"{name}_reading"]
+        yn = {True: "yes", False: "NO", None: "-"}
+        lines.append(
+            f"  {name:<10}{fmt(rr['distinct_targets']):>18}{yn[rr['in_range']]:>10}{yn[rr['matches_t2d']]:>8}{fmt(rr['max_id']):>10}"
+        )
+    lines.append("")
+    lines += [f"  - {e}" for e in r["evidence"]]
+    lines += [f"  ! {e}" for e in r["reasons"]]
+    lines.append("  read: " + ", ".join(r["sources"]))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    r = inspect_path(args.path)
+    print(json.dumps(r, indent=2) if args.json else format_report(r))
+    return 0

@@ -1,0 +1,25 @@
+"""The one error type for bad input.
+
+Every reader in the kit raises `BadInputError(path, problem)` when a file or folder cannot be
+used. Its message is one line, `PATH: problem`, which is what the CLI prints (exit code 2), what
+the widgets show in their output area and what a notebook shows instead of a traceback.
+"""
+from __future__ import annotations
+
+import os
+
+
+class BadInputError(ValueError):
+    """A file or folder the kit was pointed at cannot be used as it is."""
+
+    def __init__(self, path: str | os.PathLike | None, problem: str):
+        self.path = None if path is None else os.fspath(path)
+        # Keep the message on one line whatever the problem text holds.
+        self.problem = " ".join(str(problem).split())
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        return self.problem if self.path is None else f"{self.path}: {self.problem}"
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.one_line()
