@@ -1,0 +1,145 @@
+"""Hidden-state samples in SpecForge's offline layout, read one file at a time.
+
+Layout: `FOLDER/rows_{g}-{g+N}/data_{i}.ckpt` (or `.ckpt.gz`), each a `torch.save` dict with
+`input_ids` [T], `loss_mask` [T], `hidden_state` [1, T, H] (the target's last hidden state) and
+`aux_hidden_state` [1, T, 3H] (three target layers concatenated). Every file is loaded with
+`weights_only=True`; a `.gz` is decompressed in memory first. Anything unusable becomes one
+`BadInputError` naming the file.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import pickle
+import re
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpoint import torch_load
+from .errors import BadInputError
+
+_DATA = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
+_ROWS = re.compile(r"^rows_(\d+)-(\d+)$")
+KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
+
+
+@dataclass
+class Sample:
+    path: Path
+    input_ids: torch.Tensor  # [T] int64
+    loss_mask: torch.Tensor  # [T]
+    hidden_state: torch.Tensor  # [T, H]
+    aux_hidden_state: torch.Tensor  # [T, 3H]
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def _num(p: Path) -> tuple:
+    m = _DATA.match(p.name) or _ROWS.match(p.name)
+    return (int(m.group(1)) if m else float("inf"), p.name)
+
+
+def sample_files(folder: str | os.PathLike) -> list[Path]:
+    """All `data_*.ckpt[.gz]` files under `folder` (a `rows_*` folder or its parent), in numeric order."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise BadInputError(folder, "no such file or folder")
+    if folder.is_file():
+        if not _DATA.match(folder.name):
+            raise BadInputError(folder, "is not a sample file (expected data_<i>.ckpt or data_<i>.ckpt.gz)")
+        return [folder]
+    try:
+        entries = list(folder.iterdir())
+    except OSError as e:
+        raise BadInputError(folder, f"folder cannot be listed ({e.strerror or e})") from None
+    files = sorted((p for p in entries if p.is_file() and _DATA.match(p.name)), key=_num)
+    for sub in sorted((p for p in entries if p.is_dir() and _ROWS.match(p.name)), key=_num):
+        files += sorted((p for p in sub.iterdir() if p.is_file() and _DATA.match(p.name)), key=_num)
+    if not files:
+        raise BadInputError(folder, "holds no hidden-state samples (rows_*/data_*.ckpt or .ckpt.gz)")
+    return files
+
+
+def load_sample(path: str | os.PathLike, expect_aux_width: int | None = None) -> Sample:
+    """Read and check one sample file."""
+    path = Path(path)
+    if path.name.endswith(".gz"):
+        try:
+            raw = gzip.decompress(path.read_bytes())
+        except (OSError, EOFError, zlib.error) as e:
+            raise BadInputError(path, f"corrupt gzip data ({type(e).__name__}: {e})") from None
+        if not raw:
+            raise BadInputError(path, "decompresses to nothing")
+        try:
+            obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise BadInputError(path, f"refused or unreadable torch data ({str(e).splitlines()[0][:160]})") from None
+        except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, TypeError, KeyError, OSError) as e:
+            raise BadInputError(path, f"not a readable torch file ({type(e).__name__}: {str(e)[:160]})") from None
+    else:
+        obj = torch_load(path)
+    return _check(path, obj, expect_aux_width)
+
+
+def _check(path: Path, obj, expect_aux_width) -> Sample:
+    if not isinstance(obj, dict):
+        raise BadInputError(path, f"holds a {type(obj).__name__}, expected a dict with keys {', '.join(KEYS)}")
+    missing = [k for k in KEYS if k not in obj]
+    if missing:
+        raise BadInputError(path, f"lacks {', '.join(missing)} (has {', '.join(sorted(map(str, obj))[:8])})")
+    for k in KEYS:
+        if not isinstance(obj[k], torch.Tensor):
+            raise BadInputError(path, f"{k} is a {type(obj[k]).__name__}, expected a tensor")
+    ids, mask, hid, aux = (obj[k] for k in KEYS)
+    ids = ids.reshape(-1) if ids.dim() == 2 and ids.shape[0] == 1 else ids
+    mask = mask.reshape(-1) if mask.dim() == 2 and mask.shape[0] == 1 else mask
+    if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dtype.is_complex:
+        raise BadInputError(path, f"input_ids has shape {list(ids.shape)} dtype {ids.dtype}, expected [T] integers")
+    T = ids.shape[0]
+    if T == 0:
+        raise BadInputError(path, "input_ids is empty")
+    if int(ids.min()) < 0:
+        raise BadInputError(path, f"input_ids holds a negative id ({int(ids.min())})")
+    if mask.shape != (T,):
+        raise BadInputError(path, f"loss_mask has shape {list(mask.shape)}, expected [{T}] like input_ids")
+    for name, t in (("hidden_state", hid), ("aux_hidden_state", aux)):
+        if t.dim() == 3 and t.shape[0] == 1:
+            t = t[0]
+        if t.dim() != 2 or t.shape[0] != T:
+            raise BadInputError(path, f"{name} has shape {list(obj[name].shape)}, expected [1, {T}, width]")
+        if not t.dtype.is_floating_point:
+            raise BadInputError(path, f"{name} has dtype {t.dtype}, expected floating point")
+        if not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise BadInputError(path, f"{name} holds {bad} NaN/Inf value(s)")
+        if name == "hidden_state":
+            hid = t
+        else:
+            aux = t
+    if aux.shape[1] != 3 * hid.shape[1]:
+        raise BadInputError(
+            path, f"aux_hidden_state width {aux.shape[1]} is not 3 x hidden_state width {hid.shape[1]}"
+        )
+    if expect_aux_width is not None and aux.shape[1] != expect_aux_width:
+        raise BadInputError(
+            path,
+            f"aux_hidden_state width {aux.shape[1]} does not match the checkpoint: expected "
+            f"{expect_aux_width} (3 x target_hidden_size {expect_aux_width // 3})",
+        )
+    return Sample(path, ids.to(torch.int64), mask, hid, aux)
+
+
+def iter_samples(folder, max_samples: int | None = None, expect_aux_width: int | None = None) -> Iterator[Sample]:
+    """Yield checked samples one file at a time, in numeric order."""
+    for i, f in enumerate(sample_files(folder)):
+        if max_samples is not None and i >= max_samples:
+            return
+        yield load_sample(f, expect_aux_width)
