@@ -368,3 +368,46 @@ def to_target_ids(draft_ids: torch.Tensor, d2t: torch.Tensor | None, reading: st
     if reading == "absolute":
         return d2t[draft_ids]
     raise ValueError(f"unknown reading {reading!r}; expected one of {READINGS}")
+
+
+# -- tables for notebooks and reports -------------------------------------------------------------
+def readings_frame(m: VocabMapping):
+    """Both readings side by side as a pandas DataFrame (one row per reading)."""
+    import pandas as pd
+
+    rows = {name: m.reading(name).as_dict() for name in ("offset", "absolute")}
+    df = pd.DataFrame(rows).T
+    df.index.name = "reading"
+    return df[["distinct_targets", "in_range", "matches_t2d", "valid", "min_id", "max_id"]]
+
+
+def window_frame(m: VocabMapping, start: int, stop: int):
+    """Draft ids start..stop-1 with d2t, both readings, and the gap to the previous kept id.
+
+    Shows why repeated offsets are expected: equal consecutive offsets mean consecutive target
+    ids (gap 1), not several draft tokens sharing one target.
+    """
+    import pandas as pd
+
+    off = m.targets("offset")
+    return pd.DataFrame(
+        {
+            "draft_id": list(range(start, stop)),
+            "d2t": m.d2t[start:stop].tolist(),
+            "offset_target (i + d2t[i])": off[start:stop].tolist(),
+            "absolute_target (d2t[i])": m.d2t[start:stop].tolist(),
+            "gap_to_previous_target": [None if i == 0 else int(off[i] - off[i - 1]) for i in range(start, stop)],
+        }
+    ).set_index("draft_id")
+
+
+def repeated_offsets_explained(m: VocabMapping) -> dict:
+    """Counts that show repeated d2t values are consecutive kept ids under the offset reading."""
+    same_offset = int((m.d2t[1:] == m.d2t[:-1]).sum())
+    consecutive = int((m.gaps("offset") == 1).sum())
+    return {
+        "pairs_with_equal_offset": same_offset,
+        "pairs_of_consecutive_target_ids": consecutive,
+        "equal": same_offset == consecutive and m.non_decreasing,
+        "absolute_reading_collisions": m.draft_vocab_size - m.reading("absolute").distinct_targets,
+    }

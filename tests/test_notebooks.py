@@ -40,3 +40,17 @@ def test_notebook_executes(nb, tmp_path):
         o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"
     ]
     assert not errors
+
+
+def test_bad_parameter_shows_one_line_not_a_traceback(tmp_path):
+    """A wrong path in a parameters cell fails the run with one readable line."""
+    import papermill as pm
+
+    nb = NOTEBOOKS / "01_mapping_inspection.ipynb"
+    with pytest.raises(pm.PapermillExecutionError) as e:
+        execute_notebook(nb, tmp_path, {"mapping_path": str(tmp_path / "no_such_ckpt")})
+    assert e.value.ename == "BadInputError"
+    assert "no_such_ckpt: no such file or folder" in e.value.evalue
+    executed = json.loads((tmp_path / nb.name).read_text())
+    errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert len(errors) == 1 and len(errors[0]["traceback"]) == 1
