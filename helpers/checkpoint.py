@@ -13,6 +13,8 @@ import json
 import os
 import pickle
 import re
+import stat
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,16 +39,24 @@ def torch_load(path: str | os.PathLike, *, mmap: bool = True):
     path = Path(path)
     _check_readable_file(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        with warnings.catch_warnings():  # torch warns on stderr about pickle protocols: not for users
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "unpickling error"
-        if "weights_only" in str(e) or "global" in str(e).lower() or "Unsupported" in str(e):
+        msg = str(e)
+        glob = re.search(r"GLOBAL ([\w.]+)", msg)
+        if glob:
             raise BadInputError(
                 path,
-                "refused: the file is a pickle that needs code or objects beyond plain tensors to load "
-                f"(weights_only=True rejected it: {_short(first)})",
+                f"refused: loading this pickle would call {glob.group(1)} (code or objects beyond plain "
+                "tensors); weights_only=True blocked it and nothing was run",
             ) from None
-        raise BadInputError(path, f"not a readable torch file ({_short(first)})") from None
+        op = re.search(r"Unsupported operand (\d+)", msg)
+        if op:
+            raise BadInputError(path, f"not a readable torch file (invalid pickle data: opcode {op.group(1)})") from None
+        raise BadInputError(path, f"not a readable torch file ({_short(msg)})") from None
+    except RecursionError:
+        raise BadInputError(path, "not a readable torch file (pickle nested too deeply)") from None
     except RuntimeError as e:
         msg = str(e)
         if mmap and ("mmap" in msg or "zip" in msg.lower() and "legacy" in msg.lower()):
@@ -57,7 +67,8 @@ def torch_load(path: str | os.PathLike, *, mmap: bool = True):
 
 
 def _short(msg: str, n: int = 160) -> str:
-    msg = " ".join(msg.split())
+    msg = re.sub(r"\x1b\[[0-9;]*m", "", msg)  # terminal colour codes some libraries put in messages
+    msg = " ".join("".join(c if c.isprintable() else " " for c in msg).split())
     return msg if len(msg) <= n else msg[: n - 3] + "..."
 
 
@@ -68,8 +79,10 @@ def _check_readable_file(path: Path) -> None:
         raise BadInputError(path, "no such file or folder") from None
     except OSError as e:  # symlink loops, permission on a parent
         raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
-    if not path.is_file():
-        raise BadInputError(path, "is not a file")
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end: never open one
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else (
+            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise BadInputError(path, f"is not a regular file ({what})")
     if st.st_size == 0:
         raise BadInputError(path, "is empty (0 bytes)")
     if not os.access(path, os.R_OK):
@@ -82,7 +95,7 @@ def load_npy(path: str | os.PathLike) -> np.ndarray:
     try:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:
-        if "pickle" in str(e).lower():
+        if "pickle" in str(e).lower() or "Python objects" in str(e):
             raise BadInputError(path, "refused: the .npy holds pickled objects, not a plain array") from None
         raise BadInputError(path, f"not a readable .npy file ({_short(str(e))})") from None
     except (OSError, EOFError) as e:
@@ -112,7 +125,7 @@ class TensorStore:
         except BadInputError:
             raise
         except Exception as e:  # safetensors raises its own error type for corrupt headers
-            raise BadInputError(path, f"not a readable safetensors file ({_short(str(e))})") from None
+            raise BadInputError(path, f"not a readable safetensors file: {_safetensors_problem(str(e))}") from None
         self.files.append(path)
 
     def add_torch(self, path: Path) -> None:
@@ -131,13 +144,18 @@ class TensorStore:
         self.files.append(path)
 
     def add_sharded_index(self, index: Path) -> None:
+        _check_readable_file(index)
         try:
             data = json.loads(index.read_text())
             weight_map = data["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise BadInputError(index, f"not a valid sharded index ({_short(str(e))})") from None
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            raise BadInputError(index, f"not a valid sharded index ({type(e).__name__}: {_short(str(e))})") from None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise BadInputError(index, "not a valid sharded index (weight_map must map tensor names to shard file names)")
         shards = sorted(set(weight_map.values()))
         for shard in shards:
+            if Path(shard).name != shard or shard in ("", ".", ".."):
+                raise BadInputError(index, f"names shard {shard!r}, which is not a file name in the index's folder")
             p = index.parent / shard
             if not p.exists():
                 raise BadInputError(index, f"names shard {shard} which does not exist")
@@ -193,6 +211,23 @@ class TensorStore:
         return hits[0] if len(hits) == 1 else None
 
 
+def _safetensors_problem(msg: str) -> str:
+    """safetensors' header errors, said in words a user can act on."""
+    known = {
+        "incomplete metadata": "the header declares more tensor data than the file holds (truncated file?)",
+        "header too large": "the header length field is larger than the file (corrupt or truncated header)",
+        "header too small": "too short to hold a safetensors header",
+        "invalid JSON": "the header is not valid JSON (corrupt header)",
+        "invalid shape": "a tensor's shape and dtype do not match its data offsets in the header",
+        "invalid offset": "a tensor's data offsets in the header are invalid",
+        "invalid UTF-8": "the header is not valid text (corrupt header)",
+    }
+    for k, words in known.items():
+        if k.lower() in msg.lower():
+            return f"{words} [{_short(msg, 100)}]"
+    return _short(msg)
+
+
 def _st_dtype(name: str, path: Path) -> torch.dtype:
     table = {
         "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -220,6 +255,10 @@ def read_config(path: str | os.PathLike) -> dict:
         raise BadInputError(path, "is not text (expected a JSON config)") from None
     except json.JSONDecodeError as e:
         raise BadInputError(path, f"is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise BadInputError(path, "is not a usable JSON config (nested too deeply)") from None
+    except OSError as e:
+        raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
     if not isinstance(cfg, dict):
         raise BadInputError(path, "is JSON but not an object")
     return cfg
@@ -240,11 +279,20 @@ def flat_config(cfg: dict) -> dict:
     return out
 
 
-def vocab_sizes(cfg: dict | None) -> tuple[int | None, int | None]:
-    """(draft_vocab_size, target_vocab_size) from a config, where it states them."""
+def vocab_sizes(cfg: dict | None, path: str | os.PathLike | None = None) -> tuple[int | None, int | None]:
+    """(draft_vocab_size, target_vocab_size) from a config, where it states them.
+
+    With `path` (the config file), a size field that is present but not a positive integer is a
+    `BadInputError`; without it such a field is treated as absent.
+    """
     if not cfg:
         return None, None
     flat = flat_config(cfg)
+    if path is not None:
+        for key in ("draft_vocab_size", "target_vocab_size", "vocab_size"):
+            v = flat.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise BadInputError(path, f"{key} is {v!r}, expected a positive integer")
     draft = flat.get("draft_vocab_size")
     target = flat.get("target_vocab_size", flat.get("vocab_size"))
     return (int(draft) if isinstance(draft, int) else None, int(target) if isinstance(target, int) else None)
@@ -388,7 +436,14 @@ def _add_weights(store: TensorStore, f: Path) -> None:
 
 def _read_side(p: Path):
     if p.suffix == ".npy":
-        return torch.from_numpy(np.array(load_npy(p)))
+        arr = load_npy(p)
+        if arr.dtype.kind not in "biu":  # floats get their own message from VocabMapping
+            if arr.dtype.kind != "f":
+                raise BadInputError(p, f"holds a {arr.dtype} array, expected integers (d2t) or bool (t2d)")
+        try:
+            return torch.from_numpy(np.array(arr))
+        except (ValueError, OSError) as e:  # a header that promises more data than the file has
+            raise BadInputError(p, f"not a readable .npy file ({_short(str(e))})") from None
     obj = torch_load(p)
     if isinstance(obj, dict):
         key = p.stem if p.stem in obj else next((k for k in ("d2t", "t2d") if k in obj), None)
@@ -432,8 +487,18 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
     d2t, t2d, used = read_mapping_tensors(ck)
     if d2t is None:
         raise BadInputError(ck.path, "has no d2t tensor (looked in the weights and for d2t/t2d .pt/.npy files)")
-    draft_cfg, target_cfg = vocab_sizes(ck.config)
+    draft_cfg, target_cfg = vocab_sizes(ck.config, ck.config_path)
     where = used[0] if used else str(ck.path)
+    if (
+        target_cfg is None and isinstance(d2t, torch.Tensor) and isinstance(t2d, torch.Tensor)
+        and d2t.dim() == 1 and t2d.dim() == 1 and d2t.numel() and not d2t.dtype.is_floating_point
+        and d2t.dtype != torch.bool and int(d2t.max()) >= t2d.numel()
+    ):  # the two files come from different vocabularies (a stale cached mapping, say)
+        raise BadInputError(
+            where,
+            f"d2t holds id {int(d2t.max()):,} but t2d ({used[-1]}) has only {t2d.numel():,} entries: "
+            "the two files do not belong to the same mapping",
+        )
     if draft_cfg is not None and hasattr(d2t, "shape") and len(d2t.shape) == 1 and d2t.shape[0] != draft_cfg:
         raise BadInputError(
             where, f"d2t has {d2t.shape[0]:,} entries but {ck.config_path} says draft_vocab_size={draft_cfg:,}"
