@@ -9,17 +9,22 @@ from __future__ import annotations
 import os
 
 
+def _printable(text: str) -> str:
+    """Escape control characters (a newline or terminal escape in a file name stays on one line)."""
+    return text if text.isprintable() else "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 class BadInputError(ValueError):
     """A file or folder the kit was pointed at cannot be used as it is."""
 
     def __init__(self, path: str | os.PathLike | None, problem: str):
         self.path = None if path is None else os.fspath(path)
         # Keep the message on one line whatever the problem text holds.
-        self.problem = " ".join(str(problem).split())
+        self.problem = _printable(" ".join(str(problem).split()))
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
-        return self.problem if self.path is None else f"{self.path}: {self.problem}"
+        return self.problem if self.path is None else f"{_printable(self.path)}: {self.problem}"
 
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.one_line()
