@@ -1,0 +1,33 @@
+"""`report CHECKPOINT -o OUT`: a folder to attach to a bug report."""
+from __future__ import annotations
+
+from ..report import SEQUENCE, run_report
+
+HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
+DESCRIPTION = f"""\
+Run the investigation notebooks ({', '.join(SEQUENCE)}) with papermill on CHECKPOINT,
+passing it (and --samples) as parameters, and write to OUT:
+  summary.md / summary.json  verdict, doctor findings, accuracy per reading, predicted and
+                             replayed accept length, environment (kit, torch, CUDA, GPU, Python)
+  notebooks/*.ipynb          the executed notebooks
+  html/*.html                an HTML export of each
+  figures/<notebook>/*.png   every figure, with source file, size, SHA-256, kit version and time
+                             in the PNG metadata
+Without --samples the sample-dependent parts are skipped and summary.md says so.
+A notebook that fails is reported in summary.md and the rest still run.
+Exit 0 when every notebook succeeded, 1 when one failed, 2 on unreadable input."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("checkpoint", help="draft checkpoint folder or mapping file")
+    p.add_argument("--samples", default=None, help="SpecForge hidden-state folder (rows_*/data_*.ckpt; may hold train/ and val/)")
+    p.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
+    p.add_argument("-o", "--out", required=True, help="output folder (created; only files under it are written)")
+    p.add_argument("--max-samples", type=int, default=None, help="score at most this many sample files per split")
+
+
+def run(args) -> int:
+    res = run_report(args.checkpoint, args.out, samples=args.samples, engine=args.engine, max_samples=args.max_samples)
+    n_ok = sum(r.ok for r in res.runs)
+    print(f"{n_ok}/{len(res.runs)} notebooks succeeded. Summary: {res.summary_path}")
+    return 0 if res.ok else 1

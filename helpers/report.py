@@ -1,0 +1,332 @@
+"""The bug-report bundle: run the notebook sequence on one checkpoint and collect the results.
+
+`run_report(checkpoint, out, samples=..., engine=...)` executes the notebooks with papermill
+(passing the checkpoint, samples and a figures folder as parameters), exports each to HTML,
+collects every figure as PNG with its metadata, and writes `summary.md` / `summary.json`: the
+verdict, the doctor's findings, accuracy per reading, predicted and replayed accept length and
+the environment. A notebook that fails is recorded with its error and the others still run.
+It writes only under `out`.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import BadInputError
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+# The report runs the investigation notebooks; the primer (00) teaches and the dashboard (05)
+# needs a person at the controls, so neither belongs in a bundle.
+SEQUENCE = (
+    "01_mapping_inspection",
+    "02_d2t_offset_histograms",
+    "03_accuracy_with_and_without_mapping",
+    "04_accept_length_simulation",
+    "06_checkpoint_doctor",
+)
+# Which notebook parameter receives which report input (the first name a notebook declares wins).
+PARAMETER_NAMES = {
+    "checkpoint": ("checkpoint", "mapping_path", "checkpoint_path"),
+    "samples": ("samples", "samples_dir"),
+    "engine": ("engine",),
+    "output_dir": ("output_dir",),
+}
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    ok: bool
+    seconds: float
+    error: str | None = None
+    figures: list[str] = field(default_factory=list)
+    html: str | None = None
+    notebook: str | None = None
+
+
+@dataclass
+class ReportResult:
+    out: str
+    runs: list[NotebookRun]
+    summary_path: str
+    summary: dict
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs)
+
+
+def environment() -> dict:
+    import torch
+
+    from . import __version__
+
+    cuda = torch.cuda.is_available()
+    return {
+        "d2t_lab": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+    }
+
+
+def notebook_parameters(nb_path: Path, checkpoint, samples, engine, output_dir) -> dict:
+    """Map the report's inputs onto the parameter names this notebook declares."""
+    import papermill as pm
+
+    declared = pm.inspect_notebook(str(nb_path))
+    values = {"checkpoint": checkpoint, "samples": samples or "", "engine": engine, "output_dir": output_dir}
+    params = {}
+    for what, names in PARAMETER_NAMES.items():
+        for name in names:
+            if name in declared:
+                params[name] = values[what]
+                break
+    return params
+
+
+def _error_line(exc) -> str:
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    cell = getattr(exc, "exec_count", None)
+    where = f" (cell {cell})" if cell is not None else ""
+    return " ".join(f"{ename}: {evalue}".split()) + where
+
+
+def _inline_figures(nb, dest: Path, stem: str, meta: dict) -> list[str]:
+    """Write every inline PNG of an executed notebook, with the report's metadata."""
+    from PIL import Image, PngImagePlugin
+
+    out = []
+    k = 0
+    for cell in nb.cells:
+        for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            data = o.get("data", {})
+            if "image/png" not in data:
+                continue
+            k += 1
+            p = dest / f"{stem}_inline_{k:02d}.png"
+            p.write_bytes(base64.b64decode(data["image/png"]))
+            info = PngImagePlugin.PngInfo()
+            for key, val in meta.items():
+                info.add_text(key, str(val))
+            with Image.open(p) as im:
+                im.load()
+                im.save(p, pnginfo=info)
+            out.append(str(p))
+    return out
+
+
+def _source_meta(checkpoint) -> dict:
+    import hashlib
+
+    from . import __version__
+
+    meta = {"d2t_lab_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "checkpoint": str(checkpoint)}
+    try:
+        from .checkpoint import load_mapping
+
+        src = Path(load_mapping(checkpoint).sources[0])
+        h = hashlib.sha256()
+        with open(src, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        meta.update(source=str(src), source_size=src.stat().st_size, source_sha256=h.hexdigest())
+    except (BadInputError, OSError, IndexError):
+        pass
+    return meta
+
+
+def run_notebook(name: str, out: Path, params_for, meta: dict, timeout: int = 600) -> NotebookRun:
+    import nbformat
+    import papermill as pm
+    from nbconvert import HTMLExporter
+
+    src = NOTEBOOK_DIR / f"{name}.ipynb"
+    fig_dir = out / "figures" / name
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    dest = out / "notebooks" / f"{name}.ipynb"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    error = None
+    if not src.exists():
+        return NotebookRun(name, False, 0.0, error=f"notebook {src} not found")
+    try:
+        pm.execute_notebook(
+            str(src), str(dest), parameters=params_for(src, str(fig_dir)), kernel_name="python3",
+            cwd=str(NOTEBOOK_DIR), progress_bar=False, request_save_on_cell_execute=False,
+            execution_timeout=timeout,
+        )
+    except pm.PapermillExecutionError as e:
+        error = _error_line(e)
+    except Exception as e:  # a kernel that died, a timeout: record it, keep going with the rest
+        error = _error_line(e)
+    seconds = time.perf_counter() - t0
+    run = NotebookRun(name, error is None, seconds, error=error)
+    if dest.exists():
+        nb = nbformat.read(str(dest), as_version=4)
+        run.notebook = str(dest)
+        html_dir = out / "html"
+        html_dir.mkdir(exist_ok=True)
+        body, _ = HTMLExporter().from_notebook_node(nb)
+        (html_dir / f"{name}.html").write_text(body)
+        run.html = str(html_dir / f"{name}.html")
+        saved = sorted(str(p) for p in fig_dir.rglob("*.png") if "_inline_" not in p.name)
+        run.figures = saved + _inline_figures(nb, fig_dir, name, meta)
+    return run
+
+
+# -- the numbers for summary.md -------------------------------------------------------------------
+def collect_numbers(checkpoint, samples, engine: str, max_samples: int | None = None) -> dict:
+    """Verdict, doctor findings, accuracy per reading and accept length, each section guarded."""
+    from .commands.inspect import inspect_path
+
+    numbers: dict = {"skipped": {}, "errors": {}}
+    try:
+        numbers["inspect"] = inspect_path(checkpoint)
+    except BadInputError as e:
+        numbers["errors"]["inspect"] = e.one_line()
+    try:
+        from .doctor import diagnose
+
+        numbers["doctor"] = [f.as_dict() for f in diagnose(checkpoint, engine=engine)]
+    except BadInputError as e:
+        numbers["errors"]["doctor"] = e.one_line()
+    if not samples:
+        why = "no --samples given: the draft cannot be run without hidden states"
+        numbers["skipped"]["accuracy"] = why
+        numbers["skipped"]["replayed accept length"] = why
+        return numbers
+    try:
+        from .draft import load_draft
+        from .evaluate import evaluate
+
+        model = load_draft(checkpoint)
+        numbers["accuracy"] = evaluate(model, samples, steps=3, max_samples=max_samples, progress=False).to_dict()
+        from .simulate import replay
+
+        reps = {}
+        for reading in ("offset", "absolute"):
+            if model.mapping is None and reading != "none":
+                continue
+            reps[reading] = replay(model, samples, steps=5, reading=reading, max_samples=max_samples, progress=False).to_dict()
+        numbers["replay"] = reps
+    except BadInputError as e:
+        numbers["errors"]["accuracy"] = e.one_line()
+    return numbers
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def summary_markdown(checkpoint, samples, engine, runs: list[NotebookRun], numbers: dict, env: dict) -> str:
+    L = [f"# d2t-lab report: `{checkpoint}`", ""]
+    L += [f"samples: `{samples or '(none)'}` · engine: {engine} · made {time.strftime('%Y-%m-%d %H:%M')}", ""]
+    ins = numbers.get("inspect")
+    L += ["## Verdict", ""]
+    if ins:
+        L.append(f"**{ins['verdict'].upper()}** — draft vocab {ins['draft_vocab_size']:,}, target vocab "
+                 f"{ins['target_vocab_size'] if ins['target_vocab_size'] is None else format(ins['target_vocab_size'], ',')}, "
+                 f"key layout {ins['key_layout']}")
+        L.append("")
+        L += [f"- {e}" for e in ins["evidence"]] + [f"- **{r}**" for r in ins["reasons"]]
+    else:
+        L.append(f"could not read the mapping: {numbers['errors'].get('inspect')}")
+    L += ["", "## Doctor findings", ""]
+    if "doctor" in numbers:
+        if not numbers["doctor"]:
+            L.append("no findings")
+        else:
+            L += ["| severity | code | what is wrong | how to fix |", "|---|---|---|---|"]
+            L += [f"| {f['severity']} | `{f['code']}` | {f['message']} | {f['fix']} |" for f in numbers["doctor"]]
+    else:
+        L.append(f"doctor could not run: {numbers['errors'].get('doctor')}")
+    L += ["", "## Accuracy per reading", ""]
+    acc = numbers.get("accuracy")
+    if acc:
+        splits = acc.get("splits") or {"all": acc}
+        L += ["| split | reading | top-1 | top-k | per step top-1 | tokens |", "|---|---|---|---|---|---|"]
+        for split, res in splits.items():
+            for reading, r in (res.get("readings") or {}).items():
+                steps = ", ".join(_pct(x) for x in r.get("step_top1", []))
+                L.append(f"| {split} | {reading} | {_pct(r.get('top1'))} | {_pct(r.get('topk'))} | {steps} | {res.get('tokens', '-')} |")
+        if acc.get("conclusion"):
+            L += ["", f"**Conclusion:** {acc['conclusion']}"]
+        for w in acc.get("warnings", []):
+            L.append(f"> warning: {w}")
+    L += ["", "## Accept length", ""]
+    rep = numbers.get("replay")
+    if rep:
+        L += ["| reading | replayed mean accept length | positions |", "|---|---|---|"]
+        for reading, r in rep.items():
+            L.append(f"| {reading} | {r.get('mean', float('nan')):.2f} | {r.get('count', '-')} |")
+        pred = (acc or {}).get("predicted_accept_length")
+        if pred:
+            L.append(f"\npredicted from per-step accuracy (chain of 5): {pred:.2f}")
+    for what, why in numbers["skipped"].items():
+        L.append(f"- skipped **{what}**: {why}")
+    for what, err in numbers["errors"].items():
+        if what not in ("inspect", "doctor"):
+            L.append(f"- **{what}** failed: {err}")
+    L += ["", "## Notebooks", "", "| notebook | result | seconds | figures |", "|---|---|---|---|"]
+    for r in runs:
+        res = "ok" if r.ok else f"FAILED: {r.error}"
+        L.append(f"| {r.name} | {res} | {r.seconds:.1f} | {len(r.figures)} |")
+    L += ["", "## Environment", ""] + [f"- {k}: {v}" for k, v in env.items()]
+    return "\n".join(L) + "\n"
+
+
+def run_report(
+    checkpoint,
+    out,
+    *,
+    samples=None,
+    engine: str = "all",
+    notebooks=SEQUENCE,
+    max_samples: int | None = None,
+    progress=print,
+) -> ReportResult:
+    checkpoint = Path(checkpoint).resolve()
+    if not checkpoint.exists():
+        raise BadInputError(checkpoint, "no such file or folder")
+    samples = Path(samples).resolve() if samples else None
+    if samples is not None and not samples.exists():
+        raise BadInputError(samples, "no such samples folder")
+    out = Path(out).resolve()
+    if out == checkpoint or checkpoint in out.parents or (samples is not None and (out == samples or samples in out.parents)):
+        raise BadInputError(out, "the report must not be written inside the checkpoint or samples folder")
+    out.mkdir(parents=True, exist_ok=True)
+    meta = _source_meta(checkpoint)
+
+    def params_for(nb_path, fig_dir):
+        return notebook_parameters(nb_path, str(checkpoint), str(samples) if samples else "", engine, fig_dir)
+
+    runs = []
+    for i, name in enumerate(notebooks, 1):
+        run = run_notebook(name, out, params_for, meta)
+        runs.append(run)
+        if progress:
+            status = "ok" if run.ok else f"FAILED ({run.error})"
+            progress(f"[{i}/{len(notebooks)}] {name}: {status} in {run.seconds:.1f} s, {len(run.figures)} figure(s)")
+    numbers = collect_numbers(checkpoint, samples, engine, max_samples=max_samples)
+    env = environment()
+    summary = {
+        "checkpoint": str(checkpoint), "samples": str(samples) if samples else None, "engine": engine,
+        "notebooks": [asdict(r) for r in runs], "numbers": numbers, "environment": env,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    md = summary_markdown(checkpoint, samples, engine, runs, numbers, env)
+    (out / "summary.md").write_text(md)
+    return ReportResult(str(out), runs, str(out / "summary.md"), summary)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: python -m helpers report CHECKPOINT -o OUT")
