@@ -78,7 +78,8 @@ def check_exercise(n: int, answer) -> str:
         return f"✗ there is no exercise {n}; exercises are {sorted(EXERCISES)}"
     ok = solution(n)
     if answer is None:
-        return f"✗ not answered yet (answer_{n} is None). Exercise {n}: {EXERCISES[n]}. " + _HINTS[n]
+        q = EXERCISES[n] if EXERCISES[n].endswith("?") else EXERCISES[n] + "."
+        return f"✗ not answered yet (answer_{n} is None). Exercise {n}: {q} " + _HINTS[n]
     if n in (1, 2):
         got = _as_int_list(answer)
         if got is None:
@@ -196,3 +197,22 @@ def engine_propose(draft_logits: torch.Tensor, d2t: torch.Tensor, engine: str, t
         draft = draft_logits.argmax(-1)
         return d2t[draft] + draft
     raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+
+
+def decode_table(m: VocabMapping, toy: ToyVocab = TOY):
+    """One row per draft id: d2t, and the target id and token under each reading (pandas)."""
+    import pandas as pd
+
+    off, ab = m.targets("offset"), m.targets("absolute")
+    kept = torch.nonzero(m.t2d).flatten() if m.t2d is not None else None
+    return pd.DataFrame(
+        {
+            "draft id": range(m.draft_vocab_size),
+            "d2t": m.d2t.tolist(),
+            "offset: i + d2t[i]": off.tolist(),
+            "offset token": toy.names(off),
+            "absolute: d2t[i]": ab.tolist(),
+            "absolute token": toy.names(ab),
+            "t2d's i-th True id": kept.tolist() if kept is not None and kept.numel() == m.draft_vocab_size else None,
+        }
+    ).set_index("draft id")
