@@ -1,0 +1,292 @@
+"""ipywidgets front ends: pick a checkpoint and samples, press Run, see the draft's accuracy live.
+
+`Dashboard` is a thin front over the library: every number it shows comes from a helper
+(`helpers.checkpoint.find_checkpoints`, the `inspect` summary, `helpers.evaluate.evaluate`,
+`helpers.plots`); the widgets only collect arguments and lay out what the helpers return.
+
+    from helpers.widgets import Dashboard
+    dash = Dashboard(root="../data_samples")
+    dash.widget            # display this in a notebook cell
+    dash.run()             # what the Run button calls; then dash.result / dash.error
+
+Everything shown in the output area is written into `Output.outputs` directly (not through the
+`with output:` capture), so the same code path works in a kernel and in a plain Python process
+(the tests drive it with `dash.run_button.click()`). Bad input never raises out of a callback:
+the one-line `BadInputError` message is shown in the output area and kept in `dash.error`.
+"""
+from __future__ import annotations
+
+import html
+import io
+import os
+import time
+from pathlib import Path
+
+import ipywidgets as W
+import torch
+
+from . import plots
+from .checkpoint import find_checkpoints
+from .commands.inspect import format_report, inspect_path
+from .draft import get_device
+from .errors import BadInputError
+from .evaluate import evaluate, split_folders
+
+READINGS = ("offset", "absolute", "none")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "data_samples"
+_SAMPLE_SUFFIXES = (".ckpt", ".ckpt.gz")
+
+
+# -- listing what there is to pick ------------------------------------------------------------
+def available_devices() -> list[str]:
+    """Devices present on this machine, `get_device()`'s choice first (cuda, then mps, then cpu)."""
+    devices = [str(get_device())]
+    if torch.cuda.is_available():
+        devices += [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
+    return list(dict.fromkeys(devices + ["cpu"]))
+
+
+def find_sample_folders(root: str | os.PathLike, max_depth: int = 4) -> list[Path]:
+    """Folders under `root` holding SpecForge hidden-state files (`rows_*/data_*.ckpt`).
+
+    Lists the split folder (the parent of the `rows_*` folders, e.g. `.../val`) and, when the
+    folder above holds both a train and a validation split (`evaluate.split_folders`), that one
+    too: `evaluate` scores both splits side by side.
+    """
+    root = Path(root)
+    found: set[Path] = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        depth = len(d.relative_to(root).parts)
+        dirnames[:] = sorted(n for n in dirnames if not n.startswith(".")) if depth < max_depth else []
+        if not any(f.startswith("data_") and f.endswith(_SAMPLE_SUFFIXES) for f in filenames):
+            continue
+        split = d.parent if d.name.startswith("rows_") else d
+        found.add(split)
+        if root in split.parent.parents and split_folders(split.parent):
+            found.add(split.parent)
+    return sorted(found)
+
+
+def _as_html_pre(text: str) -> str:
+    return f"<pre style='font-size:11px;line-height:1.3;margin:0;white-space:pre'>{html.escape(text)}</pre>"
+
+
+def result_figure(result):
+    """The dashboard's figure: accuracy per reading and split, and per step when steps > 1.
+
+    A bare `matplotlib.figure.Figure` (not pyplot): nothing is shown or kept by the backend.
+    """
+    from matplotlib.figure import Figure
+
+    n = 2 if result.steps > 1 else 1
+    fig = Figure(figsize=(6.5 * n, 3.6), layout="constrained")
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    plots.plot_accuracy(result, ax=axes[0])
+    if n == 2:
+        plots.plot_step_accuracy(result, ax=axes[1])
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    return buf.getvalue()
+
+
+def headline(result) -> str:
+    """One HTML line per scored reading (pooled over splits), then the result's warnings.
+
+    (No `result.conclusion()`: the dashboard scores one reading at a time, and the conclusion
+    compares readings; call `evaluate` with all three readings for it, as notebook 05 does.)
+    """
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f} %"  # noqa: E731
+    sc = result.overall
+    lines = [
+        f"<b>{html.escape(r)}</b> reading: top-1 <b>{pct(s.top1)}</b>, top-{result.topk} {pct(s.topk)} "
+        f"on {s.tokens:,} tokens from {sc.samples} samples ({html.escape(result.device)}, {html.escape(result.dtype)})"
+        for r, s in sc.readings.items()
+    ]
+    lines += [f"<span style='color:#b60'>{html.escape(w)}</span>" for w in result.warnings]
+    return "<br>".join(lines)
+
+
+# -- the dashboard ----------------------------------------------------------------------------
+class Dashboard:
+    """Checkpoint + samples pickers, device/dtype/reading/steps controls, Run, output area."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        checkpoint: str | os.PathLike | None = None,
+        samples: str | os.PathLike | None = None,
+        device: str | None = None,
+        dtype: str = "auto",
+        reading: str = "offset",
+        max_samples: int | None = None,
+        steps: int = 1,
+        embed_from: str | os.PathLike | None = None,
+    ):
+        self.result = None  # last EvalResult, or None
+        self.error: str | None = None  # last one-line error, or None
+        self.figure_png: bytes | None = None  # last figure, as PNG bytes
+        root = Path(root) if root is not None else DEFAULT_ROOT
+        style = {"description_width": "110px"}
+        wide = W.Layout(width="460px")
+
+        self.root = W.Text(value=str(root), description="root folder", style=style, layout=wide,
+                           continuous_update=False)
+        self.checkpoint = W.Combobox(description="checkpoint", placeholder="pick or type a path",
+                                     ensure_option=False, continuous_update=False, style=style, layout=wide)
+        self.embed_from = W.Combobox(description="embed from", value="" if embed_from is None else str(embed_from),
+                                     placeholder="only for drafts without embed_tokens: the target",
+                                     ensure_option=False, continuous_update=False, style=style, layout=wide)
+        self.samples = W.Combobox(description="samples", placeholder="pick or type a folder",
+                                  ensure_option=False, continuous_update=False, style=style, layout=wide)
+        devices = available_devices()
+        self.device = W.Dropdown(options=devices, value=device if device in devices else devices[0],
+                                 description="device", style=style, layout=W.Layout(width="240px"))
+        self.dtype = W.Dropdown(options=DTYPES, value=dtype, description="dtype",
+                                style={"description_width": "50px"}, layout=W.Layout(width="210px"))
+        self.reading = W.ToggleButtons(options=READINGS, value=reading, description="d2t reading",
+                                       style={**style, "button_width": "90px"},
+                                       tooltips=["target = i + d2t[i] (what the engines do)",
+                                                 "target = d2t[i] (the common bug)",
+                                                 "target = draft id (no mapping)"])
+        self.max_samples = W.BoundedIntText(value=max_samples or 0, min=0, max=1_000_000,
+                                            description="max samples", style=style,
+                                            layout=W.Layout(width="240px"),
+                                            tooltip="0 = every sample in the folder")
+        self.steps = W.IntSlider(value=steps, min=1, max=8, description="draft steps",
+                                 style={"description_width": "80px"}, layout=W.Layout(width="300px"))
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play",
+                                   tooltip="load the draft, run it on the samples, show accuracy")
+        self.status = W.Label(value="")
+        self.summary = W.HTML(value="", layout=W.Layout(width="600px", overflow="auto"))
+        self.output = W.Output(layout=W.Layout(border="1px solid #ddd", padding="4px", min_height="40px"))
+        for w, cls in ((self.run_button, "d2t-run"), (self.output, "d2t-output"),
+                       (self.summary, "d2t-summary"), (self.status, "d2t-status")):
+            w.add_class(cls)
+
+        self.root.observe(lambda _: self.rescan(), names="value")
+        self.checkpoint.observe(lambda _: self.show_summary(), names="value")
+        self.run_button.on_click(lambda _: self.run())
+
+        controls = W.VBox([
+            self.root, self.checkpoint, self.embed_from, self.samples,
+            W.HBox([self.device, self.dtype]),
+            self.reading,
+            W.HBox([self.max_samples, self.steps]),
+            W.HBox([self.run_button, self.status]),
+        ])
+        self.widget = W.VBox([
+            W.HTML("<b>EAGLE-3 draft: live forward pass</b>"),
+            W.HBox([controls, self.summary]),
+            self.output,
+        ])
+        self.widget.add_class("d2t-dashboard")
+
+        self.rescan()
+        if checkpoint is not None:
+            self.checkpoint.value = str(checkpoint)
+        elif self.checkpoint.options:
+            self.checkpoint.value = self.checkpoint.options[0]
+        if samples is not None:
+            self.samples.value = str(samples)
+        elif self.samples.options:
+            self.samples.value = self.samples.options[0]
+
+    def _ipython_display_(self):  # `dash` alone in a cell shows the dashboard
+        from IPython.display import display
+
+        display(self.widget)
+
+    # -- callbacks ------------------------------------------------------------------------------
+    def rescan(self) -> None:
+        """List the checkpoints and sample folders under the root folder."""
+        root = Path(self.root.value).expanduser()
+        self.checkpoint.options = tuple(str(p) for p in find_checkpoints(root)) if root.is_dir() else ()
+        self.samples.options = tuple(str(p) for p in find_sample_folders(root)) if root.is_dir() else ()
+        self.embed_from.options = self.checkpoint.options
+
+    def show_summary(self) -> None:
+        """Show the `inspect` summary (verdict, sizes, key layout) of the chosen checkpoint."""
+        path = self.checkpoint.value.strip()
+        if not path:
+            self.summary.value = ""
+            return
+        try:
+            self.summary.value = _as_html_pre(format_report(inspect_path(path)))
+        except BadInputError as e:
+            self.summary.value = f"<span style='color:#b00'>{html.escape(e.one_line())}</span>"
+
+    def _show_error(self, line: str) -> None:
+        self.error, self.result = line, None
+        self.output.outputs = ()
+        self.output.append_stderr(line + "\n")
+
+    def kwargs(self) -> dict:
+        """The arguments `evaluate` gets from the controls."""
+        dtype = None if self.dtype.value == "auto" else getattr(torch, self.dtype.value)
+        return dict(
+            checkpoint=self.checkpoint.value.strip(),
+            samples=self.samples.value.strip(),
+            readings=(self.reading.value,),
+            steps=int(self.steps.value),
+            device=self.device.value,
+            dtype=dtype,
+            max_samples=int(self.max_samples.value) or None,
+            embed_from=self.embed_from.value.strip() or None,
+        )
+
+    def run(self) -> None:
+        """What the Run button does: evaluate with the chosen settings, show table and figure."""
+        self.run_button.disabled = True
+        self.status.value = "running..."
+        self.error = None
+        t0 = time.perf_counter()
+        try:
+            args = self.kwargs()
+            for name in ("checkpoint", "samples"):
+                if not args[name]:
+                    raise BadInputError(None, f"choose a {name} first")
+            self.output.outputs = ()
+            result = self._evaluate(args)
+            self.result = result
+            self._show_result(result)
+            self.status.value = f"done in {time.perf_counter() - t0:.1f} s"
+        except BadInputError as e:
+            self._show_error(e.one_line())
+            self.status.value = "error"
+        except (RuntimeError, MemoryError, OSError, ValueError) as e:  # e.g. CUDA OOM, shape errors
+            first = (str(e).strip().splitlines() or [""])[0]
+            self._show_error(f"{type(e).__name__}: {first}")
+            self.status.value = "error"
+        finally:
+            self.run_button.disabled = False
+
+    def _evaluate(self, args: dict):
+        """`evaluate(**args)` with tqdm.auto's progress bar shown in the output area (in a kernel).
+
+        `with output:` shows and swallows exceptions raised inside it, so the exception is
+        carried out of the block and raised again for `run` to show as one line.
+        """
+        failure = None
+        with self.output:
+            try:
+                result = evaluate(**args, progress=True)
+            except Exception as e:  # noqa: BLE001 - re-raised below, outside the capture
+                failure = e
+        if failure is not None:
+            raise failure
+        return result
+
+    def _show_result(self, result) -> None:
+        from IPython.display import HTML, Image
+
+        self.figure_png = _png(result_figure(result))
+        self.output.outputs = ()
+        self.output.append_display_data(HTML(headline(result)))
+        self.output.append_display_data(result.table())
+        self.output.append_display_data(Image(data=self.figure_png, format="png"))
