@@ -1,0 +1,78 @@
+"""`logs FILE [--json] [--plot OUT.png]`: SGLang / vLLM speculative-decoding log lines -> table."""
+from __future__ import annotations
+
+import json
+import math
+
+from ..logs import read_log
+
+HELP = "read SGLang 'Decode batch' / vLLM 'SpecDecoding metrics' lines: accept length over time"
+DESCRIPTION = """\
+Read a server log of SGLang (current 'Decode batch, ... accept len: X, accept rate: Y, ...' and
+older 'Decode batch. ... accept len: X, ...') or vLLM ('SpecDecoding metrics: Mean acceptance
+length: X, ...', with the generation tok/s of the engine stats line before it). Prints counts,
+mean accept length, acceptance rate and throughput; lines it does not recognise are counted and
+skipped, and a recognised line whose numbers do not read is counted as garbled and skipped.
+
+--json: the summary plus every parsed row. --plot OUT.png: accept length over time.
+Exit 2 with one line when the file has no line this reader understands."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("file", help="server log file")
+    p.add_argument("--json", action="store_true", help="print one JSON object (summary and rows)")
+    p.add_argument("--plot", metavar="OUT.png", default=None, help="write a plot of accept length over time")
+
+
+def _clean(v):
+    if v is None:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "isoformat"):
+        return None if str(v) == "NaT" else v.isoformat()
+    if hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+def logs_json(log) -> dict:
+    """The `logs --json` object: summary plus rows."""
+    d = log.summary()
+    t = log.table.astype(object).where(log.table.notna(), None)
+    d["rows"] = [{k: _clean(v) for k, v in row.items()} for row in t.to_dict(orient="records")]
+    return d
+
+
+def format_report(s: dict) -> str:
+    def f(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    lines = [
+        f"{s['path']}: {', '.join(s['formats']) or 'no'} lines",
+        f"  lines {s['lines']:,}: parsed {s['parsed']:,}, garbled {s['garbled']:,} (skipped), "
+        f"unrecognised {s['unrecognised']:,}" + (f", engine stats {s['context']:,}" if s["context"] else ""),
+        f"  accept length: mean {f(s['mean_accept_length'], '.3f')}, last {f(s['last_accept_length'], '.2f')}",
+        f"  accept rate:   mean {f(s['mean_accept_rate'], '.3f')}",
+        f"  throughput:    mean {f(s['mean_throughput'], '.1f')} tok/s",
+        f"  time:          {s['first_time'] or '-'} .. {s['last_time'] or '-'}",
+    ]
+    lines += [f"  garbled line {g['line']}: {g['reason']}" for g in s["garbled_lines"][:10]]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    log = read_log(args.file)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from ..plots import plot_accept_length_over_time
+
+        ax = plot_accept_length_over_time(log.table, label=f"{', '.join(log.engines)} log")
+        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+        plt.close(ax.figure)
+    print(json.dumps(logs_json(log), indent=2) if args.json else format_report(log.summary()))
+    return 0

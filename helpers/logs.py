@@ -1,0 +1,334 @@
+"""Serving logs -> tables: accept length, acceptance rate and throughput over time.
+
+Reads the periodic speculative-decoding lines of two engines (formats checked against their
+public source):
+
+SGLang (scheduler, every `--decode-log-interval` decode steps), current form:
+    [2026-01-05 10:00:00 TP0] Decode batch, #running-req: 1, #token: 2154, token usage: 0.01,
+    accept len: 1.90, accept rate: 0.12, cuda graph: True, gen throughput (token/s): 46.70,
+    #queue-req: 0
+  (one line; hybrid models print `#full token:` / `full token usage:` instead of `#token:`,
+  disaggregated decode adds `pre-allocated usage:` etc., `cpu graph:` / `npu graph:` replace
+  `cuda graph:`, and `Decode batch [N],` carries a forward counter when enabled). Older builds:
+    [2025-01-05 10:00:00] Decode batch. #running-req: 1, #token: 2154, token usage: 0.01,
+    accept len: 1.90, gen throughput (token/s): 46.70, #queue-req: 0
+  SGLang's `accept rate` is the accept length divided by the draft tokens per step (the bonus
+  token counted in the numerator in current builds); its definition changed between versions,
+  so compare accept lengths, not rates, across builds.
+
+vLLM (V1 `SpecDecodingLogging`, every logging interval):
+    INFO 01-05 10:00:00 [loggers.py:123] SpecDecoding metrics: Mean acceptance length: 2.61,
+    Accepted throughput: 61.20 tokens/s, Drafted throughput: 113.40 tokens/s, Accepted: 612
+    tokens, Drafted: 1134 tokens, Per-position acceptance rate: 0.745, 0.538, 0.335, Avg Draft
+    acceptance rate: 54.0%
+  (optionally prefixed `(APIServer pid=N) `; older V1 builds print only `Draft acceptance rate`,
+  `Accepted` and `Drafted`, and no accept length). vLLM's timestamps carry no year. Its
+  `Accepted throughput` counts accepted draft tokens only; the generation rate is on the engine
+  stats line logged just before (`Engine 000: Avg prompt throughput: ..., Avg generation
+  throughput: X tokens/s, Running: N reqs, Waiting: M reqs, ...`), which is read as context for
+  the SpecDecoding row after it.
+
+A line is `parsed` when it is one of these and every number in it reads; `garbled` when it is
+one of these but a number does not read (truncated, two dots, letters): it is skipped and
+counted, never guessed; anything else is `unrecognised`, counted and skipped.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import BadInputError
+
+COLUMNS = [
+    "line", "time", "seconds", "engine", "format", "accept_length", "accept_rate", "throughput",
+    "running_req", "queue_req", "tokens", "token_usage", "cuda_graph", "accepted", "drafted",
+    "accepted_tps", "drafted_tps", "per_position",
+]
+
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+# `, ` followed by `Key: ` where a key starts with a letter or '#' and holds no ':' or ','
+_FIELD_SPLIT = re.compile(r",\s+(?=[A-Za-z#][^:,]*:\s)")
+
+_SGL_HEAD = re.compile(r"Decode batch(?: \[\d+\])?([.,]) ")
+_VLLM_HEAD = re.compile(r"SpecDecoding metrics: ")
+_VLLM_STATS = re.compile(r"(?:Engine \d+: )?(?=Avg prompt throughput: )")
+_SGL_TIME = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[.,](\d+))?(?: [^\]]*)?\]")
+_VLLM_TIME = re.compile(r"^(?:\([^)]*\)\s+)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d+))?\s")
+_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:[.,](\d+))?")
+
+
+class Garbled(ValueError):
+    """A recognised line with a number that does not read."""
+
+
+def _num(text: str, what: str, unit: str = "") -> float:
+    t = text.strip()
+    if unit and t.endswith(unit):
+        t = t[: -len(unit)].strip()
+    if not _NUMBER.fullmatch(t):
+        raise Garbled(f"{what}: {text.strip()!r} is not a number")
+    return float(t)
+
+
+def _int(text: str, what: str, unit: str = "") -> int:
+    v = _num(text, what, unit)
+    if v != int(v) or "." in text:
+        raise Garbled(f"{what}: {text.strip()!r} is not a whole number")
+    return int(v)
+
+
+def _fields(body: str) -> dict[str, str]:
+    out = {}
+    body = body.strip().rstrip(",").strip()
+    for part in _FIELD_SPLIT.split(body):
+        key, sep, value = part.partition(":")
+        if not sep:
+            raise Garbled(f"field without a value: {part!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _timestamp(line: str, year: int) -> tuple[pd.Timestamp | None, str]:
+    """(time or None, engine hint) from the line's prefix; Garbled on an impossible date."""
+    try:
+        m = _SGL_TIME.match(line)
+        if m:
+            t = _dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+            return pd.Timestamp(t) + pd.to_timedelta(_frac(m.group(2)), unit="s"), "sglang"
+        m = _VLLM_TIME.match(line)
+        if m:
+            t = _dt.datetime.strptime(f"{year}-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
+            return pd.Timestamp(t) + pd.to_timedelta(_frac(m.group(2)), unit="s"), "vllm"
+        m = _ISO_TIME.search(line)
+        if m:
+            t = _dt.datetime.strptime(m.group(1).replace("T", " "), "%Y-%m-%d %H:%M:%S")
+            return pd.Timestamp(t) + pd.to_timedelta(_frac(m.group(2)), unit="s"), ""
+    except ValueError as e:
+        raise Garbled(f"timestamp: {e}") from None
+    return None, ""
+
+
+def _frac(digits: str | None) -> float:
+    return float("0." + digits) if digits else 0.0
+
+
+def _sglang(body: str, sep: str) -> dict:
+    f = _fields(body)
+    row = {"engine": "sglang", "format": "sglang" if sep == "," else "sglang-old"}
+    if "accept rate" in f:
+        row["format"] = "sglang"
+    if "#running-req" not in f:
+        raise Garbled("no #running-req")
+    row["running_req"] = _int(f["#running-req"], "#running-req")
+    for key in ("#token", "#full token"):
+        if key in f:
+            row["tokens"] = _int(f[key], key)
+            break
+    for key in ("token usage", "full token usage"):
+        if key in f:
+            row["token_usage"] = _num(f[key], key)
+            break
+    if "accept len" in f:
+        row["accept_length"] = _num(f["accept len"], "accept len")
+    if "accept rate" in f:
+        row["accept_rate"] = _num(f["accept rate"], "accept rate")
+    for key in ("cuda graph", "cpu graph", "npu graph"):
+        if key in f:
+            if f[key] not in ("True", "False"):
+                raise Garbled(f"{key}: {f[key]!r}")
+            row["cuda_graph"] = f[key] == "True"
+    if "gen throughput (token/s)" not in f:
+        raise Garbled("no gen throughput")
+    row["throughput"] = _num(f["gen throughput (token/s)"], "gen throughput")
+    if "#queue-req" not in f:  # always printed after the throughput: its absence means a cut line
+        raise Garbled("line ends before #queue-req (truncated)")
+    row["queue_req"] = _int(f["#queue-req"], "#queue-req")
+    return row
+
+
+def _vllm(body: str) -> dict:
+    f = _fields(body)
+    row = {"engine": "vllm", "format": "vllm"}
+    if "Mean acceptance length" in f:
+        row["accept_length"] = _num(f["Mean acceptance length"], "Mean acceptance length")
+    else:
+        row["format"] = "vllm-old"
+    rate_key = "Avg Draft acceptance rate" if row["format"] == "vllm" else "Draft acceptance rate"
+    if rate_key not in f:  # the current form ends with it: its absence means a cut line
+        raise Garbled(f"no {rate_key} (truncated)")
+    row["accept_rate"] = _num(f[rate_key], rate_key, "%") / 100.0
+    if "Accepted throughput" in f:  # accepted draft tokens/s, not the generation rate
+        row["accepted_tps"] = _num(f["Accepted throughput"], "Accepted throughput", "tokens/s")
+    if "Drafted throughput" in f:
+        row["drafted_tps"] = _num(f["Drafted throughput"], "Drafted throughput", "tokens/s")
+    if "Accepted" in f:
+        row["accepted"] = _int(f["Accepted"], "Accepted", "tokens")
+    if "Drafted" in f:
+        row["drafted"] = _int(f["Drafted"], "Drafted", "tokens")
+    if "Per-position acceptance rate" in f:
+        parts = f["Per-position acceptance rate"].split(",")
+        row["per_position"] = [_num(p, "Per-position acceptance rate") for p in parts]
+    return row
+
+
+def _vllm_stats(body: str) -> dict:
+    """vLLM's engine stats line, printed just before its SpecDecoding line: generation tok/s,
+    running and waiting requests. Returned as a context row (kind "stats")."""
+    f = _fields(body.rstrip(". "))
+    if "Avg generation throughput" not in f:
+        raise Garbled("no Avg generation throughput")
+    row = {"kind": "stats", "engine": "vllm",
+           "throughput": _num(f["Avg generation throughput"], "Avg generation throughput", "tokens/s")}
+    if "Running" in f:
+        row["running_req"] = _int(f["Running"], "Running", "reqs")
+    for key in ("Waiting", "Pending"):
+        if key in f:
+            row["queue_req"] = _int(f[key], key, "reqs")
+            break
+    return row
+
+
+def parse_line(line: str, year: int | None = None) -> dict | None:
+    """One log line -> a row dict, or None when it is not a line this module reads.
+
+    Raises `Garbled` when the line is an SGLang decode line or a vLLM SpecDecoding line but a
+    number in it does not read. vLLM's engine stats line (`Avg generation throughput: ...`)
+    comes back with kind "stats": `parse_lines` puts its generation tok/s and request counts on
+    the SpecDecoding row that follows it.
+    """
+    line = line.rstrip("\r\n")
+    m = _SGL_HEAD.search(line)
+    v = None if m else _VLLM_HEAD.search(line)
+    st = None if m or v or "Avg generation throughput: " not in line else _VLLM_STATS.search(line)
+    if not m and not v and not st:
+        return None
+    year = _dt.date.today().year if year is None else int(year)
+    t, _ = _timestamp(line, year)
+    if st:
+        row = _vllm_stats(line[st.end():])
+    else:
+        row = _sglang(line[m.end():], m.group(1)) if m else _vllm(line[v.end():])
+    row["time"] = t
+    return row
+
+
+@dataclass
+class LogTable:
+    """A parsed log: the table over time plus what was skipped."""
+
+    path: str | None
+    table: pd.DataFrame
+    total: int  # lines read
+    unrecognised: int  # lines that are not decode / SpecDecoding lines
+    garbled: int  # recognised lines with a number that does not read (skipped)
+    garbled_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
+    context: int = 0  # vLLM engine stats lines whose throughput went onto the next row
+
+    @property
+    def parsed(self) -> int:
+        return len(self.table)
+
+    @property
+    def engines(self) -> list[str]:
+        return sorted(set(self.table["engine"])) if len(self.table) else []
+
+    def summary(self) -> dict:
+        """Counts and the mean / last accept length, rate and throughput (JSON-ready)."""
+        t = self.table
+
+        def stat(col, fn):
+            s = t[col].dropna() if col in t and len(t) else pd.Series(dtype=float)
+            return None if s.empty else float(fn(s))
+
+        return {
+            "path": self.path,
+            "engines": self.engines,
+            "formats": sorted(set(t["format"])) if len(t) else [],
+            "lines": self.total,
+            "parsed": self.parsed,
+            "unrecognised": self.unrecognised,
+            "context": self.context,
+            "garbled": self.garbled,
+            "garbled_lines": [{"line": n, "reason": r} for n, r in self.garbled_lines],
+            "mean_accept_length": stat("accept_length", np.mean),
+            "last_accept_length": stat("accept_length", lambda s: s.iloc[-1]),
+            "mean_accept_rate": stat("accept_rate", np.mean),
+            "mean_throughput": stat("throughput", np.mean),
+            "first_time": None if not len(t) or t["time"].isna().all() else str(t["time"].min()),
+            "last_time": None if not len(t) or t["time"].isna().all() else str(t["time"].max()),
+        }
+
+
+def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogTable:
+    """Iterable of lines -> `LogTable`. vLLM's year-less times get `year` (default: this year),
+    and a year is added when the month goes backwards (a log across New Year)."""
+    year = _dt.date.today().year if year is None else int(year)
+    rows, garbled, unrecognised, total, context = [], [], 0, 0, 0
+    last_vllm_month = None
+    pending = None  # the last vLLM engine stats line, waiting for its SpecDecoding line
+    for n, line in enumerate(lines, start=1):
+        total += 1
+        try:
+            row = parse_line(line, year=year)
+        except Garbled as e:
+            garbled.append((n, str(e)))
+            continue
+        if row is None:
+            unrecognised += 1
+            continue
+        if row.pop("kind", None) == "stats":
+            context += 1
+            pending = row
+            continue
+        if row["engine"] == "vllm" and pending is not None:
+            for key in ("throughput", "running_req", "queue_req"):
+                if key in pending:
+                    row[key] = pending[key]
+        pending = None
+        if row["engine"] == "vllm" and row["time"] is not None and _VLLM_TIME.match(line):
+            month = row["time"].month
+            if last_vllm_month is not None and month < last_vllm_month:
+                year += 1
+                row["time"] = row["time"].replace(year=year)
+            last_vllm_month = month
+        row["line"] = n
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table["time"] = pd.to_datetime(table["time"])
+    if len(table) and table["time"].notna().any():
+        table["seconds"] = (table["time"] - table["time"].min()).dt.total_seconds()
+    else:
+        table["seconds"] = np.nan
+    for col in ("accept_length", "accept_rate", "throughput", "token_usage", "accepted_tps", "drafted_tps", "seconds"):
+        table[col] = table[col].astype(float)
+    for col in ("running_req", "queue_req", "tokens", "accepted", "drafted", "line"):
+        table[col] = table[col].astype("Int64")
+    return LogTable(path=path, table=table, total=total, unrecognised=unrecognised,
+                    garbled=len(garbled), garbled_lines=garbled, context=context)
+
+
+def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
+    """Read an SGLang or vLLM server log file into a `LogTable`.
+
+    Raises BadInputError when the file cannot be read or holds no line this module reads.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise BadInputError(p, "no such log file" if not p.exists() else "not a file")
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            result = parse_lines(fh, path=str(p), year=year)
+    except OSError as e:
+        raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
+    if result.parsed == 0:
+        raise BadInputError(
+            p, f"no SGLang 'Decode batch' or vLLM 'SpecDecoding metrics' line with readable numbers "
+            f"among {result.total} lines ({result.garbled} garbled)",
+        )
+    return result

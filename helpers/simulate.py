@@ -1,0 +1,535 @@
+"""Accept length: closed form, Monte Carlo (chain and tree), replay of the real draft, throughput.
+
+Accept length is what serving logs print (`accept len: 1.90`): the number of tokens one
+speculative step emits, the target's bonus token included, so its minimum is 1.0 (EAGLE, SGLang
+and vLLM agree). This file turns a per-token acceptance into an expected accept length, checks
+that by simulation, measures it by running the real draft on hidden-state samples, and turns an
+accept length into tokens/s.
+
+Chain drafting with k drafted tokens, each accepted with probability a given the ones before:
+
+    E = 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a)
+
+Tree drafting (SGLang's `--speculative-num-steps S --speculative-eagle-topk K
+--speculative-num-draft-tokens N`, EAGLE-2's dynamic tree). The rank-probability model: at every
+depth d the target's next token equals the draft's sibling of rank r with probability q[d, r]
+(ranks exclusive, sum over r at most 1). A node's path probability is the product of the q of
+the ranks along its path. Candidates are built like SGLang does it: the K children of the root,
+then at each further depth the K children of the K best nodes of the previous depth (beam
+search on path probability); the tree keeps the N - 1 candidates of highest path probability
+(the root, the last verified token, is the N-th). Then
+
+    E = 1 + sum over kept nodes of P(path to node accepted) = 1 + sum over kept nodes of prod q.
+
+With one rate a, q[d, r] = a (1 - a)^r: rank 0 is accepted with probability a and each lower
+rank catches a share a of what the ranks above it missed. With top-k 1 the tree is the chain.
+
+Throughput: a speculative step that emits L tokens costs c plain decode steps; with a baseline
+decode rate B tok/s, the speculative rate is S = B L / c, so one measured (L, S) pair gives
+c = L B / S, tokens/s(L) = B L / c, and the break-even accept length (S = B) is L = c.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------------
+# chain drafting
+
+
+def chain_expected(accept_rate, k: int) -> float:
+    """Expected accept length of chain drafting with k tokens, bonus token included (>= 1).
+
+    accept_rate: one rate a, or a sequence of k per-position rates a_j (the probability that
+    drafted token j is accepted given tokens 0..j-1 were); then E = 1 + sum_j prod_{i<=j} a_i.
+    """
+    rates = _chain_rates(accept_rate, k)
+    if rates.size == 0:
+        return 1.0
+    if np.all(rates == rates[0]):
+        a = float(rates[0])
+        if a == 1.0:
+            return float(k + 1)
+        return (1.0 - a ** (k + 1)) / (1.0 - a)
+    return float(1.0 + np.cumprod(rates).sum())
+
+
+def _chain_rates(accept_rate, k: int) -> np.ndarray:
+    k = int(k)
+    if k < 0:
+        raise ValueError(f"draft tokens must be >= 0, got {k}")
+    rates = np.asarray(accept_rate, dtype=np.float64)
+    if rates.ndim == 0:
+        rates = np.full(k, float(rates))
+    elif rates.shape != (k,):
+        raise ValueError(f"per-position rates must have length k={k}, got shape {tuple(rates.shape)}")
+    if np.any(~np.isfinite(rates)) or np.any(rates < 0) or np.any(rates > 1):
+        raise ValueError(f"acceptance rates must lie in [0, 1], got {rates.tolist()}")
+    return rates
+
+
+@dataclass
+class SimResult:
+    """A Monte Carlo estimate of the accept length."""
+
+    mean: float
+    stderr: float  # standard error of the mean: std / sqrt(trials)
+    trials: int
+    counts: np.ndarray  # [max_len + 1] counts[L] = trials with accept length L (counts[0] == 0)
+    expected: float | None = None  # closed form / exact expectation when known
+
+    @property
+    def distribution(self) -> np.ndarray:
+        """Share of trials with each accept length (index = accept length)."""
+        return self.counts / max(self.trials, 1)
+
+    @property
+    def z(self) -> float | None:
+        """(mean - expected) / stderr, when an expectation is known."""
+        if self.expected is None:
+            return None
+        if self.stderr == 0:
+            return 0.0 if abs(self.mean - self.expected) < 1e-12 else math.inf
+        return (self.mean - self.expected) / self.stderr
+
+    def to_dict(self) -> dict:
+        return {
+            "mean": self.mean,
+            "stderr": self.stderr,
+            "trials": self.trials,
+            "expected": self.expected,
+            "distribution": {int(i): float(p) for i, p in enumerate(self.distribution) if i > 0},
+        }
+
+
+def _result(lengths: np.ndarray, max_len: int, expected: float | None) -> SimResult:
+    n = int(lengths.size)
+    counts = np.bincount(lengths, minlength=max_len + 1)
+    mean = float(lengths.mean()) if n else float("nan")
+    stderr = float(lengths.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return SimResult(mean=mean, stderr=stderr, trials=n, counts=counts, expected=expected)
+
+
+def simulate_chain(accept_rate, k: int, trials: int = 100_000, seed: int | None = 0,
+                   chunk: int = 1 << 18) -> SimResult:
+    """Monte Carlo accept length of chain drafting: one rate or k per-position rates.
+
+    Vectorised: a [trials, k] matrix of uniforms, accepted while u < a_j; accept length is 1 +
+    the number of leading acceptances. Worked in chunks of `chunk` trials to bound memory.
+    """
+    rates = _chain_rates(accept_rate, k)
+    rng = np.random.default_rng(seed)
+    out = np.empty(int(trials), dtype=np.int64)
+    if rates.size == 0:
+        out[:] = 1
+        return _result(out, 1, 1.0)
+    a = rates.astype(np.float32)
+    for lo in range(0, int(trials), chunk):
+        hi = min(lo + chunk, int(trials))
+        u = rng.random((hi - lo, rates.size), dtype=np.float32)  # [n, k]
+        rejected = u >= a  # [n, k] True where drafted token j is rejected
+        # first rejected position = number of leading acceptances; k when none is rejected
+        first = np.where(rejected.any(axis=1), rejected.argmax(axis=1), rates.size)
+        out[lo:hi] = 1 + first
+    return _result(out, rates.size + 1, chain_expected(rates, rates.size))
+
+
+def simulate_chain_loop(accept_rate, k: int, trials: int = 10_000, seed: int | None = 0) -> SimResult:
+    """The same chain simulation as a plain Python loop (reference for tests and benchmarks)."""
+    import random
+
+    rates = _chain_rates(accept_rate, k).tolist()
+    rnd = random.Random(seed)
+    lengths = []
+    for _ in range(int(trials)):
+        n = 1
+        for a in rates:
+            if rnd.random() < a:
+                n += 1
+            else:
+                break
+        lengths.append(n)
+    return _result(np.asarray(lengths, dtype=np.int64), len(rates) + 1, chain_expected(rates, len(rates)))
+
+
+# ----------------------------------------------------------------------------------------------
+# tree drafting
+
+
+def rank_probabilities(accept_rate, steps: int, topk: int) -> np.ndarray:
+    """q [steps, topk]: P(target token == sibling of rank r at depth d), from a rate or rates.
+
+    accept_rate: one rate a (every depth), a sequence of `steps` per-depth rates, or an explicit
+    2-D q of shape [steps, topk] (or [1, topk], the same at every depth).
+    From a rate a: q[d, r] = a (1 - a)^r (so top-k 1 is the chain with rate a).
+    """
+    x = np.asarray(accept_rate, dtype=np.float64)
+    steps, topk = int(steps), int(topk)
+    if steps < 1 or topk < 1:
+        raise ValueError(f"steps and topk must be >= 1, got steps={steps}, topk={topk}")
+    if x.ndim <= 1:
+        if x.ndim == 1 and x.shape[0] != steps:
+            raise ValueError(f"per-depth rates must have length steps={steps}, got {x.shape[0]}")
+        a = np.broadcast_to(x, (steps,)).astype(np.float64)
+        if np.any(~np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
+            raise ValueError(f"acceptance rates must lie in [0, 1], got {np.atleast_1d(x).tolist()}")
+        q = a[:, None] * (1.0 - a[:, None]) ** np.arange(topk)[None, :]
+    elif x.ndim == 2 and x.shape[1] == topk and x.shape[0] in (1, steps):
+        q = np.broadcast_to(x, (steps, topk)).copy()
+    else:
+        raise ValueError(f"q must have shape [{steps}, {topk}] or [1, {topk}], got {tuple(x.shape)}")
+    if np.any(~np.isfinite(q)) or np.any(q < 0) or np.any(q.sum(axis=1) > 1 + 1e-9):
+        raise ValueError("rank probabilities must be >= 0 and sum to at most 1 at each depth")
+    return q
+
+
+@dataclass
+class DraftTree:
+    """The kept draft tree: node i (1..n) has `parent[i]`, `depth[i]`, `rank[i]`, `prob[i]`.
+
+    Node 0 is the root (the last verified token, depth 0, prob 1). `child[i, r]` is the kept
+    child of node i with rank r, or -1.
+    """
+
+    steps: int
+    topk: int
+    draft_tokens: int
+    q: np.ndarray  # [steps, topk]
+    parent: np.ndarray  # [n + 1]
+    depth: np.ndarray  # [n + 1]
+    rank: np.ndarray  # [n + 1]
+    prob: np.ndarray  # [n + 1] path probability
+    child: np.ndarray = field(repr=False)  # [n + 1, topk]
+
+    @property
+    def nodes(self) -> int:
+        """Drafted nodes kept (the root not counted)."""
+        return int(self.parent.size - 1)
+
+    def expected(self) -> float:
+        """Exact expected accept length: 1 + sum over kept nodes of their path probability."""
+        return float(1.0 + self.prob[1:].sum())
+
+
+def build_tree(accept_rate, steps: int, topk: int, draft_tokens: int) -> DraftTree:
+    """The tree SGLang verifies for (steps, topk, draft_tokens) under the rank-probability model.
+
+    Candidates: the topk children of the root; at each next depth the topk children of the topk
+    best candidates of the previous depth. Kept: the draft_tokens - 1 candidates of highest path
+    probability (ties: shallower first, then in creation order), which is always a tree since a
+    child is never more probable than its parent.
+    """
+    q = rank_probabilities(accept_rate, steps, topk)
+    if int(draft_tokens) < 1:
+        raise ValueError(f"draft tokens must be >= 1 (it counts the root), got {draft_tokens}")
+    # candidates: (prob, depth, order, parent_candidate, rank)
+    cand_prob, cand_depth, cand_parent, cand_rank = [1.0], [0], [-1], [-1]
+    beam = [0]
+    for d in range(steps):
+        layer = []
+        for b in beam:
+            for r in range(topk):
+                cand_prob.append(cand_prob[b] * q[d, r])
+                cand_depth.append(d + 1)
+                cand_parent.append(b)
+                cand_rank.append(r)
+                layer.append(len(cand_prob) - 1)
+        # the topk best of this depth are expanded next (stable: creation order breaks ties)
+        beam = sorted(layer, key=lambda i: -cand_prob[i])[:topk]
+    order = sorted(range(1, len(cand_prob)), key=lambda i: (-cand_prob[i], cand_depth[i], i))
+    kept = sorted(order[: int(draft_tokens) - 1], key=lambda i: (cand_depth[i], i))
+    index = {0: 0}
+    for i in kept:
+        index[i] = len(index)
+    n = len(index)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    rank = np.full(n, -1, dtype=np.int64)
+    prob = np.ones(n, dtype=np.float64)
+    child = np.full((n, topk), -1, dtype=np.int64)
+    for i in kept:
+        j = index[i]
+        p = cand_parent[i]
+        if p not in index:  # cannot happen with probabilities <= 1; kept as a guard
+            raise AssertionError("kept node without its parent")
+        parent[j], depth[j], rank[j], prob[j] = index[p], cand_depth[i], cand_rank[i], cand_prob[i]
+        child[index[p], cand_rank[i]] = j
+    return DraftTree(int(steps), int(topk), int(draft_tokens), q, parent, depth, rank, prob, child)
+
+
+def tree_expected(accept_rate, steps: int, topk: int, draft_tokens: int) -> float:
+    """Exact expected accept length of SGLang's tree drafting (see `build_tree`)."""
+    return build_tree(accept_rate, steps, topk, draft_tokens).expected()
+
+
+def simulate_tree(accept_rate, steps: int, topk: int, draft_tokens: int, trials: int = 100_000,
+                  seed: int | None = 0, chunk: int = 1 << 18) -> SimResult:
+    """Monte Carlo accept length of tree drafting, vectorised over trials.
+
+    Each trial draws, at every depth, which rank (or none) the target's token has; the walk goes
+    from the root to the kept child of that rank while one exists. Accept length = 1 + depth.
+    """
+    tree = build_tree(accept_rate, steps, topk, draft_tokens)
+    n_nodes = tree.parent.size
+    # transition table with a dead state n_nodes; column topk = "no rank matched"
+    table = np.full((n_nodes + 1, topk + 1), n_nodes, dtype=np.int64)
+    table[:n_nodes, :topk] = np.where(tree.child >= 0, tree.child, n_nodes)
+    cdf = np.cumsum(tree.q, axis=1)  # [steps, topk]
+    rng = np.random.default_rng(seed)
+    out = np.empty(int(trials), dtype=np.int64)
+    for lo in range(0, int(trials), chunk):
+        hi = min(lo + chunk, int(trials))
+        u = rng.random((hi - lo, steps))  # [n, steps]
+        cur = np.zeros(hi - lo, dtype=np.int64)
+        length = np.ones(hi - lo, dtype=np.int64)
+        for d in range(steps):
+            r = (u[:, d, None] >= cdf[d][None, :]).sum(axis=1)  # [n] rank drawn; topk = none
+            cur = table[cur, r]
+            length += cur < n_nodes
+        out[lo:hi] = length
+    return _result(out, steps + 1, tree.expected())
+
+
+def simulate_tree_loop(accept_rate, steps: int, topk: int, draft_tokens: int, trials: int = 10_000,
+                       seed: int | None = 0) -> SimResult:
+    """The same tree simulation as a plain Python loop (reference for tests and benchmarks)."""
+    import random
+
+    tree = build_tree(accept_rate, steps, topk, draft_tokens)
+    q = tree.q.tolist()
+    child = tree.child.tolist()
+    rnd = random.Random(seed)
+    lengths = []
+    for _ in range(int(trials)):
+        node, n = 0, 1
+        for d in range(steps):
+            u, acc, r = rnd.random(), 0.0, topk
+            for j in range(topk):
+                acc += q[d][j]
+                if u < acc:
+                    r = j
+                    break
+            if r == topk or child[node][r] < 0:
+                break
+            node = child[node][r]
+            n += 1
+        lengths.append(n)
+    return _result(np.asarray(lengths, dtype=np.int64), steps + 1, tree.expected())
+
+
+def expected_accept_length(accept_rate, draft_tokens: int, topk: int = 1, steps: int | None = None) -> float:
+    """Chain (topk 1, steps None) or tree expectation with the CLI's argument names.
+
+    Chain: draft_tokens = k drafted tokens. Tree: SGLang's settings, draft_tokens counts the root.
+    """
+    if steps is None and int(topk) == 1:
+        return chain_expected(accept_rate, draft_tokens)
+    if steps is None:
+        raise ValueError("tree drafting (topk > 1) needs steps")
+    return tree_expected(accept_rate, steps, topk, draft_tokens)
+
+
+def rate_for_accept_length(target: float, draft_tokens: int, topk: int = 1, steps: int | None = None,
+                           tol: float = 1e-10) -> float:
+    """The single per-token rate a whose expectation (chain, or tree with steps/topk) is `target`.
+
+    Bisection: the expectation grows with a. With SGLang's tree 5/4/16, 1.9 needs a ~ 0.21.
+    """
+    top = expected_accept_length(1.0, draft_tokens, topk, steps)
+    if not 1.0 <= target <= top:
+        raise ValueError(f"accept length with these settings lies in [1, {top:g}], got {target}")
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if expected_accept_length(mid, draft_tokens, topk, steps) < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+# ----------------------------------------------------------------------------------------------
+# throughput
+
+
+@dataclass
+class ThroughputModel:
+    """Tokens/s as a function of accept length, from a baseline and one measured point.
+
+    step_cost: the cost c of one speculative step (draft + verify) in plain-decode-step units.
+    """
+
+    baseline_tps: float
+    step_cost: float
+
+    @classmethod
+    def from_measurement(cls, baseline_tps: float, accept_length: float, spec_tps: float) -> "ThroughputModel":
+        if not (baseline_tps > 0 and spec_tps > 0 and accept_length >= 1):
+            raise ValueError(
+                f"need baseline and speculative tok/s > 0 and accept length >= 1, got "
+                f"{baseline_tps}, {spec_tps}, {accept_length}"
+            )
+        return cls(baseline_tps=float(baseline_tps), step_cost=accept_length * baseline_tps / spec_tps)
+
+    def tps(self, accept_length):
+        """Speculative tokens/s at an accept length (number or array)."""
+        return self.baseline_tps * np.asarray(accept_length, dtype=np.float64) / self.step_cost
+
+    def speedup(self, accept_length):
+        return np.asarray(accept_length, dtype=np.float64) / self.step_cost
+
+    @property
+    def break_even(self) -> float:
+        """Accept length at which speculation is as fast as plain decoding."""
+        return self.step_cost
+
+    def to_dict(self, accept_length: float | None = None, spec_tps: float | None = None) -> dict:
+        d = {"baseline_tps": self.baseline_tps, "step_cost": self.step_cost, "break_even_accept_length": self.break_even}
+        if accept_length is not None:
+            d["accept_length"] = float(accept_length)
+            d["spec_tps"] = float(spec_tps) if spec_tps is not None else float(self.tps(accept_length))
+            d["speedup"] = float(self.speedup(accept_length))
+        return d
+
+
+def throughput_model(baseline_tps: float, accept_length: float, spec_tps: float) -> ThroughputModel:
+    """`ThroughputModel.from_measurement`: with 90, 1.9, 46.7 the step cost is ~3.66."""
+    return ThroughputModel.from_measurement(baseline_tps, accept_length, spec_tps)
+
+
+# ----------------------------------------------------------------------------------------------
+# replay: the real draft on hidden-state samples
+
+
+@dataclass
+class ReplayResult:
+    """Accept lengths of the real draft, drafted greedily for `steps` tokens from each position.
+
+    counts[L] = positions with accept length L (1 .. steps + 1; counts[0] == 0). Positions are
+    those whose whole window t+2 .. t+1+steps lies inside the sequence and whose first label
+    (token t+2) has loss_mask 1.
+    """
+
+    checkpoint: str
+    samples: str
+    reading: str
+    steps: int
+    counts: np.ndarray  # [steps + 2]
+    samples_read: int
+    splits: dict = field(default_factory=dict)  # split name -> ReplayResult (when train/ and val/)
+
+    @property
+    def positions(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def mean(self) -> float:
+        n = self.positions
+        return float((np.arange(self.counts.size) * self.counts).sum() / n) if n else float("nan")
+
+    @property
+    def stderr(self) -> float:
+        """Standard error of the mean, treating positions as independent (they are not quite)."""
+        n = self.positions
+        if n < 2:
+            return float("nan")
+        x = np.arange(self.counts.size)
+        var = ((x - self.mean) ** 2 * self.counts).sum() / (n - 1)
+        return float(math.sqrt(var / n))
+
+    @property
+    def distribution(self) -> np.ndarray:
+        return self.counts / max(self.positions, 1)
+
+    @property
+    def histogram(self) -> dict[int, int]:
+        """{accept length: positions}, for `helpers.plots.plot_accept_lengths`."""
+        return {int(i): int(c) for i, c in enumerate(self.counts) if i > 0}
+
+    @property
+    def step_rates(self) -> list[float]:
+        """Per drafted position j: P(token j accepted | tokens 0..j-1 accepted)."""
+        reached = self.counts[::-1].cumsum()[::-1]  # reached[L] = positions with length >= L
+        return [float(reached[j + 2] / reached[j + 1]) if reached[j + 1] else float("nan") for j in range(self.steps)]
+
+    def to_dict(self) -> dict:
+        d = {
+            "checkpoint": self.checkpoint, "samples": self.samples, "reading": self.reading,
+            "steps": self.steps, "mean": self.mean, "stderr": self.stderr, "positions": self.positions,
+            "samples_read": self.samples_read, "histogram": self.histogram, "step_rates": self.step_rates,
+            "predicted_chain": chain_expected(np.nan_to_num(self.step_rates), self.steps) if self.positions else None,
+        }
+        if self.splits:
+            d["splits"] = {k: {"mean": v.mean, "stderr": v.stderr, "positions": v.positions} for k, v in self.splits.items()}
+        return d
+
+
+def accept_lengths(pred, labels, mask):
+    """Accept length per position from drafted ids and the real continuation.
+
+    pred [T, K] (or [T, K, topk]: rank 0 used) target ids drafted at steps 0..K-1 from position t;
+    labels [T, K] tokens t+2+j (-1 past the end); mask [T, K] loss_mask of each label.
+    Returns (lengths [T'] int64, positions [T'] index t) for the positions counted: whole window
+    inside the sequence and mask[t, 0]. Length = 1 + leading j with pred == label.
+    """
+    import torch
+
+    pred = torch.as_tensor(pred)
+    if pred.dim() == 3:
+        pred = pred[..., 0]
+    labels, mask = torch.as_tensor(labels), torch.as_tensor(mask).bool()
+    keep = (labels[:, -1] >= 0) & mask[:, 0]  # [T]
+    hit = (pred == labels) & (labels >= 0)  # [T, K]
+    leading = hit.long().cumprod(dim=1).sum(dim=1)  # [T]
+    idx = keep.nonzero().flatten()
+    return (1 + leading[idx]).numpy().astype(np.int64), idx.numpy()
+
+
+def replay(checkpoint_or_model, samples_dir, steps: int = 4, reading: str = "offset", max_samples: int | None = None,
+           device=None, dtype=None, embed_from=None, progress: bool = True, batch_size: int = 8) -> ReplayResult:
+    """Replay the real draft on samples: accept length against the real continuation.
+
+    From each position t the draft drafts `steps` tokens greedily (`model.draft_steps`, step j
+    fed with step j-1's draft mapped to a target id under `reading`), as a chain would in
+    serving; accept length = 1 + the number of leading drafted tokens equal to tokens t+2, t+3,
+    .... A samples folder with `train/` and `val/` is replayed per split (up to `max_samples`
+    each) and pooled. `checkpoint_or_model`: a path (loaded with `helpers.draft.load_draft`) or
+    a loaded `Eagle3Draft` (load once, replay under several readings).
+    """
+    from .evaluate import _as_model, draft_predictions, split_folders
+
+    if int(steps) < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    model = _as_model(checkpoint_or_model, device, dtype, embed_from)
+    parts = split_folders(samples_dir) or {"all": samples_dir}
+    results = {}
+    for split, folder in parts.items():
+        counts = np.zeros(int(steps) + 2, dtype=np.int64)
+        n = 0
+        for p in draft_predictions(model, folder, steps=int(steps), reading=reading, topk=1, batch_size=batch_size,
+                                   max_samples=max_samples, progress=progress):
+            lengths, _ = accept_lengths(p.pred, p.labels, p.mask)
+            counts += np.bincount(lengths, minlength=counts.size)
+            n += 1
+        if n == 0:
+            from .errors import BadInputError
+
+            raise BadInputError(folder if _where(folder) != "(samples)" else None, "holds no samples to replay")
+        results[split] = ReplayResult(_name(checkpoint_or_model), _where(folder), reading, int(steps), counts, n)
+    if "all" in results:
+        return results["all"]
+    total = sum(r.counts for r in results.values())
+    return ReplayResult(_name(checkpoint_or_model), _where(samples_dir), reading, int(steps), total,
+                        sum(r.samples_read for r in results.values()), splits=results)
+
+
+def _where(samples) -> str:
+    return str(samples) if isinstance(samples, (str, bytes)) or hasattr(samples, "__fspath__") else "(samples)"
+
+
+def _name(checkpoint_or_model) -> str:
+    if isinstance(checkpoint_or_model, (str, bytes)) or hasattr(checkpoint_or_model, "__fspath__"):
+        return str(checkpoint_or_model)
+    return str(getattr(checkpoint_or_model, "source", None) or "(loaded draft)")

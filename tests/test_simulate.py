@@ -1,0 +1,279 @@
+"""Accept-length simulation: closed form, Monte Carlo (chain, tree), replay, throughput model, CLI."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import SAMPLES, run_cli
+from helpers.simulate import (
+    accept_lengths,
+    build_tree,
+    chain_expected,
+    expected_accept_length,
+    rank_probabilities,
+    rate_for_accept_length,
+    replay,
+    simulate_chain,
+    simulate_chain_loop,
+    simulate_tree,
+    simulate_tree_loop,
+    throughput_model,
+    tree_expected,
+)
+
+RATES = [0.05, 0.3, 0.6, 0.85, 0.97]
+KS = [1, 3, 7, 16]
+TREES = [(2, 2, 4), (3, 2, 6), (4, 3, 10), (5, 4, 16), (6, 2, 9), (8, 4, 32), (3, 4, 40)]
+
+
+# -- chain ---------------------------------------------------------------------------------------
+def test_chain_closed_form_against_the_sum():
+    for a, k in itertools.product(RATES, KS):
+        assert chain_expected(a, k) == pytest.approx(sum(a**j for j in range(k + 1)), rel=1e-12)
+    assert chain_expected(1.0, 5) == 6.0
+    assert chain_expected(0.0, 5) == 1.0
+    assert chain_expected(0.5, 0) == 1.0
+
+
+def test_chain_per_position_rates():
+    rates = [0.9, 0.5, 0.2]
+    assert chain_expected(rates, 3) == pytest.approx(1 + 0.9 + 0.45 + 0.09)
+    with pytest.raises(ValueError):
+        chain_expected([0.5, 0.5], 3)
+    with pytest.raises(ValueError):
+        chain_expected(1.2, 3)
+
+
+@pytest.mark.parametrize("a,k", list(itertools.product(RATES, KS)))
+def test_chain_monte_carlo_within_three_standard_errors(a, k):
+    r = simulate_chain(a, k, trials=40_000, seed=k * 100 + int(a * 100))
+    assert r.expected == pytest.approx(chain_expected(a, k))
+    assert abs(r.mean - r.expected) <= 3 * r.stderr + 1e-12, (r.mean, r.expected, r.stderr)
+    assert r.counts[0] == 0 and r.counts.sum() == r.trials
+    assert r.counts[1:].size == k + 1  # lengths 1 .. k + 1
+
+
+def test_chain_monte_carlo_distribution_is_geometric():
+    a, k = 0.6, 4
+    r = simulate_chain(a, k, trials=200_000, seed=1)
+    want = [(1 - a) * a**j for j in range(k)] + [a**k]
+    got = r.distribution[1:]
+    se = np.sqrt(np.asarray(want) * (1 - np.asarray(want)) / r.trials)
+    assert np.all(np.abs(got - want) <= 4 * se)
+
+
+def test_chain_monte_carlo_per_position_rates():
+    rates = [0.9, 0.7, 0.5, 0.3, 0.1]
+    r = simulate_chain(rates, 5, trials=100_000, seed=3)
+    assert abs(r.mean - chain_expected(rates, 5)) <= 3 * r.stderr
+
+
+def test_chain_loop_agrees_with_the_vectorised_simulation():
+    a, k = 0.7, 6
+    loop = simulate_chain_loop(a, k, trials=20_000, seed=5)
+    vec = simulate_chain(a, k, trials=20_000, seed=5)
+    exact = chain_expected(a, k)
+    assert abs(loop.mean - exact) <= 3 * loop.stderr
+    assert abs(vec.mean - exact) <= 3 * vec.stderr
+
+
+# -- tree ----------------------------------------------------------------------------------------
+def test_rank_probabilities_from_one_rate():
+    q = rank_probabilities(0.5, steps=2, topk=3)
+    assert q.shape == (2, 3)
+    assert np.allclose(q[0], [0.5, 0.25, 0.125]) and np.allclose(q[1], q[0])
+    assert np.allclose(rank_probabilities([0.5, 0.2], 2, 1)[:, 0], [0.5, 0.2])
+    with pytest.raises(ValueError):
+        rank_probabilities(np.array([[0.6, 0.6]]), 2, 2)  # ranks exclusive: sum must be <= 1
+
+
+def test_tree_by_hand():
+    # steps 2, topk 2, a 0.5: q = [0.5, 0.25]. Depth 1: 0.5, 0.25; depth 2: 0.25, 0.125, 0.125, 0.0625.
+    # Three drafted nodes (4 draft tokens with the root): 0.5, then 0.25 at depth 1 before 0.25 at depth 2.
+    t = build_tree(0.5, steps=2, topk=2, draft_tokens=4)
+    assert t.nodes == 3
+    assert sorted(t.prob[1:].tolist()) == [0.25, 0.25, 0.5]
+    assert t.depth[1:].tolist() == [1, 1, 2]
+    assert t.expected() == pytest.approx(2.0)
+    # all six candidates kept: E = 1 + (0.5 + 0.25) + (0.5 + 0.25) * (0.5 + 0.25)
+    assert tree_expected(0.5, 2, 2, 7) == pytest.approx(1 + 0.75 + 0.75 * 0.75)
+    # more draft tokens than candidates: still the six
+    assert tree_expected(0.5, 2, 2, 50) == pytest.approx(1 + 0.75 + 0.75 * 0.75)
+
+
+def test_tree_beam_expands_only_the_topk_best():
+    # steps 3, topk 2: depth 3 candidates hang only under the 2 best depth-2 nodes
+    t = build_tree(0.5, steps=3, topk=2, draft_tokens=100)
+    assert t.nodes == 2 + 4 + 4
+    d2 = np.flatnonzero(t.depth == 2)
+    parents3 = set(t.parent[t.depth == 3].tolist())
+    best2 = set(d2[np.argsort(-t.prob[d2], kind="stable")[:2]].tolist())
+    assert parents3 == best2
+
+
+@pytest.mark.parametrize("a", [0.2, 0.5, 0.8, 1.0])
+@pytest.mark.parametrize("steps", [1, 3, 6])
+def test_tree_with_topk_one_is_the_chain(a, steps):
+    for n in (2, steps + 1, steps + 5):
+        k = min(steps, n - 1)
+        assert tree_expected(a, steps, 1, n) == pytest.approx(chain_expected(a, k), rel=1e-12)
+        assert expected_accept_length(a, n, topk=1, steps=steps) == pytest.approx(chain_expected(a, k))
+    r = simulate_tree(a, steps, 1, steps + 1, trials=20_000, seed=steps)
+    c = simulate_chain(a, steps, trials=20_000, seed=steps + 1)
+    assert abs(r.mean - c.expected) <= 3 * max(r.stderr, 1e-9)
+    assert abs(c.mean - r.expected) <= 3 * max(c.stderr, 1e-9)
+
+
+def test_tree_exact_against_enumerating_every_outcome():
+    # independent of the sum over nodes: enumerate the rank drawn at each depth (or none) and walk
+    for (steps, topk, n), a in itertools.product([(2, 2, 4), (3, 3, 8), (4, 2, 9)], [0.3, 0.7]):
+        t = build_tree(a, steps, topk, n)
+        q = t.q
+        total = 0.0
+        for seq in itertools.product(range(topk + 1), repeat=steps):
+            p, node, length = 1.0, 0, 1
+            for d, r in enumerate(seq):
+                p *= q[d, r] if r < topk else 1 - q[d].sum()
+            for r in seq:
+                if r == topk or t.child[node, r] < 0:
+                    break
+                node, length = t.child[node, r], length + 1
+            total += p * length
+        assert total == pytest.approx(t.expected(), rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", TREES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("a", [0.15, 0.5, 0.8])
+def test_tree_monte_carlo_within_three_standard_errors(shape, a):
+    steps, topk, n = shape
+    r = simulate_tree(a, steps, topk, n, trials=40_000, seed=hash(shape) % 1000 + int(a * 100))
+    assert r.expected == pytest.approx(tree_expected(a, steps, topk, n))
+    assert abs(r.mean - r.expected) <= 3 * r.stderr, (r.mean, r.expected, r.stderr)
+    assert 1.0 <= r.mean <= steps + 1
+
+
+def test_tree_monte_carlo_with_per_depth_q():
+    q = np.array([[0.5, 0.2, 0.1], [0.4, 0.3, 0.1], [0.3, 0.2, 0.2]])
+    r = simulate_tree(q, 3, 3, 12, trials=60_000, seed=9)
+    assert abs(r.mean - tree_expected(q, 3, 3, 12)) <= 3 * r.stderr
+
+
+def test_tree_loop_agrees():
+    loop = simulate_tree_loop(0.6, 5, 3, 12, trials=20_000, seed=2)
+    assert abs(loop.mean - tree_expected(0.6, 5, 3, 12)) <= 3 * loop.stderr
+
+
+def test_more_draft_tokens_never_hurt():
+    vals = [tree_expected(0.6, 6, 4, n) for n in range(2, 40)]
+    assert all(b >= a - 1e-12 for a, b in zip(vals, vals[1:]))
+
+
+def test_rate_for_accept_length_inverts():
+    for k in (3, 16):
+        a = rate_for_accept_length(2.5, k)
+        assert chain_expected(a, k) == pytest.approx(2.5, abs=1e-8)
+    a = rate_for_accept_length(1.9, 16, topk=4, steps=5)
+    assert tree_expected(a, 5, 4, 16) == pytest.approx(1.9, abs=1e-8)
+    assert 0.15 < a < 0.3  # the investigation's ~0.20 per-token acceptance
+
+
+# -- throughput ----------------------------------------------------------------------------------
+def test_throughput_model_with_the_investigation_numbers():
+    m = throughput_model(90, 1.9, 46.7)
+    assert m.step_cost == pytest.approx(1.9 * 90 / 46.7)
+    assert m.step_cost == pytest.approx(3.66, abs=0.01)
+    assert m.break_even == pytest.approx(3.66, abs=0.01)
+    assert float(m.tps(1.9)) == pytest.approx(46.7)
+    assert float(m.tps(m.break_even)) == pytest.approx(90)
+    assert float(m.speedup(2 * m.step_cost)) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        throughput_model(90, 0.5, 46.7)
+
+
+# -- replay --------------------------------------------------------------------------------------
+def test_accept_lengths_by_hand():
+    pred = torch.tensor([[1, 2, 3], [1, 9, 3], [5, 5, 5], [1, 2, 3], [1, 2, 3]])
+    labels = torch.tensor([[1, 2, 3], [1, 2, 3], [1, 2, 3], [1, 2, -1], [1, 2, 3]])
+    mask = torch.ones(5, 3, dtype=torch.bool)
+    mask[4, 0] = False  # first label not trained on: not counted
+    lengths, pos = accept_lengths(pred, labels, mask)
+    assert lengths.tolist() == [4, 2, 1]
+    assert pos.tolist() == [0, 1, 2]
+
+
+TINY = SAMPLES / "tiny_draft_sglang"
+HIDDEN = SAMPLES / "tiny_hidden_states"
+needs_samples = pytest.mark.skipif(not (TINY.exists() and HIDDEN.exists()), reason="bundled samples not generated yet")
+
+
+@needs_samples
+def test_replay_offset_clearly_above_the_misread_mapping():
+    from helpers.draft import load_draft
+
+    model = load_draft(TINY, device="cpu")
+    steps = 4
+    good = replay(model, HIDDEN, steps=steps, reading="offset", max_samples=6, progress=False)
+    bad = replay(model, HIDDEN, steps=steps, reading="absolute", max_samples=6, progress=False)
+    assert good.positions == bad.positions > 100
+    assert good.counts[0] == 0 and good.counts.size == steps + 2
+    assert bad.mean <= 1.05  # misread: almost nothing accepted
+    assert good.mean >= bad.mean + 0.5
+    assert good.mean > 1.0 + 3 * good.stderr
+    # the per-step rates reproduce the replayed mean through the chain formula
+    assert chain_expected(good.step_rates, steps) == pytest.approx(good.mean, rel=1e-9)
+
+
+@needs_samples
+def test_replay_counts_the_positions_whose_window_fits():
+    from helpers.samples import iter_samples
+
+    r = replay(TINY, HIDDEN / "val", steps=3, max_samples=2, progress=False)
+    want = 0
+    for s in iter_samples(HIDDEN / "val", max_samples=2):
+        T = s.length
+        lm = s.loss_mask.reshape(-1)
+        want += sum(1 for t in range(T - 2 - 3 + 1) if lm[t + 2] != 0)
+    assert r.positions == want
+    assert r.samples_read == 2
+
+
+# -- CLI -----------------------------------------------------------------------------------------
+def test_cli_simulate_chain_json():
+    p = run_cli("simulate", "--accept-rate", "0.7", "--draft-tokens", "7", "--trials", "50000", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["mode"] == "chain"
+    assert d["expected_accept_length"] == pytest.approx((1 - 0.7**8) / 0.3)
+    assert abs(d["monte_carlo_mean"] - d["expected_accept_length"]) <= 3 * d["monte_carlo_stderr"]
+    assert d["trials"] == 50000
+
+
+def test_cli_simulate_tree_json_and_report():
+    p = run_cli("simulate", "--accept-rate", "0.6", "--draft-tokens", "32", "--topk", "4", "--steps", "8", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["mode"] == "tree" and d["tree_nodes"] == 31
+    assert d["expected_accept_length"] == pytest.approx(tree_expected(0.6, 8, 4, 32))
+    assert abs(d["monte_carlo_mean"] - d["expected_accept_length"]) <= 3 * d["monte_carlo_stderr"]
+    p = run_cli("simulate", "--accept-rate", "0.21", "--draft-tokens", "16", "--topk", "4", "--steps", "5")
+    assert p.returncode == 0 and "expected accept length: 1.91" in p.stdout
+
+
+def test_cli_throughput():
+    p = run_cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "46.7", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["step_cost"] == pytest.approx(3.66, abs=0.01)
+    assert d["break_even_accept_length"] == pytest.approx(3.66, abs=0.01)
+    assert d["tps_at"]["1"] == pytest.approx(90 / d["step_cost"])
+    p = run_cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "46.7")
+    assert "break-even accept length: 3.66" in p.stdout
+
+
+def test_cli_simulate_bad_rate_is_one_line():
+    p = run_cli("simulate", "--accept-rate", "1.5", "--draft-tokens", "4")
+    assert p.returncode != 0 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
