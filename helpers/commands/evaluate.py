@@ -1,0 +1,86 @@
+"""`evaluate CHECKPOINT --samples DIR`: draft accuracy under each reading of d2t."""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import BadInputError
+from ..mapping import READINGS
+
+HELP = "score a draft on hidden-state samples with d2t read as offsets, as absolute ids, and not at all"
+DESCRIPTION = """\
+Run the draft over SpecForge offline hidden-state samples (rows_*/data_*.ckpt[.gz]) and compare
+its drafts with the real tokens (EAGLE-3 alignment: aux hidden states of t + embedding of token
+t+1 -> token t+2; step k -> token t+2+k, fed its own previous draft), where loss_mask is 1 at the
+label's position. Readings of d2t:
+  offset    target_id = i + d2t[i]   (what SGLang, vLLM and TensorRT-LLM do)
+  absolute  target_id = d2t[i]       (the bug in hand-written tests)
+  none      target_id = i            (no mapping at all)
+A samples folder with train/ and val/ subfolders is scored per split, side by side.
+Near-zero accuracy under 'offset' on trained-on data while another reading scores well is a
+mapping bug; train far above validation is a generalisation gap.
+
+JSON (--json): fractions in 0..1. Top level: checkpoint, samples, device, dtype, steps, topk,
+warnings, tokens, coverage, readings{READING: {top1, topk, step_top1[], step_topk[], coverage,
+covered_top1, covered_topk, tokens, target_top1, target_step_top1}}, splits{train, val: same
+shape}, diagnosis, conclusion.
+
+Exit 0 when scored; 2 with one line on unusable input."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("checkpoint", help="draft checkpoint folder (config.json + weights + d2t/t2d)")
+    p.add_argument("--samples", required=True, help="hidden-state samples folder (may hold train/ and val/)")
+    p.add_argument("--readings", default=",".join(READINGS), help="comma-separated readings (default: all three)")
+    p.add_argument("--steps", type=int, default=1, help="drafting steps to score (default 1)")
+    p.add_argument("--topk", type=int, default=5, help="k of top-k accuracy (default 5)")
+    p.add_argument("--device", default=None, help="cuda / mps / cpu (default: best available)")
+    p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: bf16 on cuda, else fp32)")
+    p.add_argument("--max-samples", type=int, default=None, help="score at most N samples (per split)")
+    p.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default 8)")
+    p.add_argument("--embed-from", default=None, help="target folder/file with embed_tokens.weight, when the draft has none")
+    p.add_argument("--target-head", default=None,
+                   help="target folder with final norm + lm_head: also score against the target's argmax")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def format_report(r) -> str:
+    d = r.to_dict()
+    lines = [
+        f"{d['checkpoint']} on {d['samples']} ({d['device']}, {d['dtype']}, {d['steps']} step(s), top-{d['topk']})",
+    ]
+    lines += [f"  ! {w}" for w in d["warnings"]]
+    lines.append(r.table().to_string())
+    lines.append("")
+    lines.append(r.conclusion())
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    import warnings
+
+    from ..evaluate import evaluate
+
+    readings = [x.strip() for x in args.readings.split(",") if x.strip()]
+    bad = [x for x in readings if x not in READINGS]
+    if bad or not readings:
+        raise BadInputError(None, f"--readings {args.readings!r}: unknown reading {', '.join(bad) or '(none)'}; "
+                            f"choose from {', '.join(READINGS)}")
+    if args.steps < 1 or args.topk < 1:
+        raise BadInputError(None, "--steps and --topk must be at least 1")
+    try:
+        from ..evaluate import parse_dtype
+
+        parse_dtype(args.dtype)
+    except ValueError as e:
+        raise BadInputError(None, f"--dtype: {e}") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the result carries its warnings; printed below / in the JSON
+        r = evaluate(
+            args.checkpoint, args.samples, readings=readings, steps=args.steps, topk=args.topk,
+            device=args.device, dtype=args.dtype, max_samples=args.max_samples, embed_from=args.embed_from,
+            target_head=args.target_head, progress=not args.json and sys.stderr.isatty(),
+            batch_size=args.batch_size,
+        )
+    print(json.dumps(r.to_dict(), indent=2) if args.json else format_report(r))
+    return 0
