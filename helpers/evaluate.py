@@ -21,7 +21,6 @@ them into an `EvalResult` (`.to_dict()` is the CLI's JSON; fractions in 0..1).
 """
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Iterable, Iterator
@@ -244,7 +243,7 @@ def _predict_batch(model, batch: list, steps: int, readings, topk: int, head: Ta
             step0 = logits
         per_step = []
         for lg in logits:  # [B, T, draft_vocab]
-            top = lg.float().topk(min(topk, lg.shape[-1]), dim=-1).indices  # [B, T, topk] draft ids
+            top = lg.topk(min(topk, lg.shape[-1]), dim=-1).indices  # [B, T, topk] draft ids
             per_step.append(to_target_ids(top, None if r == "none" else d2t, r).cpu())
         preds[r] = torch.stack(per_step, 2)  # [B, T, K, topk]
     return lengths, preds, labels, mask, tlabels
@@ -654,7 +653,7 @@ def evaluate(
     notes = []
     has_d2t = _d2t(model) is not None
     if not has_d2t:
-        name = str(checkpoint) if not isinstance(checkpoint, torch.nn.Module) else "the draft"
+        name = str(getattr(model, "source", None) or checkpoint)
         notes.append(NO_D2T_WARNING.format(ckpt=name))
         warnings.warn(notes[-1], stacklevel=2)
         readings = ["none"]
@@ -673,8 +672,8 @@ def evaluate(
         counters[split] = cnt
     overall = counters.pop("all") if "all" in counters else _merge_all(list(counters.values()))
     return EvalResult(
-        checkpoint=str(getattr(checkpoint, "path", checkpoint)) if not isinstance(checkpoint, torch.nn.Module)
-        else str(getattr(checkpoint, "path", "(loaded draft)")),
+        checkpoint=str(checkpoint) if not isinstance(checkpoint, torch.nn.Module)
+        else str(getattr(checkpoint, "source", None) or "(loaded draft)"),
         samples=str(samples) if isinstance(samples, (str, os.PathLike)) else "(samples)",
         readings=readings, steps=steps, topk=topk, device=str(dev), dtype=str(dt).removeprefix("torch."),
         overall=overall.scores(), splits={k: c.scores() for k, c in counters.items()},
@@ -689,69 +688,10 @@ def _merge_all(counters):
     return out
 
 
-# -- figures (take ax=, return what they drew, never show) --------------------------------------------
-def plot_readings(result: EvalResult, ax=None, split: str | None = None):
-    """Bar chart: top-1 and top-k per reading (one split, default: validation, else all)."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.2))
-    sc = result.splits.get(split or "val", result.overall) if result.splits else result.overall
-    names = list(sc.readings)
-    x = torch.arange(len(names)).numpy()
-    t1 = [100 * (sc.readings[r].top1 or 0) for r in names]
-    tk = [100 * (sc.readings[r].topk or 0) for r in names]
-    bars1 = ax.bar(x - 0.2, t1, 0.4, label="top-1")
-    barsk = ax.bar(x + 0.2, tk, 0.4, label=f"top-{result.topk}", alpha=0.6)
-    if sc.coverage is not None:
-        ax.axhline(100 * sc.coverage, color="gray", ls="--", lw=1, label="coverage ceiling")
-    for b, v in zip(bars1, t1):
-        ax.annotate(f"{v:.1f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(x, [f"{r}{' (engines)' if r == ENGINE_READING else ''}" for r in names])
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("accuracy %")
-    ax.set_title(f"draft accuracy by d2t reading ({split or ('val' if result.splits else 'all')})")
-    ax.legend(fontsize=8)
-    return ax, (bars1, barsk)
-
-
-def plot_step_decay(result: EvalResult, ax=None, split: str | None = None):
-    """Top-1 per drafting step, one line per reading."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.2))
-    sc = result.splits.get(split or "val", result.overall) if result.splits else result.overall
-    lines = []
-    for r, s in sc.readings.items():
-        ys = [math.nan if v is None else 100 * v for v in s.step_top1]
-        lines += ax.plot(range(1, len(ys) + 1), ys, marker="o", label=r)
-    ax.set_xlabel("drafting step (1 = token t+2)")
-    ax.set_ylabel("top-1 %")
-    ax.set_ylim(0, 105)
-    ax.set_xticks(range(1, result.steps + 1))
-    ax.set_title("accuracy per drafting step (fed its own drafts)")
-    ax.legend(fontsize=8)
-    return ax, lines
-
-
-def plot_splits(result: EvalResult, ax=None, reading: str = ENGINE_READING):
-    """Train vs validation top-1 per step for one reading."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.2))
-    parts = result.splits or {"all": result.overall}
-    lines = []
-    for name, sc in parts.items():
-        if reading not in sc.readings:
-            continue
-        ys = [math.nan if v is None else 100 * v for v in sc.readings[reading].step_top1]
-        lines += ax.plot(range(1, len(ys) + 1), ys, marker="o", label=name)
-    ax.set_xlabel("drafting step")
-    ax.set_ylabel("top-1 %")
-    ax.set_ylim(0, 105)
-    ax.set_xticks(range(1, result.steps + 1))
-    ax.set_title(f"train vs validation ({reading} reading)")
-    ax.legend(fontsize=8)
-    return ax, lines
+def missing_samples_note(samples) -> str | None:
+    """Why a notebook cannot score anything with `samples` (None/empty/absent), or None when it can."""
+    if samples is None or str(samples).strip() == "":
+        return "No samples folder given (samples is empty): the accuracy cells are skipped."
+    if not Path(samples).exists():
+        return f"Samples folder {samples} does not exist: the accuracy cells are skipped."
+    return None
