@@ -58,7 +58,6 @@ def style_rc() -> dict:
             "savefig.dpi": DPI,
             "figure.figsize": (8.0, 3.6),
             "axes.titlesize": 10.5,
-            "axes.titlelocation": "left",
             "axes.labelsize": 9.5,
             "axes.spines.top": False,
             "axes.spines.right": False,
@@ -472,6 +471,8 @@ def accuracy_table(result, percent: bool | None = None):
 
 def plot_accuracy(result, ax=None, *, title: str | None = None, percent: bool | None = None):
     """Top-1 (and top-k) accuracy per reading, as bars; one group per split when there are splits."""
+    if hasattr(result, "to_dict") and not isinstance(result, Mapping):
+        result = result.to_dict()
     df = accuracy_table(result, percent)
     has_k = df["topk"].notna().any()
     df["name"] = [r if s is None else f"{r}\n({s})" for s, r in zip(df["split"], df["reading"])]

@@ -1,0 +1,377 @@
+"""The figures: what each plotting function draws, on the bundled samples, and the saved metadata."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import datetime as dt
+import hashlib
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.colors import to_hex
+
+import helpers
+from conftest import NOTEBOOKS, SAMPLES, execute_notebook, run_cli
+from helpers import plots
+from helpers.checkpoint import load_mapping
+from helpers.errors import BadInputError
+
+GOOD = SAMPLES / "kimi_k25_mapping"
+BAD = SAMPLES / "kimi_k25_mapping_absolute"
+
+
+@pytest.fixture(scope="module")
+def good():
+    return load_mapping(GOOD)
+
+
+@pytest.fixture(scope="module")
+def bad():
+    return load_mapping(BAD)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _red(artist) -> bool:
+    fc = artist.get_facecolor() if hasattr(artist, "get_facecolor") else None
+    return fc is not None and to_hex(fc if np.ndim(fc) == 1 else fc[0]) == plots.BAD.lower()
+
+
+# -- staircase ------------------------------------------------------------------------------------
+def test_staircase_draws_d2t_and_its_first_step(good):
+    ax = plots.plot_staircase(good, zoom=None)
+    line = ax.lines[0]
+    y = np.asarray(line.get_ydata())
+    assert np.array_equal(y, good.d2t.numpy())
+    assert np.array_equal(np.asarray(line.get_xdata()), np.arange(32_000))
+    # the first step: target ids 0..123 are kept, so d2t is 0 up to draft id 123 and rises at 124
+    assert int(np.flatnonzero(np.diff(y) != 0)[0]) + 1 == 124
+    assert "draft id" in ax.get_xlabel() and "token ids" in ax.get_ylabel()
+    assert "20,954 distinct values" in ax.get_title()
+    # the V - N line sits at 163,840 - 32,000, and nothing of a valid d2t lies above it
+    hlines = [l for l in ax.lines if np.allclose(l.get_ydata(), 131_840)]
+    assert len(hlines) == 1
+    assert not any(to_hex(l.get_color()) == plots.BAD.lower() and l.get_linewidth() > 2 for l in ax.lines)
+
+
+def test_staircase_of_the_absolute_copy_is_the_offset_staircase_plus_arange(good, bad):
+    a = np.asarray(plots.plot_staircase(good, zoom=None).lines[0].get_ydata())
+    b = np.asarray(plots.plot_staircase(bad, zoom=None).lines[0].get_ydata())
+    assert np.array_equal(b, a + np.arange(a.size))
+
+
+def test_staircase_marks_entries_above_v_minus_n_only_for_the_misencoded_copy(good, bad):
+    ax = plots.plot_staircase(bad, zoom=(1000, 1010))
+    red = [l for l in ax.lines if to_hex(l.get_color()) == plots.BAD.lower() and l.get_linewidth() > 2]
+    assert len(red) == 1
+    drawn = np.asarray(red[0].get_ydata(), dtype=float)
+    expected = int((bad.d2t > 163_840 - 32_000).sum())
+    assert int(np.isfinite(drawn).sum()) == expected > 0
+    inset = ax.child_axes[0]
+    assert np.array_equal(np.asarray(inset.lines[0].get_ydata()), bad.d2t[1000:1010].numpy())
+
+
+def test_staircase_on_a_given_axes_returns_it(good):
+    fig, ax = plt.subplots()
+    assert plots.plot_staircase(good, ax=ax) is ax
+
+
+# -- histograms ------------------------------------------------------------------------------------
+def test_offset_histogram_counts_every_draft_id_and_reds_the_impossible(good, bad):
+    ax = plots.plot_offset_histogram(good, bins=60)
+    bars = ax.containers[0].patches
+    heights = np.array([p.get_height() for p in bars])
+    assert heights.sum() == 32_000
+    assert 55 <= len(bars) <= 70  # bins are aligned on V - N, so the count is close to 60
+    assert not any(_red(p) and p.get_height() > 0 for p in bars)
+    assert "d2t" in ax.get_xlabel() and "token ids" in ax.get_xlabel()
+
+    ax = plots.plot_offset_histogram(bad, bins=60)
+    red = sum(p.get_height() for p in ax.containers[0].patches if _red(p))
+    assert red == int((bad.d2t > 131_840).sum()) > 0
+    assert f"{int(red):,} above V − N" in ax.get_title()
+
+
+def test_offset_histogram_log_option(good):
+    assert plots.plot_offset_histogram(good, log=True).get_yscale() == "log"
+
+
+def test_gap_histogram_bars_equal_the_gaps_between_kept_ids(good):
+    ax = plots.plot_gap_histogram(good, max_gap=30)
+    heights = np.array([p.get_height() for p in ax.patches])
+    assert len(heights) == 32  # gaps 0..30 and one overflow bar
+    kept = np.sort(good.d2t.numpy() + np.arange(32_000))
+    g = np.diff(kept)
+    expected = [int((g == k).sum()) for k in range(31)] + [int((g > 30).sum())]
+    assert heights.tolist() == expected
+    assert heights[0] == 0 and heights[1] == 11_046  # no duplicates; 11,046 consecutive pairs
+    assert "offset reading" in ax.get_xlabel() and "token ids" in ax.get_xlabel()
+
+
+def test_gap_histogram_shows_duplicates_under_the_wrong_reading(good, bad):
+    wrong = plots.plot_gap_histogram(good, reading="absolute", log=True)
+    assert wrong.get_yscale() == "log"
+    assert wrong.patches[0].get_height() == 32_000 - 20_954  # draft ids sharing a target id
+    assert _red(wrong.patches[0])
+    assert "absolute reading" in wrong.get_xlabel()
+    # the misencoded copy read as offsets: every gap is one too large, no gap of 1 at all
+    shifted = plots.plot_gap_histogram(bad, reading="offset", max_gap=30)
+    right = plots.plot_gap_histogram(good, reading="offset", max_gap=30)
+    hs = [p.get_height() for p in shifted.patches]
+    hr = [p.get_height() for p in right.patches]
+    assert hs[1] == 0 and hs[2:31] == hr[1:30]
+
+
+# -- coverage strip --------------------------------------------------------------------------------
+def _stairs(ax):
+    from matplotlib.patches import StepPatch
+
+    return [p for p in ax.patches if isinstance(p, StepPatch)]
+
+
+def test_coverage_strip_shares_add_up_to_the_kept_ids(good):
+    ax = plots.plot_coverage_strip(good, bin_size=320)
+    kept, t2d = _stairs(ax)[0], _stairs(ax)[-1]
+    values, edges = kept.get_data()[0], kept.get_data()[1]
+    assert np.isclose(values.sum() * 320, 32_000)
+    assert edges[-1] >= 163_840 and len(values) == 512
+    # the first bin holds ids 0..319: 124 prefix ids plus whatever else is kept there
+    ids = good.targets("offset").numpy()
+    assert np.isclose(values[0], (ids < 320).sum() / 320)
+    assert np.allclose(t2d.get_data()[0], values)  # the right reading lies on t2d
+    assert "target id" in ax.get_xlabel() and "per 320 ids" in ax.get_ylabel()
+    inset = ax.child_axes[0]
+    assert "0–123 all kept" in inset.get_title("left")
+
+
+def test_coverage_strip_puts_the_misencoded_ids_past_the_vocab_end(bad):
+    ax = plots.plot_coverage_strip(bad, bin_size=320, prefix=None)
+    red = [p for p in _stairs(ax) if _red(p)]
+    assert len(red) == 1
+    out = int(((bad.d2t + torch.arange(32_000)) >= 163_840).sum())
+    assert np.isclose(red[0].get_data()[0].sum() * 320, out) and out > 0
+    assert f"{out:,} out of range" in ax.get_title()
+    assert ax.get_xlim()[1] > 163_840
+
+
+# -- the readings side by side --------------------------------------------------------------------
+def test_readings_side_by_side_make_the_wrong_one_look_wrong(good):
+    fig = plots.plot_readings(good)
+    off, ab = fig.axes[:2]
+    assert "offset reading" in off.get_title() and "absolute reading" in ab.get_title()
+    assert "0 of 32,000 ids ≠ t2d" in off.get_title() and "0 duplicates" in off.get_title()
+    mism = int((good.d2t != good.d2t + torch.arange(32_000)).sum())
+    assert f"{mism:,} of 32,000 ids ≠ t2d" in ab.get_title() and "11,046 duplicates" in ab.get_title()
+    assert off.title.get_color() != ab.title.get_color()
+    # drawn data: the reading's line is its target ids, the dashed line is t2d's True ids
+    kept = torch.nonzero(good.t2d).flatten().numpy()
+    assert np.array_equal(off.lines[1].get_ydata(), kept) and np.array_equal(off.lines[0].get_ydata(), kept)
+    assert np.array_equal(ab.lines[1].get_ydata(), good.d2t.numpy())
+    assert len(off.collections) == 0 and len(ab.collections) == 1  # red dots only where wrong
+    assert off.get_ylim() == ab.get_ylim()
+    assert "draft id" in off.get_xlabel() and "offset reading" in off.get_ylabel()
+
+
+def test_readings_mirror_between_the_sample_and_its_misencoded_copy(good, bad):
+    g, b = plots.plot_readings(good), plots.plot_readings(bad)
+    # the misencoded copy's absolute reading draws exactly what the sample's offset reading draws
+    assert np.array_equal(b.axes[1].lines[1].get_ydata(), g.axes[0].lines[1].get_ydata())
+    assert "✓" in b.axes[1].get_title() and "✗" in b.axes[0].get_title()
+    out = int(((bad.d2t + torch.arange(32_000)) >= 163_840).sum())
+    assert f"{out:,} out of range" in b.axes[0].get_title()
+
+
+def test_readings_accept_given_axes(good):
+    fig, axes = plt.subplots(1, 3)
+    got = plots.plot_readings(good, ax=axes, readings=("offset", "absolute", "none"))
+    assert got is fig and "no mapping" in axes[2].get_title()
+    with pytest.raises(ValueError):
+        plots.plot_readings(good, ax=axes[:2], readings=("offset",))
+
+
+# -- accuracy -------------------------------------------------------------------------------------
+EVAL = {
+    "readings": {
+        "offset": {"top1": 0.747, "topk": 0.912, "step_top1": [0.747, 0.61, 0.52]},
+        "absolute": {"top1": 0.0, "topk": 0.004, "step_top1": [0.0, 0.0, 0.0]},
+        "none": {"top1": 0.012, "topk": 0.03, "step_top1": [0.012, 0.004, 0.001]},
+    },
+    "coverage": 0.95,
+    "tokens": 4096,
+}
+
+
+class _Result:  # what evaluate() returns: only to_dict() matters here
+    def to_dict(self):
+        return EVAL
+
+
+@pytest.mark.parametrize("result", [EVAL, EVAL["readings"], _Result()], ids=["to_dict", "plain", "object"])
+def test_accuracy_bars_per_reading(result):
+    ax = plots.plot_accuracy(result)
+    heights = [round(p.get_height(), 6) for p in ax.patches]
+    assert len(heights) == 6  # top-1 and top-k for three readings
+    assert heights[:3] == [74.7, 0.0, 1.2] and heights[3:] == [91.2, 0.4, 3.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["offset", "absolute", "none"]
+    assert "%" in ax.get_ylabel()
+    has_cov = any(np.allclose(l.get_ydata(), 95.0) for l in ax.lines)
+    assert has_cov == (result is not EVAL["readings"])  # the coverage ceiling, when the result has it
+
+
+def test_accuracy_per_step_lines_and_splits():
+    ax = plots.plot_step_accuracy(EVAL)
+    assert len(ax.lines) == 3
+    assert np.allclose(ax.lines[0].get_ydata(), [74.7, 61.0, 52.0])
+    assert list(ax.lines[0].get_xdata()) == [1, 2, 3]
+    assert "step" in ax.get_xlabel() and "%" in ax.get_ylabel()
+    split = {"train": {"offset": {"top1": 80.0, "step_top1": [80.0, 70.0]}},
+             "val": {"offset": {"top1": 75.0, "step_top1": [75.0, 60.0]}}}
+    df = plots.accuracy_table(split)
+    assert df["split"].tolist() == ["train", "val"] and df["top1"].tolist() == [80.0, 75.0]  # percent kept
+    ax = plots.plot_accuracy(split)
+    assert [round(p.get_height(), 6) for p in ax.patches] == [80.0, 75.0]
+    with pytest.raises(BadInputError):
+        plots.accuracy_table({"coverage": 0.9})
+
+
+# -- accept length and throughput -------------------------------------------------------------------
+def test_accept_length_distribution_from_lengths_and_from_a_histogram():
+    rng = np.random.default_rng(0)
+    lengths = np.minimum(rng.geometric(0.55, 5000), 8)
+    ax = plots.plot_accept_lengths(lengths)
+    vals, counts = np.unique(lengths, return_counts=True)
+    assert [p.get_height() for p in ax.patches] == counts.tolist()
+    assert [p.get_x() + p.get_width() / 2 for p in ax.patches] == pytest.approx(vals.tolist())
+    mean_line = [l for l in ax.lines if "mean" in l.get_label()][0]
+    assert mean_line.get_xdata()[0] == pytest.approx(lengths.mean())
+    assert "accept length" in ax.get_xlabel() and "bonus" in ax.get_xlabel()
+
+    hist = dict(zip(vals.tolist(), counts.tolist()))
+    ax2 = plots.plot_accept_lengths(hist, share=True)
+    assert [p.get_height() for p in ax2.patches] == pytest.approx((counts / counts.sum()).tolist())
+    assert "share" in ax2.get_ylabel()
+
+
+def test_throughput_curve_and_break_even_with_the_investigation_numbers():
+    cost = 90 * 1.9 / 46.7  # the step cost that puts 1.9 at 46.7 tok/s
+    ax = plots.plot_throughput(90, cost, measured=[(1.9, 46.7)])
+    x, y = np.asarray(ax.lines[0].get_xdata()), np.asarray(ax.lines[0].get_ydata())
+    assert np.allclose(y, 90 * x / cost)
+    be = [l for l in ax.lines if "break-even" in l.get_label()][0]
+    assert be.get_xdata()[0] == pytest.approx(3.661, abs=1e-3) and be.get_ydata()[0] == 90
+    assert np.interp(cost, x, y) == pytest.approx(90)
+    pts = ax.collections[-1].get_offsets()
+    assert np.allclose(pts, [[1.9, 46.7]])
+    assert "tokens/s" in ax.get_ylabel() and "accept length" in ax.get_xlabel()
+
+
+def test_accept_length_over_time_from_a_log_table():
+    t = pd.date_range("2026-01-01 10:00", periods=30, freq="10s")
+    df = pd.DataFrame({"time": t, "accept_length": np.linspace(1.5, 2.1, 30)})
+    ax = plots.plot_accept_length_over_time(df, prediction=3.2)
+    assert np.allclose(ax.lines[0].get_ydata(), df["accept_length"])
+    assert any(np.allclose(l.get_ydata(), 3.2) for l in ax.lines[1:])
+    assert ax.get_xlabel() == "time" and "accept length" in ax.get_ylabel()
+    by_line = pd.DataFrame({"line": [3, 9, 15], "accept_length": [1.9, 1.8, 2.0]})
+    ax = plots.plot_accept_length_over_time(by_line, prediction=[2.0, 2.0, 2.0])
+    assert list(ax.lines[0].get_xdata()) == [3, 9, 15] and ax.get_xlabel() == "log line number"
+    with pytest.raises(BadInputError, match="accept-length column"):
+        plots.plot_accept_length_over_time(pd.DataFrame({"line": [1], "tps": [3.0]}))
+
+
+# -- saving with provenance ---------------------------------------------------------------------------
+def test_save_figure_metadata_round_trip(tmp_path, good):
+    ax = plots.plot_staircase(good)
+    before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    written = plots.save_figure(ax.figure, tmp_path / "stair.png", source=GOOD, verdict=good.verdict(),
+                                caption="bug report", formats=("png", "svg"))
+    assert [p.suffix for p in written] == [".png", ".svg"] and all(p.exists() for p in written)
+    meta = plots.read_figure_metadata(written[0])
+    d2t_file = GOOD / "d2t.pt"
+    assert meta["source"] == str(d2t_file)
+    assert meta["source_size"] == d2t_file.stat().st_size
+    assert meta["source_sha256"] == hashlib.sha256(d2t_file.read_bytes()).hexdigest()
+    assert [s["path"] for s in meta["sources"]] == [str(GOOD / "d2t.pt"), str(GOOD / "t2d.pt")]
+    assert meta["sources"][1]["sha256"] == hashlib.sha256((GOOD / "t2d.pt").read_bytes()).hexdigest()
+    assert meta["kit_version"] == helpers.__version__
+    created = dt.datetime.fromisoformat(meta["created"])
+    assert before <= created <= dt.datetime.now(dt.timezone.utc)
+    assert meta["verdict"] == "offset" and meta["checkpoint"] == str(GOOD) and meta["caption"] == "bug report"
+    assert plots.read_figure_metadata(written[1]) == meta  # the SVG carries the same record
+    # the caption line is drawn in the saved image, and removed from the figure afterwards
+    from PIL import Image
+
+    with Image.open(written[0]) as im:
+        assert "verdict: OFFSET" in im.text["Description"] and str(GOOD) in im.text["Description"]
+        h_saved = im.size[1]
+    assert not any("verdict" in t.get_text() for t in ax.figure.texts)
+    plain = tmp_path / "plain.png"
+    ax.figure.savefig(plain, bbox_inches="tight", pad_inches=0.12, dpi=plots.DPI)
+    with Image.open(plain) as im:
+        assert h_saved > im.size[1]  # room for the caption line
+
+
+def test_save_figure_with_a_mapping_as_source_and_unreadable_metadata(tmp_path, bad):
+    fig = plots.plot_readings(bad)
+    (png,) = plots.save_figure(fig, tmp_path / "r", source=bad, verdict="absolute")
+    meta = plots.read_figure_metadata(png)
+    assert meta["checkpoint"] == str(BAD) and meta["verdict"] == "absolute"
+    assert meta["source_sha256"] == hashlib.sha256((BAD / "d2t.pt").read_bytes()).hexdigest()
+    other = tmp_path / "other.png"
+    fig.savefig(other)
+    with pytest.raises(BadInputError, match="no d2t-lab metadata"):
+        plots.read_figure_metadata(other)
+    with pytest.raises(BadInputError, match="does not exist"):
+        plots.save_figure(fig, tmp_path / "x", source=tmp_path / "missing.pt")
+
+
+def test_style_is_not_applied_at_import_and_set_style_applies_it():
+    import importlib
+
+    import matplotlib as mpl
+
+    mpl.rcdefaults()
+    importlib.reload(plots)
+    assert mpl.rcParams["axes.spines.top"] is True and mpl.rcParams["axes.grid"] is False
+    ax = plots.plot_throughput(90, 3.0)
+    assert not ax.spines["top"].get_visible() and ax.xaxis._major_tick_kw.get("gridOn")  # the kit's style
+    assert mpl.rcParams["axes.spines.top"] is True  # ... without touching the global rcParams
+    plots.set_style()
+    assert mpl.rcParams["axes.spines.top"] is False and mpl.rcParams["axes.grid"] is True
+    mpl.rcdefaults()
+
+
+# -- the figures command and notebook 02 ----------------------------------------------------------------
+def test_figures_command_writes_the_standard_figures_with_metadata(tmp_path):
+    r = run_cli("figures", BAD, "-o", tmp_path, "--prefix", "kimi_absolute")
+    assert r.returncode == 0, r.stderr
+    files = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert files == sorted(f"kimi_absolute_{n}.png" for n in plots.STANDARD)
+    for p in tmp_path.glob("*.png"):
+        meta = plots.read_figure_metadata(p)
+        assert meta["verdict"] == "absolute" and meta["source"] == str(BAD / "d2t.pt")
+        assert 10_000 < p.stat().st_size < 250_000
+    bad = run_cli("figures", tmp_path / "nope", "-o", tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nope" in bad.stderr
+
+
+@pytest.mark.slow
+def test_notebook_02_saves_pngs_with_metadata(tmp_path):
+    out = tmp_path / "figs"
+    execute_notebook(NOTEBOOKS / "02_d2t_offset_histograms.ipynb", tmp_path, {"output_dir": str(out)})
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 2 * len(plots.STANDARD)
+    verdicts = {p.name.split("_")[0]: plots.read_figure_metadata(p)["verdict"] for p in pngs}
+    assert verdicts == {"mapping": "offset", "misencoded": "absolute"}
+    meta = plots.read_figure_metadata(out / "mapping_readings.png")
+    assert meta["source_sha256"] == hashlib.sha256((GOOD / "d2t.pt").read_bytes()).hexdigest()
+    assert meta["kit_version"] == helpers.__version__
