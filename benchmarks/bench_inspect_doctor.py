@@ -1,0 +1,114 @@
+"""`inspect` and `doctor` on a Kimi-shaped ~4.3 GB draft checkpoint, against a full read.
+
+Writes the checkpoint of `kimi_checkpoint.py` to a temporary folder, once as safetensors and
+once as pytorch_model.bin, and runs each operation in its own Python process:
+  full read        every tensor materialised in memory (safetensors.torch.load_file /
+                   torch.load(weights_only=True) without mmap)
+  inspect          helpers.commands.inspect.inspect_path (reads only d2t/t2d)
+  doctor           helpers.doctor.diagnose, NaN/Inf scan included (reads every weight once,
+                   in 64 MB row chunks)
+  doctor --no-weights   the same without the scan
+Time is measured inside the child around the operation (imports excluded); extra peak memory is
+the child's ru_maxrss (os.wait4) minus that of a child that only does the imports. The page
+cache is warmed before timing, so the figures compare reading from memory, not from disk.
+Targets: inspect >= 100x faster than a full read with < 100 MB extra peak memory.
+Prints one table and the ratios; removes the temporary folder at the end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kimi_checkpoint import write_kimi_checkpoint
+
+OPS = ("baseline", "full read", "inspect", "doctor", "doctor --no-weights")
+
+CHILD = r"""
+import json, sys, time
+op, path = sys.argv[1], sys.argv[2]
+import torch, safetensors.torch
+from helpers.commands.inspect import inspect_path
+from helpers.doctor import diagnose
+from pathlib import Path
+t = time.perf_counter()
+if op == "full read":
+    folder = Path(path)
+    if (folder / "model.safetensors").exists():
+        sd = safetensors.torch.load_file(str(folder / "model.safetensors"))
+    else:
+        sd = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=False)
+    n = sum(v.numel() for v in sd.values())
+elif op == "inspect":
+    n = inspect_path(path)["draft_vocab_size"]
+elif op == "doctor":
+    n = len(diagnose(path))
+elif op == "doctor --no-weights":
+    n = len(diagnose(path, check_weights=False))
+else:
+    n = 0
+print(json.dumps({"seconds": time.perf_counter() - t, "n": n}))
+"""
+
+
+def run_child(op: str, path: Path) -> dict:
+    p = subprocess.Popen([sys.executable, "-c", CHILD, op, str(path)], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, TQDM_DISABLE="1"))
+    out = p.stdout.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"{op} on {path} failed with exit code {p.returncode}")
+    r = json.loads(out.strip().splitlines()[-1])
+    r["maxrss_mb"] = usage.ru_maxrss / 1024  # Linux: kilobytes
+    return r
+
+
+def warm(folder: Path) -> None:
+    for f in folder.iterdir():
+        with open(f, "rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="d2t_bench_doctor_"))
+    rows = []
+    try:
+        for fmt in ("safetensors", "bin"):
+            t = time.perf_counter()
+            folder = write_kimi_checkpoint(tmp / fmt, fmt)
+            size = sum(f.stat().st_size for f in folder.iterdir())
+            print(f"wrote {fmt}: {size / 1e9:.2f} GB in {time.perf_counter() - t:.0f} s", flush=True)
+            warm(folder)
+            res = {op: run_child(op, folder) for op in OPS}
+            base = res["baseline"]["maxrss_mb"]
+            for op in OPS[1:]:
+                rows.append((fmt, op, res[op]["seconds"], res[op]["maxrss_mb"] - base))
+            print(f"  doctor findings: {res['doctor']['n']}; full read elements: {res['full read']['n']:,}", flush=True)
+            shutil.rmtree(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"\n{'format':<12}{'operation':<22}{'seconds':>10}{'extra peak MB':>15}")
+    for fmt, op, s, mb in rows:
+        print(f"{fmt:<12}{op:<22}{s:>10.3f}{mb:>15.0f}")
+    print()
+    for fmt in ("safetensors", "bin"):
+        r = {op: (s, mb) for f, op, s, mb in rows if f == fmt}
+        full_s, full_mb = r["full read"]
+        for op in ("inspect", "doctor", "doctor --no-weights"):
+            s, mb = r[op]
+            print(f"{fmt:<12}{op:<22}{full_s / s:>8.0f}x faster than a full read, "
+                  f"{mb:.0f} MB extra peak vs {full_mb:.0f} MB"
+                  + (f"  [target >= 100x and < 100 MB: {'met' if full_s / s >= 100 and mb < 100 else 'NOT met'}]"
+                     if op == "inspect" else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""`doctor CHECKPOINT`: check a draft checkpoint against the engine it will be served with."""
+from __future__ import annotations
+
+import json
+
+from ..doctor import diagnose, has_error
+
+HELP = "check a draft checkpoint for the known EAGLE-3 deployment bugs (exit 1 on an error)"
+DESCRIPTION = """\
+Check an EAGLE-3 draft checkpoint for the bugs seen in real deployments, as the chosen engine
+would load it: d2t missing / absolute / all-zero / arange, t2d disagreeing, vocab sizes that
+disagree, layers.0.* vs midlayer.* keys (SGLang skips layers.0.* silently), missing lm_head or
+embed_tokens, an fc that does not take 3 x the target hidden size, aux layers (with
+--target-config: which target layers each engine captures) and NaN/Inf weights (read tensor by
+tensor, in row chunks).
+
+Each finding has a code, a severity (error / warning / info), what is wrong and how to fix it.
+Exit 0 when no error was found, 1 when one was, 2 when the input cannot be read."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("checkpoint", help="draft checkpoint folder (or weights file)")
+    p.add_argument("--engine", choices=["sglang", "vllm", "all"], default="all",
+                   help="the engine the draft will be served with (default: all)")
+    p.add_argument("--target-config", metavar="FILE", help="the target model's config.json (aux layers, sizes)")
+    p.add_argument("--no-weights", action="store_true",
+                   help="skip the NaN/Inf scan (the only check that reads every weight)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of {code, severity, message, fix}")
+
+
+def format_findings(path, engine: str, findings) -> str:
+    lines = [f"{path} (engine: {engine})"]
+    for f in findings:
+        lines.append(f"  {f.severity.upper():<8}{f.code:<28}{f.message}")
+        if f.severity != "info" or f.fix != "nothing to do":
+            lines.append(f"  {'':<8}{'':<28}fix: {f.fix}")
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    lines.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    findings = diagnose(args.checkpoint, args.engine, args.target_config, check_weights=not args.no_weights,
+                        progress=not args.json)
+    if args.json:
+        print(json.dumps([f.as_dict() for f in findings], indent=2))
+    else:
+        print(format_findings(args.checkpoint, args.engine, findings))
+    return 1 if has_error(findings) else 0
