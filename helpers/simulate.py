@@ -104,36 +104,76 @@ class SimResult:
         }
 
 
-def _result(lengths: np.ndarray, max_len: int, expected: float | None) -> SimResult:
-    n = int(lengths.size)
-    counts = np.bincount(lengths, minlength=max_len + 1)
-    mean = float(lengths.mean()) if n else float("nan")
-    stderr = float(lengths.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+def _from_counts(counts: np.ndarray, expected: float | None) -> SimResult:
+    """SimResult from counts[L] = trials with accept length L."""
+    counts = np.asarray(counts, dtype=np.int64)
+    n = int(counts.sum())
+    x = np.arange(counts.size, dtype=np.float64)
+    mean = float((x * counts).sum() / n) if n else float("nan")
+    var = float(((x - mean) ** 2 * counts).sum() / (n - 1)) if n > 1 else float("nan")
+    stderr = math.sqrt(var / n) if n > 1 else float("nan")
     return SimResult(mean=mean, stderr=stderr, trials=n, counts=counts, expected=expected)
 
 
+def _result(lengths: np.ndarray, max_len: int, expected: float | None) -> SimResult:
+    return _from_counts(np.bincount(np.asarray(lengths, dtype=np.int64), minlength=max_len + 1), expected)
+
+
+# Vectorised draws. Every random draw is a uint32 v (uniform on [0, 2^32)); an event of
+# probability p is `v < round(p * 2^32)`, exact to 2^-32. "How many of the ascending thresholds
+# T are <= v" is read from a lookup table on the top LUT_BITS bits of v; the few bins that hold a
+# threshold (at most len(T) of 4096) are marked and settled with an exact comparison.
+LUT_BITS = 12
+_SHIFT = np.uint32(32 - LUT_BITS)
+_SCALE = float(1 << 32)
+
+
+def _thresholds(p: np.ndarray) -> np.ndarray:
+    """Probabilities in [0, 1] -> uint64 thresholds in [0, 2^32]."""
+    return np.clip(np.rint(np.asarray(p, dtype=np.float64) * _SCALE), 0, _SCALE).astype(np.uint64)
+
+
+def _count_lut(t: np.ndarray) -> np.ndarray:
+    """[2^LUT_BITS] int16: #(t <= v) for every v in the bin, or -1 where that varies in the bin."""
+    width = 1 << (32 - LUT_BITS)
+    lo = np.arange(1 << LUT_BITS, dtype=np.uint64) * np.uint64(width)
+    c_lo = np.searchsorted(t, lo, side="right")
+    c_hi = np.searchsorted(t, lo + np.uint64(width - 1), side="right")
+    return np.where(c_lo == c_hi, c_lo, -1).astype(np.int16)
+
+
+def _uint32(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n uniform uint32 draws (two per raw 64-bit output of the generator)."""
+    return rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n]
+
+
 def simulate_chain(accept_rate, k: int, trials: int = 100_000, seed: int | None = 0,
-                   chunk: int = 1 << 18) -> SimResult:
+                   chunk: int = 1 << 16) -> SimResult:
     """Monte Carlo accept length of chain drafting: one rate or k per-position rates.
 
-    Vectorised: a [trials, k] matrix of uniforms, accepted while u < a_j; accept length is 1 +
-    the number of leading acceptances. Worked in chunks of `chunk` trials to bound memory.
+    Vectorised, one draw per verify step: the number of leading accepted tokens N satisfies
+    P(N >= j) = a_0 a_1 ... a_(j-1) (all of the first j accepted), so with one uniform u per step
+    N = #{j : u < a_0 ... a_(j-1)} (inverse-CDF sampling of the same chain). Accept length 1 + N.
+    `simulate_chain_loop` flips one coin per drafted token instead; both estimate the same law.
     """
     rates = _chain_rates(accept_rate, k)
+    kk = rates.size
+    if kk == 0:
+        return _from_counts(np.array([0, int(trials)]), 1.0)
     rng = np.random.default_rng(seed)
-    out = np.empty(int(trials), dtype=np.int64)
-    if rates.size == 0:
-        out[:] = 1
-        return _result(out, 1, 1.0)
-    a = rates.astype(np.float32)
+    t = np.sort(_thresholds(np.cumprod(rates)))  # ascending; N = k - #(t <= v)
+    lut = _count_lut(t)
+    hist = np.zeros(kk + 1, dtype=np.int64)  # hist[c] = draws with #(t <= v) == c
     for lo in range(0, int(trials), chunk):
-        hi = min(lo + chunk, int(trials))
-        u = rng.random((hi - lo, rates.size), dtype=np.float32)  # [n, k]
-        rejected = u >= a  # [n, k] True where drafted token j is rejected
-        # first rejected position = number of leading acceptances; k when none is rejected
-        first = np.where(rejected.any(axis=1), rejected.argmax(axis=1), rates.size)
-        out[lo:hi] = 1 + first
-    return _result(out, rates.size + 1, chain_expected(rates, rates.size))
+        v = _uint32(rng, min(chunk, int(trials) - lo))  # [n]
+        c = lut[v >> _SHIFT]  # [n] #(t <= v), -1 where the bin holds a threshold
+        amb = np.flatnonzero(c < 0)
+        if amb.size:
+            c[amb] = np.searchsorted(t, v[amb].astype(np.uint64), side="right")
+        hist += np.bincount(c, minlength=kk + 1)
+    counts = np.zeros(kk + 2, dtype=np.int64)
+    counts[1:] = hist[::-1]  # accept length 1 + k - c
+    return _from_counts(counts, chain_expected(rates, kk))
 
 
 def simulate_chain_loop(accept_rate, k: int, trials: int = 10_000, seed: int | None = 0) -> SimResult:
@@ -265,31 +305,43 @@ def tree_expected(accept_rate, steps: int, topk: int, draft_tokens: int) -> floa
 
 
 def simulate_tree(accept_rate, steps: int, topk: int, draft_tokens: int, trials: int = 100_000,
-                  seed: int | None = 0, chunk: int = 1 << 18) -> SimResult:
+                  seed: int | None = 0, chunk: int = 1 << 14) -> SimResult:
     """Monte Carlo accept length of tree drafting, vectorised over trials.
 
     Each trial draws, at every depth, which rank (or none) the target's token has; the walk goes
-    from the root to the kept child of that rank while one exists. Accept length = 1 + depth.
+    from the root to the kept child of that rank while one exists. Accept length = 1 + the depth
+    where the walk stops. State n + i means "stopped at node i" and stays put, so a step of the
+    walk is one lookup in a small table: NEXT[state, rank].
     """
     tree = build_tree(accept_rate, steps, topk, draft_tokens)
     n_nodes = tree.parent.size
-    # transition table with a dead state n_nodes; column topk = "no rank matched"
-    table = np.full((n_nodes + 1, topk + 1), n_nodes, dtype=np.int64)
-    table[:n_nodes, :topk] = np.where(tree.child >= 0, tree.child, n_nodes)
-    cdf = np.cumsum(tree.q, axis=1)  # [steps, topk]
+    nbins, k1 = 1 << LUT_BITS, topk + 1
+    stop = n_nodes + np.arange(n_nodes)
+    # NEXT[state, rank] (rank topk: no rank matched): the child, else "stopped here"
+    nxt = np.concatenate([np.where(tree.child >= 0, tree.child, stop[:, None]), stop[:, None]], axis=1)
+    nxt = np.concatenate([nxt, np.repeat(stop[:, None], k1, axis=1)])  # [2n, topk + 1]
+    nxt_flat = (nxt * k1).ravel()  # states stored pre-multiplied by topk + 1
+    state_depth = np.concatenate([tree.depth, tree.depth])  # [2n]
+    t_depth = [np.sort(_thresholds(np.cumsum(tree.q[d]))) for d in range(steps)]  # rank = #(t <= v)
+    rank_lut = np.concatenate([_count_lut(t) for t in t_depth]).astype(np.int8)  # [steps * nbins], -1: boundary
+    offsets = (np.arange(steps, dtype=np.uint32) * nbins)[:, None]  # [steps, 1]
     rng = np.random.default_rng(seed)
-    out = np.empty(int(trials), dtype=np.int64)
+    counts = np.zeros(steps + 2, dtype=np.int64)
     for lo in range(0, int(trials), chunk):
-        hi = min(lo + chunk, int(trials))
-        u = rng.random((hi - lo, steps))  # [n, steps]
-        cur = np.zeros(hi - lo, dtype=np.int64)
-        length = np.ones(hi - lo, dtype=np.int64)
+        n = min(chunk, int(trials) - lo)
+        v = _uint32(rng, n * steps).reshape(steps, n)  # [steps, n]
+        rank = rank_lut[(v >> _SHIFT) | offsets]  # [steps, n] rank drawn at each depth (topk: none)
+        amb = np.flatnonzero(rank < 0)
+        if amb.size:  # the draw fell in a bin that holds a rank boundary: compare exactly
+            d_amb, j_amb = np.divmod(amb, n)
+            for d in np.unique(d_amb):
+                sel = d_amb == d
+                rank[d, j_amb[sel]] = np.searchsorted(t_depth[d], v[d, j_amb[sel]].astype(np.uint64), side="right")
+        cur = np.zeros(n, dtype=np.intp)  # state * (topk + 1)
         for d in range(steps):
-            r = (u[:, d, None] >= cdf[d][None, :]).sum(axis=1)  # [n] rank drawn; topk = none
-            cur = table[cur, r]
-            length += cur < n_nodes
-        out[lo:hi] = length
-    return _result(out, steps + 1, tree.expected())
+            cur = nxt_flat[cur + rank[d]]  # [n]
+        counts += np.bincount(1 + state_depth[cur // k1], minlength=steps + 2)
+    return _from_counts(counts, tree.expected())
 
 
 def simulate_tree_loop(accept_rate, steps: int, topk: int, draft_tokens: int, trials: int = 10_000,

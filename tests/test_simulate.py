@@ -72,6 +72,21 @@ def test_chain_monte_carlo_per_position_rates():
     assert abs(r.mean - chain_expected(rates, 5)) <= 3 * r.stderr
 
 
+def test_lookup_table_draw_is_exact():
+    # the vectorised chain reads #(thresholds <= v) from a table on the top bits of v and settles
+    # boundary bins exactly: its counts must equal a plain searchsorted over the same draws
+    from helpers.simulate import _thresholds, _uint32
+
+    rates = np.array([0.9, 0.5, 0.5, 0.25, 0.999, 0.1])
+    n = 300_000
+    v = _uint32(np.random.default_rng(7), n)
+    t = np.sort(_thresholds(np.cumprod(rates)))
+    c = np.searchsorted(t, v.astype(np.uint64), side="right")
+    want = np.bincount(1 + rates.size - c, minlength=rates.size + 2)
+    got = simulate_chain(rates, rates.size, trials=n, seed=7, chunk=n)
+    assert got.counts.tolist() == want.tolist()
+
+
 def test_chain_loop_agrees_with_the_vectorised_simulation():
     a, k = 0.7, 6
     loop = simulate_chain_loop(a, k, trials=20_000, seed=5)
