@@ -198,7 +198,7 @@ def plot_staircase(m, ax=None, *, zoom="auto", label: str | None = None):
         if zoom is not None:
             lo, hi = max(0, int(zoom[0])), min(n, int(zoom[1]))
             flat = int((np.diff(d2t[lo:hi]) == 0).sum())
-            ins = ax.inset_axes([0.07, 0.42, 0.36, 0.4])
+            ins = ax.inset_axes([0.07, 0.36, 0.36, 0.4])
             ins.plot(x[lo:hi], d2t[lo:hi], drawstyle="steps-post", marker="o", ms=3, color=READING_COLORS["offset"])
             ins.set_title(f"d2t[{lo:,}:{hi:,}]: {flat} flat steps\n(flat = consecutive kept target ids)",
                           fontsize=8, loc="left")
@@ -279,8 +279,8 @@ def plot_gap_histogram(m, ax=None, *, reading: str = "offset", max_gap: int = 40
         ax.set_title(
             f"gaps between consecutive kept target ids, {reading} reading · {label or mapping_label(m)}\n"
             f"{n0:,} gaps of 0 (duplicate targets), {n1:,} of 1 (consecutive ids)"
-            + (": none at all, unlike any frequency-built vocab" if n1 == 0 and g.size >= 100 else "")
-            + f", max gap {int(g.max()) if g.size else 0:,}",
+            + f", max gap {int(g.max()) if g.size else 0:,}"
+            + ("\nno consecutive kept ids at all: suspicious for a frequency-built vocab" if n1 == 0 and g.size >= 100 else ""),
             color=BAD if odd else REF,
         )
     return ax
@@ -308,7 +308,7 @@ def plot_coverage_strip(m, ax=None, *, reading: str = "offset", bin_size: int | 
     if prefix is not None:
         prefix = min(int(prefix), v)
     with style():
-        ax = _new_ax(ax, (9.0, 3.0))
+        ax = _new_ax(ax, (9.0, 3.3))
         inside = edges[:-1] < v
         ax.stairs(share, edges, fill=True, color=READING_COLORS.get(reading, REF), alpha=0.85,
                   label=f"kept ids, {reading} reading")
@@ -323,7 +323,7 @@ def plot_coverage_strip(m, ax=None, *, reading: str = "offset", bin_size: int | 
         if prefix:  # the first `prefix` ids at a fine bin: the fully kept special-token prefix shows
             fine = max(1, prefix // 64)
             fe = np.arange(0, prefix + fine, fine)
-            ins = ax.inset_axes([0.2, 0.5, 0.28, 0.38])
+            ins = ax.inset_axes([0.15, 0.52, 0.25, 0.36])
             ins.stairs(np.histogram(t, bins=fe)[0] / fine, fe, fill=True, color=READING_COLORS.get(reading, REF))
             if lead >= 2:
                 ins.axvspan(0, lead, color=GOOD, alpha=0.3, lw=0)
@@ -344,7 +344,7 @@ def plot_coverage_strip(m, ax=None, *, reading: str = "offset", bin_size: int | 
             f"{int((t >= v - v // 8).sum() - out):,} in the last; {out:,} out of range",
             color=BAD if out else REF,
         )
-        ax.legend(loc="upper right", ncols=3)
+        ax.legend(loc="upper right")
     return ax
 
 
@@ -393,7 +393,7 @@ def plot_reading(m, reading: str = "offset", ax=None, *, label: str | None = Non
             parts.append(f"{s['out_of_range']:,} out of range")
         ax.set_title(
             f"{'✗' if wrong else '✓'} {reading} reading: {FORMULAS[reading]} · {verdict}\n" + " · ".join(parts),
-            color=BAD if wrong else "#2E6B3A",
+            color=BAD if wrong else "#2E6B3A", fontsize=9.5,
         )
         ax.legend(loc="lower right")
     return ax
