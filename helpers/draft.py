@@ -313,6 +313,9 @@ class Eagle3Draft(nn.Module):
                     ids = F.pad(next_ids[:, j + 1:], (0, j + 1))
                 else:
                     ids = to_target_ids(logits.argmax(-1), self.d2t, reading if self.d2t is not None else "none")
+                    # a misread d2t can send a draft past the target vocab (e.g. absolute ids read
+                    # as offsets); feed the last id there instead of failing: the chain is wrong anyway
+                    ids = ids.clamp(0, self.config.vocab_size - 1)
         return out
 
 
