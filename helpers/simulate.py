@@ -402,6 +402,97 @@ def rate_for_accept_length(target: float, draft_tokens: int, topk: int = 1, step
     return (lo + hi) / 2
 
 
+@dataclass(frozen=True)
+class Drafting:
+    """A drafting setup: a chain of `draft_tokens` tokens, or SGLang's tree (steps, topk, draft_tokens)."""
+
+    draft_tokens: int
+    topk: int = 1
+    steps: int | None = None  # None: chain
+
+    @property
+    def is_chain(self) -> bool:
+        return self.steps is None
+
+    @property
+    def label(self) -> str:
+        if self.is_chain:
+            return f"chain, {self.draft_tokens} tokens"
+        return f"tree {self.steps}/{self.topk}/{self.draft_tokens} (steps/topk/draft tokens)"
+
+    def expected(self, accept_rate) -> float:
+        return expected_accept_length(accept_rate, self.draft_tokens, self.topk, self.steps)
+
+    def simulate(self, accept_rate, trials: int = 100_000, seed: int | None = 0) -> SimResult:
+        if self.is_chain:
+            return simulate_chain(accept_rate, self.draft_tokens, trials=trials, seed=seed)
+        return simulate_tree(accept_rate, self.steps, self.topk, self.draft_tokens, trials=trials, seed=seed)
+
+    def rate_for(self, accept_length: float) -> float:
+        """The per-token acceptance this setup needs to reach `accept_length`."""
+        return rate_for_accept_length(accept_length, self.draft_tokens, self.topk, self.steps)
+
+
+def prediction_table(accept_rate, setups, trials: int = 100_000, seed: int = 0):
+    """pandas DataFrame: per drafting setup, the exact expectation and the Monte Carlo estimate."""
+    import pandas as pd
+
+    rows = []
+    for i, d in enumerate(setups):
+        r = d.simulate(accept_rate, trials=trials, seed=seed + i)
+        rows.append({"drafting": d.label, "accept rate": accept_rate if np.ndim(accept_rate) == 0 else str(accept_rate),
+                     "expected": r.expected, "monte carlo": r.mean, "std. error": r.stderr, "z": r.z, "trials": r.trials})
+    return pd.DataFrame(rows)
+
+
+def plot_prediction_curve(setups, ax=None, marks: dict | None = None, rates=None):
+    """Expected accept length against the per-token acceptance rate, one line per setup.
+
+    marks: {label: (rate, accept_length)} points to place on the curves (e.g. a measured accept
+    length at the rate it implies). Returns the Axes; never calls show().
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 3.8))
+    a = np.linspace(0.0, 0.99, 100) if rates is None else np.asarray(rates, dtype=float)
+    for d in setups:
+        ax.plot(a, [d.expected(x) for x in a], label=d.label)
+    for i, (name, (x, y)) in enumerate((marks or {}).items()):
+        ax.plot([x], [y], marker="o", ls="none", color=f"C{len(setups) + i}", label=f"{name}: a={x:.3f}, L={y:.2f}")
+    ax.axhline(1.0, color="0.6", lw=0.8, ls=":")
+    ax.set_xlabel("per-token acceptance rate a")
+    ax.set_ylabel("expected accept length (bonus token included)")
+    ax.set_title("accept length predicted from the per-token acceptance")
+    ax.legend(loc="upper left", fontsize="small")
+    return ax
+
+
+def judge_accept_length(measured: float, predicted: float, break_even: float | None = None,
+                        tolerance: float = 0.15) -> str:
+    """One sentence: is a measured accept length at the prediction, below it (a bug), or above it?
+
+    `tolerance`: relative gap (on accept length - 1, the drafted part) still counted as agreement.
+    """
+    gain_m, gain_p = measured - 1.0, predicted - 1.0
+    pays = "" if break_even is None else (
+        f" Speculation pays only above the break-even accept length {break_even:.2f}: "
+        f"{'it pays' if measured > break_even else 'it does not pay'} at {measured:.2f}"
+        + (f", and would {'pay' if predicted > break_even else 'still not pay'} at the prediction." if predicted else "."))
+    if gain_p <= 0:
+        return f"Measured {measured:.2f}; the prediction is 1.0 (nothing drafted is expected to be accepted).{pays}"
+    ratio = gain_m / gain_p
+    if ratio < 1 - tolerance:
+        return (f"Measured {measured:.2f} is well below the predicted {predicted:.2f}: only {ratio:.0%} of the expected "
+                f"accepted draft tokens arrive. That is a deployment bug (mapping, weights, aux layers), not a "
+                f"ceiling of the draft.{pays}")
+    if ratio > 1 + tolerance:
+        return (f"Measured {measured:.2f} is above the predicted {predicted:.2f} ({ratio:.0%} of the expected accepted "
+                f"tokens): the accuracy used for the prediction understates the draft on this traffic.{pays}")
+    return (f"Measured {measured:.2f} agrees with the predicted {predicted:.2f} ({ratio:.0%} of the expected accepted "
+            f"tokens): the draft performs as its accuracy says.{pays}")
+
+
 # ----------------------------------------------------------------------------------------------
 # throughput
 
