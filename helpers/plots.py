@@ -426,12 +426,18 @@ def plot_readings(m, ax=None, *, readings: Sequence[str] = ("offset", "absolute"
 
 
 # -- accuracy ---------------------------------------------------------------------------------
+def _num(x) -> float:
+    return float("nan") if x is None else float(x)
+
+
 def accuracy_table(result, percent: bool | None = None):
     """Rows (split, reading, top1, topk, step_top1) from an `EvalResult`, its `to_dict()`, or a plain dict.
 
     Accepted shapes: `{reading: {"top1": .., "topk": .., "step_top1": [..]}, ...}`, the same under
-    a `"readings"` key, or nested one level by split (`{"train": {...}, "val": {...}}`). Values in
-    [0, 1] are taken as fractions and shown as percent (override with `percent=`).
+    a `"readings"` key (pooled, split None), per split under a `"splits"` key (as
+    `helpers.evaluate` writes it) or nested one level by split (`{"train": {...}, "val": {...}}`).
+    Values in [0, 1] are taken as fractions and shown as percent (override with `percent=`);
+    a score of None (nothing scored) becomes NaN.
     """
     import pandas as pd
 
@@ -447,10 +453,14 @@ def accuracy_table(result, percent: bool | None = None):
                 continue
             if "top1" in val:
                 steps = val.get("step_top1") or []
-                rows.append({"split": split, "reading": str(k), "top1": val.get("top1"), "topk": val.get("topk"),
-                             "step_top1": list(steps)})
+                rows.append({"split": split, "reading": str(k), "top1": _num(val.get("top1")),
+                             "topk": _num(val.get("topk")), "step_top1": [_num(x) for x in steps]})
             elif k == "readings":
                 walk(val, split)
+            elif k == "splits" and split is None:
+                for name, sub in val.items():
+                    if isinstance(sub, Mapping):
+                        walk(sub, str(name))
             elif split is None:
                 walk(val, str(k))
 
@@ -458,8 +468,8 @@ def accuracy_table(result, percent: bool | None = None):
     if not rows:
         raise BadInputError(None, "accuracy result holds no reading with a 'top1' value")
     df = pd.DataFrame(rows)
-    vals = [x for x in df["top1"].tolist() + df["topk"].dropna().tolist() if x is not None]
-    vals += [x for s in df["step_top1"] for x in s]
+    vals = [x for x in df["top1"].tolist() + df["topk"].tolist() + [x for s in df["step_top1"] for x in s]
+            if not np.isnan(x)]
     if percent is None:
         percent = bool(vals) and max(vals) <= 1.0
     if percent:
@@ -469,11 +479,22 @@ def accuracy_table(result, percent: bool | None = None):
     return df
 
 
-def plot_accuracy(result, ax=None, *, title: str | None = None, percent: bool | None = None):
-    """Top-1 (and top-k) accuracy per reading, as bars; one group per split when there are splits."""
+def _pick_splits(df, splits: bool):
+    """The pooled rows (split None) unless `splits` or there are none; then every split's rows."""
+    pooled = df[df["split"].isna()]
+    return df[df["split"].notna()].reset_index(drop=True) if (splits or pooled.empty) and df["split"].notna().any() \
+        else pooled.reset_index(drop=True)
+
+
+def plot_accuracy(result, ax=None, *, splits: bool = False, title: str | None = None, percent: bool | None = None):
+    """Top-1 (and top-k) accuracy per reading, as bars.
+
+    Pooled scores by default; `splits=True` draws one bar group per (split, reading) when the
+    result has splits (train / val).
+    """
     if hasattr(result, "to_dict") and not isinstance(result, Mapping):
         result = result.to_dict()
-    df = accuracy_table(result, percent)
+    df = _pick_splits(accuracy_table(result, percent), splits)
     has_k = df["topk"].notna().any()
     df["name"] = [r if s is None else f"{r}\n({s})" for s, r in zip(df["split"], df["reading"])]
     x = np.arange(len(df))
@@ -482,7 +503,7 @@ def plot_accuracy(result, ax=None, *, title: str | None = None, percent: bool | 
     with style():
         ax = _new_ax(ax, (6.5, 3.6))
         colors = [READING_COLORS.get(r, REF) for r in df["reading"]]
-        b1 = ax.bar(x - (w / 2 if has_k else 0), df["top1"], width=w, color=colors, label="top-1")
+        b1 = ax.bar(x - (w / 2 if has_k else 0), df["top1"].fillna(0), width=w, color=colors, label="top-1")
         ax.bar_label(b1, fmt="%.1f", fontsize=8, padding=2)
         if has_k:
             bk = ax.bar(x + w / 2, df["topk"].fillna(0), width=w, color=colors, alpha=0.45, hatch="//",
@@ -500,9 +521,13 @@ def plot_accuracy(result, ax=None, *, title: str | None = None, percent: bool | 
     return ax
 
 
-def plot_step_accuracy(result, ax=None, *, title: str | None = None, percent: bool | None = None):
-    """Top-1 accuracy per drafting step (step 1 = first drafted token), one line per reading."""
-    df = accuracy_table(result, percent)
+def plot_step_accuracy(result, ax=None, *, splits: bool = False, title: str | None = None,
+                       percent: bool | None = None):
+    """Top-1 accuracy per drafting step (step 1 = first drafted token), one line per reading.
+
+    Pooled scores by default; `splits=True` draws one line per (split, reading).
+    """
+    df = _pick_splits(accuracy_table(result, percent), splits)
     with style():
         ax = _new_ax(ax, (6.5, 3.6))
         for _, row in df.iterrows():
@@ -524,6 +549,10 @@ def plot_step_accuracy(result, ax=None, *, title: str | None = None, percent: bo
 # -- accept length and throughput ---------------------------------------------------------------
 def _as_histogram(data) -> tuple[np.ndarray, np.ndarray, bool]:
     """(values, counts, integer) from accept lengths or a {length: count} histogram."""
+    if isinstance(getattr(data, "histogram", None), Mapping):  # helpers.simulate.ReplayResult
+        data = data.histogram
+    elif isinstance(data, Mapping) and isinstance(data.get("histogram"), Mapping):  # its to_dict()
+        data = data["histogram"]
     if isinstance(data, Mapping):
         keys = np.asarray([float(k) for k in data], dtype=float)
         counts = np.asarray([float(data[k]) for k in data], dtype=float)
@@ -544,8 +573,9 @@ def _as_histogram(data) -> tuple[np.ndarray, np.ndarray, bool]:
 def plot_accept_lengths(data, ax=None, *, label: str | None = None, share: bool = False):
     """Distribution of accept lengths (bonus token included, so the minimum is 1).
 
-    `data`: accept lengths (array/list/tensor; integers per verify step or per-interval means)
-    or a histogram `{length: count}` (dict or a pandas Series named 'count').
+    `data`: accept lengths (array/list/tensor; integers per verify step or per-interval means),
+    a histogram `{length: count}` (dict or a pandas Series named 'count'), or a replay result
+    with a `histogram` (`helpers.simulate.ReplayResult` or its `to_dict()`).
     """
     vals, counts, integer = _as_histogram(data)
     total = counts.sum()
@@ -580,15 +610,20 @@ def _measured_points(measured) -> np.ndarray:
     return arr.reshape(-1, 2)
 
 
-def plot_throughput(baseline_tps: float, step_cost: float, ax=None, *, measured=None, max_length: float | None = None,
-                    label: str | None = None):
+def plot_throughput(baseline_tps, step_cost: float | None = None, ax=None, *, measured=None,
+                    max_length: float | None = None, label: str | None = None):
     """Tokens/s against accept length, with the break-even point.
 
     A speculative step costs `step_cost` plain decode steps and yields `accept_length` tokens, so
     tokens/s = baseline_tps * accept_length / step_cost; speculation pays above accept length =
     step_cost. `measured`: (accept_length, tokens/s) pairs, or a DataFrame with `accept_length`
-    and `tps` columns, drawn as points.
+    and `tps` columns, drawn as points. `baseline_tps` may also be a `helpers.simulate.ThroughputModel`
+    (its baseline and step cost are used).
     """
+    if hasattr(baseline_tps, "step_cost"):
+        baseline_tps, step_cost = float(baseline_tps.baseline_tps), float(baseline_tps.step_cost)
+    if step_cost is None:
+        raise ValueError("step_cost is required (decode steps one speculative step costs)")
     if baseline_tps <= 0 or step_cost <= 0:
         raise ValueError("baseline_tps and step_cost must be positive")
     pts = _measured_points(measured)
@@ -622,15 +657,23 @@ _ACCEPT_COLS = ("accept_length", "accept_len", "mean_acceptance_length")
 
 
 def plot_accept_length_over_time(table, ax=None, *, prediction=None, label: str | None = None):
-    """Accept length over time from a log table (pandas DataFrame).
+    """Accept length over time from a log table (pandas DataFrame, or `helpers.logs.LogTable`).
 
-    Columns: `time` (datetime or seconds) or `line` (log line number) for x; `accept_length`
+    Rows without an accept length are left out. Columns: `time` (datetime or seconds) or `line` (log line number) for x; `accept_length`
     for y. `prediction`: a number (a horizontal line) or a sequence as long as the table.
     """
+    if not hasattr(table, "columns") and hasattr(table, "table"):  # helpers.logs.LogTable
+        table = table.table
     cols = list(getattr(table, "columns", []))
     ycol = next((c for c in _ACCEPT_COLS if c in cols), None)
     if ycol is None:
         raise BadInputError(None, f"log table has no accept-length column (want one of {_ACCEPT_COLS}; has {cols})")
+    keep = table[ycol].notna().to_numpy()
+    if prediction is not None and np.ndim(prediction) > 0:
+        prediction = np.asarray(prediction, dtype=float)[keep]
+    table = table[keep]
+    if not len(table):
+        raise BadInputError(None, "log table has no row with an accept length")
     xcol = "time" if "time" in cols and table["time"].notna().any() else "line" if "line" in cols else None
     xs = table[xcol] if xcol else np.arange(len(table))
     ys = table[ycol].to_numpy(dtype=float)

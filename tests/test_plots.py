@@ -243,6 +243,27 @@ def test_accuracy_per_step_lines_and_splits():
         plots.accuracy_table({"coverage": 0.9})
 
 
+def test_accuracy_from_the_evaluate_json_layout_pooled_and_per_split():
+    # helpers.evaluate's to_dict(): pooled "readings" at the top level, per split under "splits"
+    d = {
+        "coverage": 0.9, "tokens": 100,
+        "readings": {"offset": {"top1": 0.7, "topk": 0.9, "step_top1": [0.7, 0.5]},
+                     "absolute": {"top1": None, "topk": None, "step_top1": [None, None]}},
+        "splits": {"train": {"coverage": 0.9, "readings": {"offset": {"top1": 0.72, "topk": 0.91, "step_top1": [0.72, 0.5]}}},
+                   "val": {"coverage": 0.9, "readings": {"offset": {"top1": 0.68, "topk": 0.88, "step_top1": [0.68, 0.45]}}}},
+    }
+    df = plots.accuracy_table(d)
+    assert df["split"].isna().tolist() == [True, True, False, False] and df["split"].tolist()[2:] == ["train", "val"]
+    assert np.isnan(df["top1"][1])  # nothing scored stays NaN, not 0
+    pooled = plots.plot_accuracy(d)
+    assert [round(p.get_height(), 6) for p in pooled.patches] == [70.0, 0.0, 90.0, 0.0]
+    per_split = plots.plot_accuracy(d, splits=True)
+    assert [round(p.get_height(), 6) for p in per_split.patches] == [72.0, 68.0, 91.0, 88.0]
+    assert [t.get_text() for t in per_split.get_xticklabels()] == ["offset\n(train)", "offset\n(val)"]
+    steps = plots.plot_step_accuracy(d, splits=True)
+    assert [list(l.get_ydata()) for l in steps.lines] == [[72.0, 50.0], [68.0, 45.0]]
+
+
 # -- accept length and throughput -------------------------------------------------------------------
 def test_accept_length_distribution_from_lengths_and_from_a_histogram():
     rng = np.random.default_rng(0)
@@ -261,6 +282,16 @@ def test_accept_length_distribution_from_lengths_and_from_a_histogram():
     assert "share" in ax2.get_ylabel()
 
 
+def test_accept_length_distribution_from_a_replay_histogram():
+    # what helpers.simulate.ReplayResult.histogram / to_dict()["histogram"] hold (JSON keys are strings)
+    hist = {"1": 700, "2": 200, "3": 80, "4": 20}
+    ax = plots.plot_accept_lengths({"histogram": hist, "mean": 1.42})
+    assert [p.get_height() for p in ax.patches] == [700, 200, 80, 20]
+    mean = [l for l in ax.lines if "mean" in l.get_label()][0].get_xdata()[0]
+    assert mean == pytest.approx((700 + 400 + 240 + 80) / 1000)
+    assert "P(length = 1) = 70.0%" in ax.get_title()
+
+
 def test_throughput_curve_and_break_even_with_the_investigation_numbers():
     cost = 90 * 1.9 / 46.7  # the step cost that puts 1.9 at 46.7 tok/s
     ax = plots.plot_throughput(90, cost, measured=[(1.9, 46.7)])
@@ -272,6 +303,11 @@ def test_throughput_curve_and_break_even_with_the_investigation_numbers():
     pts = ax.collections[-1].get_offsets()
     assert np.allclose(pts, [[1.9, 46.7]])
     assert "tokens/s" in ax.get_ylabel() and "accept length" in ax.get_xlabel()
+    from helpers.simulate import throughput_model
+
+    model = throughput_model(90, 1.9, 46.7)  # the simulate module's model draws the same curve
+    ax2 = plots.plot_throughput(model)
+    assert np.allclose(ax2.lines[0].get_ydata(), 90 * np.asarray(ax2.lines[0].get_xdata()) / model.step_cost)
 
 
 def test_accept_length_over_time_from_a_log_table():
@@ -284,8 +320,21 @@ def test_accept_length_over_time_from_a_log_table():
     by_line = pd.DataFrame({"line": [3, 9, 15], "accept_length": [1.9, 1.8, 2.0]})
     ax = plots.plot_accept_length_over_time(by_line, prediction=[2.0, 2.0, 2.0])
     assert list(ax.lines[0].get_xdata()) == [3, 9, 15] and ax.get_xlabel() == "log line number"
+    gaps = pd.DataFrame({"line": [1, 2, 3], "accept_length": [1.5, np.nan, 2.5]})  # a stats row without one
+    ax = plots.plot_accept_length_over_time(gaps, prediction=[1.0, 9.0, 2.0])
+    assert list(ax.lines[0].get_xdata()) == [1, 3] and list(ax.lines[-1].get_ydata()) == [1.0, 2.0]
     with pytest.raises(BadInputError, match="accept-length column"):
         plots.plot_accept_length_over_time(pd.DataFrame({"line": [1], "tps": [3.0]}))
+
+
+def test_accept_length_over_time_from_a_bundled_sglang_log():
+    from helpers.logs import read_log
+
+    log = read_log(SAMPLES / "logs" / "sglang.log")
+    ax = plots.plot_accept_length_over_time(log, prediction=2.5)
+    rows = log.table[log.table["accept_length"].notna()]
+    assert np.allclose(ax.lines[0].get_ydata(), rows["accept_length"]) and len(rows) > 10
+    assert f"over {len(rows):,} log records" in ax.get_title()
 
 
 # -- saving with provenance ---------------------------------------------------------------------------
