@@ -529,10 +529,12 @@ class EvalResult:
                 "the draft vocab, not at the mapping."
             )
         val = "" if va is None else f", {pct(va.readings[ENGINE_READING].top1)} on validation"
+        others = ", ".join(f"{r} {pct(x.top1)}" for r, x in scored.items() if r != ENGINE_READING)
         return "healthy", (
             f"Healthy: the offset reading the engines use is the one that works ({pct(eng.top1)} top-1 on "
-            f"{name}{val}; coverage ceiling {pct(cov)}), the other readings score near zero, and there "
-            "is no train/validation gap."
+            f"{name}{val}; coverage ceiling {pct(cov)})"
+            + (f"; other readings: {others}" if others else "")
+            + ("; no train/validation gap." if va is not None else ". (No train/val split to compare.)")
         )
 
     # views
