@@ -392,7 +392,7 @@ def test_style_is_not_applied_at_import_and_set_style_applies_it():
     importlib.reload(plots)
     assert mpl.rcParams["axes.spines.top"] is True and mpl.rcParams["axes.grid"] is False
     ax = plots.plot_throughput(90, 3.0)
-    assert not ax.spines["top"].get_visible() and ax.xaxis._major_tick_kw.get("gridOn")  # the kit's style
+    assert not ax.spines["top"].get_visible() and ax.xaxis.get_gridlines()[0].get_visible()  # the kit's style
     assert mpl.rcParams["axes.spines.top"] is True  # ... without touching the global rcParams
     plots.set_style()
     assert mpl.rcParams["axes.spines.top"] is False and mpl.rcParams["axes.grid"] is True
