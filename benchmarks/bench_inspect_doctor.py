@@ -2,14 +2,15 @@
 
 Writes the checkpoint of `kimi_checkpoint.py` to a temporary folder, once as safetensors and
 once as pytorch_model.bin, and runs each operation in its own Python process:
-  full read        every tensor materialised in memory (safetensors.torch.load_file /
-                   torch.load(weights_only=True) without mmap)
+  full read        every tensor materialised in memory (safetensors: get_tensor + clone, one
+                   tensor at a time; .bin: torch.load(weights_only=True) without mmap)
   inspect          helpers.commands.inspect.inspect_path (reads only d2t/t2d)
   doctor           helpers.doctor.diagnose, NaN/Inf scan included (reads every weight once,
                    in 64 MB row chunks)
   doctor --no-weights   the same without the scan
 Time is measured inside the child around the operation (imports excluded); extra peak memory is
-the child's ru_maxrss (os.wait4) minus that of a child that only does the imports. The page
+the child's peak resident set (VmHWM, its own address space only) minus that of a child that
+only does the imports. The page
 cache is warmed before timing, so the figures compare reading from memory, not from disk.
 Targets: inspect >= 100x faster than a full read with < 100 MB extra peak memory.
 Prints one table and the ratios; removes the temporary folder at the end.
@@ -40,7 +41,15 @@ t = time.perf_counter()
 if op == "full read":
     folder = Path(path)
     if (folder / "model.safetensors").exists():
-        sd = safetensors.torch.load_file(str(folder / "model.safetensors"))
+        # safetensors maps the file without reading it; clone() makes each tensor own its memory,
+        # as loading into a model does. One mapping per tensor, released after its copy.
+        from safetensors import safe_open
+        sd = {}
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+            keys = list(f.keys())
+        for k in keys:
+            with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+                sd[k] = f.get_tensor(k).clone()
     else:
         sd = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=False)
     n = sum(v.numel() for v in sd.values())
@@ -52,21 +61,22 @@ elif op == "doctor --no-weights":
     n = len(diagnose(path, check_weights=False))
 else:
     n = 0
-print(json.dumps({"seconds": time.perf_counter() - t, "n": n}))
+seconds = time.perf_counter() - t
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))  # kB, this process only
+print(json.dumps({"seconds": seconds, "n": n, "hwm_kb": hwm}))
 """
 
 
 def run_child(op: str, path: Path) -> dict:
-    p = subprocess.Popen([sys.executable, "-c", CHILD, op, str(path)], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, TQDM_DISABLE="1"))
-    out = p.stdout.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        raise SystemExit(f"{op} on {path} failed with exit code {p.returncode}")
-    r = json.loads(out.strip().splitlines()[-1])
-    r["maxrss_mb"] = usage.ru_maxrss / 1024  # Linux: kilobytes
-    return r
+    r = subprocess.run([sys.executable, "-c", CHILD, op, str(path)], capture_output=True, text=True,
+                       env=dict(os.environ, TQDM_DISABLE="1"))
+    if r.returncode != 0:
+        raise SystemExit(f"{op} on {path} failed with exit code {r.returncode}: {r.stderr.strip()[-500:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    # VmHWM of the child's own address space: ru_maxrss of a child would also count the pages it
+    # shared with this (large) parent before exec.
+    out["maxrss_mb"] = out["hwm_kb"] / 1024
+    return out
 
 
 def warm(folder: Path) -> None:

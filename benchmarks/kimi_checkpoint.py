@@ -3,7 +3,7 @@
 Shapes of the draft in design.md section 1: hidden 7168 (target hidden 7168, so `fc` is
 21504 -> 7168), target vocab 163,840 (`embed_tokens`), draft vocab 32,000 (`lm_head`), one
 Llama decoder layer (`midlayer.*`, 64 heads of 128, 8 KV heads, MLP 18432), with the real Kimi
-`d2t`/`t2d` from `data_samples/kimi_k25_mapping`. Weights are random (seeded per tensor, so
+`d2t`/`t2d` from `data_samples/kimi_k25_mapping`. Weights are random-looking (seeded per tensor, so
 both formats hold the same values) and written in row chunks: the safetensors file is streamed
 (header, then each tensor's bytes), the `.bin` is saved by `torch.save` from per-tensor files
 mapped with `torch.from_file`, so no step needs more than a chunk of anonymous memory.
@@ -83,14 +83,19 @@ def _numel(shape) -> int:
 
 
 def _chunks(name: str, shape):
-    """The tensor's values as flat bf16 chunks (norms are ones, matrices small random values)."""
+    """The tensor's values as flat bf16 chunks (norms are ones, matrices small random values).
+
+    One random chunk per tensor, rotated by a different amount for each chunk: random-looking
+    data at disk speed, the same on every run.
+    """
     n = _numel(shape)
     if len(shape) == 1:
         yield torch.ones(n, dtype=torch.bfloat16)
         return
     g = torch.Generator().manual_seed(sum(map(ord, name)))
-    for a in range(0, n, CHUNK_ELEMS):
-        yield (torch.randn(min(CHUNK_ELEMS, n - a), generator=g) * 0.02).to(torch.bfloat16)
+    base = (torch.randn(min(CHUNK_ELEMS, n), generator=g) * 0.02).to(torch.bfloat16)
+    for i, a in enumerate(range(0, n, CHUNK_ELEMS)):
+        yield torch.roll(base, 7919 * i)[: min(CHUNK_ELEMS, n - a)]
 
 
 def _mapping() -> dict[str, torch.Tensor]:

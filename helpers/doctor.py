@@ -16,8 +16,9 @@ fix it. The rules mirror what the engines' loaders do, read in their public sour
   `layers.0.`, so both layouts load; it prefixes `model.` to every name without `lm_head`, and
   its loader raises on a name it has no parameter for, so the server fails to start. `d2t`
   fills `draft_id_to_target_id` (zeros when absent) and logits are scattered to `arange + d2t`.
-  Aux layers come from the top-level `eagle_aux_hidden_state_layer_ids`, used as given: id `i`
-  captures the input of layer `i` (default: 2, L//2, L-3).
+  Aux layers come from the top-level `eagle_aux_hidden_state_layer_ids` (newer versions fall
+  back to `eagle_config`'s), used as given: id `i` captures the input of layer `i` (default:
+  2, L//2, L-3). The same ids therefore capture one layer apart in the two engines.
 - Both read `d2t` only from the weight files, never from `d2t.npy` / `d2t.pt` beside them, and
   both size `lm_head` from `draft_vocab_size`, falling back to `vocab_size` when it is absent.
 
@@ -100,6 +101,37 @@ def findings_table(findings):
     return pd.DataFrame([f.as_dict() for f in findings], columns=["code", "severity", "message", "fix"])
 
 
+def unused_path(path) -> Path:
+    """`path`, or `path_2`, `path_3`, ... : the first that does not exist yet (fix never overwrites)."""
+    path = Path(path)
+    candidate, i = path, 1
+    while candidate.exists() or candidate.is_symlink():
+        i += 1
+        candidate = path.with_name(f"{path.name}_{i}")
+    return candidate
+
+
+def overview(checkpoints: dict, engines=ENGINES, target_config=None, *, check_weights: bool = True):
+    """One row per (checkpoint, engine): error and warning codes, as a pandas DataFrame.
+
+    `checkpoints` maps a display name to a path.
+    """
+    import pandas as pd
+
+    rows = []
+    for name, path in checkpoints.items():
+        for eng in engines:
+            fs = diagnose(path, eng, target_config, check_weights=check_weights)
+            rows.append({
+                "checkpoint": name,
+                "engine": eng,
+                "errors": ", ".join(sorted({f.code for f in fs if f.severity == "error"})) or "-",
+                "warnings": ", ".join(sorted({f.code for f in fs if f.severity == "warning"})) or "-",
+                "verdict": "fails" if has_error(fs) else "passes",
+            })
+    return pd.DataFrame(rows, columns=["checkpoint", "engine", "errors", "warnings", "verdict"])
+
+
 def _engines(engine: str) -> tuple[str, ...]:
     if engine == "all":
         return ENGINES
@@ -166,15 +198,19 @@ def _text_config(cfg: dict) -> dict:
 
 
 def aux_layer_ids(cfg: dict | None) -> dict[str, list[int] | None]:
-    """The aux layer ids each engine reads from a draft config (None: not set, engine default)."""
+    """The aux layer ids each engine reads from a draft config (None: not set, engine default).
+
+    SGLang reads only `eagle_config.eagle_aux_hidden_state_layer_ids`. vLLM reads the top-level
+    `eagle_aux_hidden_state_layer_ids` (speculators configs) and, in newer versions, falls back
+    to the `eagle_config` one (older versions read only the top level).
+    """
     cfg = cfg or {}
     eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    sg = eagle.get("eagle_aux_hidden_state_layer_ids")
-    vl = cfg.get("eagle_aux_hidden_state_layer_ids")
-    return {
-        "sglang": [int(i) for i in sg] if isinstance(sg, list) and sg else None,
-        "vllm": [int(i) for i in vl] if isinstance(vl, list) and vl else None,
-    }
+    nested = eagle.get("eagle_aux_hidden_state_layer_ids")
+    top = cfg.get("eagle_aux_hidden_state_layer_ids")
+    nested = [int(i) for i in nested] if isinstance(nested, list) and nested else None
+    top = [int(i) for i in top] if isinstance(top, list) and top else None
+    return {"sglang": nested, "vllm": top or nested}
 
 
 def captured_layers(engine: str, ids: list[int] | None, num_layers: int) -> list[int]:
@@ -501,12 +537,11 @@ def _check_aux(c: _Ctx, target_cfg: dict | None) -> None:
                   f"{name}: {src} -> captures the input of target layers {got} (outputs of layers "
                   f"{[i - 1 for i in got]}) of {n_layers}", "nothing to do if the draft was trained on these")
     if len(captured) == 2 and captured["sglang"] != captured["vllm"]:
-        only = "eagle_config.eagle_aux_hidden_state_layer_ids" if ids["sglang"] and not ids["vllm"] else (
-            "eagle_aux_hidden_state_layer_ids (top level)" if ids["vllm"] and not ids["sglang"] else None)
+        only_top = ids["vllm"] is not None and ids["sglang"] is None
         c.add("aux-layers", "warning",
               f"SGLang and vLLM capture different target layers ({captured['sglang']} vs {captured['vllm']})"
-              + (f": only {only} is set, the other engine falls back to its default" if only else
-                 ": SGLang adds 1 to each configured id, vLLM uses them as given"),
+              + (": only the top-level eagle_aux_hidden_state_layer_ids is set, which SGLang does not read (it "
+                 "uses its default)" if only_top else ": SGLang adds 1 to each configured id, vLLM uses them as given"),
               "serve with the engine whose capture matches the training data, or adjust the ids for the other")
 
 
@@ -542,6 +577,17 @@ def _row_chunks(ck: Checkpoint, key: str, max_bytes: int = CHUNK_BYTES):
             del part, obj
 
 
+def _all_finite(t: torch.Tensor) -> bool:
+    """No NaN/Inf in `t`: one min/max pass (NaN propagates through both), no bool temporary."""
+    if t.numel() == 0:
+        return True
+    try:
+        lo, hi = torch.aminmax(t)
+    except (RuntimeError, NotImplementedError):  # dtypes aminmax lacks (float8)
+        return bool(torch.isfinite(t.float()).all())
+    return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
+
+
 def _check_finite(c: _Ctx, progress: bool) -> None:
     from tqdm.auto import tqdm
 
@@ -551,7 +597,7 @@ def _check_finite(c: _Ctx, progress: bool) -> None:
     with tqdm(total=total, unit="B", unit_scale=True, desc="NaN/Inf scan", disable=not progress, leave=False) as bar:
         for k in keys:
             for part in _row_chunks(c.ck, k):
-                if not bool(torch.isfinite(part).all()):
+                if not _all_finite(part):
                     bad.append(k)
                     break
             bar.update(c.ck.tensors.nbytes(k))

@@ -209,16 +209,27 @@ def test_aux_layers_out_of_range_and_engine_capture(good, target_config, tmp_pat
     findings = diagnose(bad, "sglang", target_config)
     errs = [f for f in findings if f.code == "aux-layers" and f.severity == "error"]
     assert errs and str(n_layers) in errs[0].message  # SGLang adds 1: id L-1 -> layer L, outside 0..L-1
-    # vLLM uses the ids as given; it reads only the top-level field, absent here -> its default, in range
-    assert not any(f.code == "aux-layers" and f.severity == "error" for f in diagnose(bad, "vllm", target_config))
-    info = [f for f in diagnose(bad, "vllm", target_config) if f.code == "aux-layers"]
-    assert any(f"[2, {n_layers // 2}, {n_layers - 3}]" in f.message for f in info)
+    # vLLM uses the same ids as given: input of layers up to L-1, all in range
+    vllm = diagnose(bad, "vllm", target_config)
+    assert not any(f.code == "aux-layers" and f.severity == "error" for f in vllm)
+    assert any(f"[1, {n_layers // 2}, {n_layers - 1}]" in f.message for f in vllm if f.code == "aux-layers")
+
+
+def test_aux_layers_default_when_unset(good, target_config, tmp_path):
+    def unset(cfg):
+        cfg.pop("eagle_config", None)
+        cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+    plain = variant(good, tmp_path / "plain", None, unset)
+    n = json.loads(Path(target_config).read_text())
+    n = n.get("text_config", n)["num_hidden_layers"]
+    for eng in ("sglang", "vllm"):
+        msgs = [f.message for f in diagnose(plain, eng, target_config) if f.code == "aux-layers"]
+        assert any(f"captures the input of target layers [2, {n // 2}, {n - 3}]" in m for m in msgs), msgs
 
 
 def test_aux_layers_same_ids_differ_between_engines(good, target_config, tmp_path):
     def both(cfg):
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
-        cfg["eagle_aux_hidden_state_layer_ids"] = [1, 2, 3]
     bad = variant(good, tmp_path / "aux2", None, both)
     findings = diagnose(bad, "all", target_config)
     msgs = " | ".join(f.message for f in findings if f.code == "aux-layers")
@@ -275,6 +286,17 @@ def test_nan_found_in_the_last_chunk_for_safetensors_and_bin(good, tmp_path):
     assert len(chunks) >= 5 and torch.isnan(chunks[-1]).any()
     assert any(f.code == "nonfinite-weights" for f in diagnose(binf))
     assert not any(f.code == "nonfinite-weights" for f in diagnose(binf, check_weights=False))
+
+
+def test_inf_in_a_norm_and_clean_weights(good, tmp_path):
+    def inf(t):
+        k = _key(t, "norm.weight")
+        t[k] = t[k].clone()
+        t[k][0] = float("-inf")
+    bad = variant(good, tmp_path / "inf", inf)
+    hits = [f for f in diagnose(bad) if f.code == "nonfinite-weights"]
+    assert hits and "norm.weight" in hits[0].message and "fc.weight" not in hits[0].message
+    assert not any(f.code == "nonfinite-weights" for f in diagnose(good))
 
 
 # -- the fixer ----------------------------------------------------------------------------------
