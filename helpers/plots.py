@@ -16,6 +16,7 @@ reads (a checkpoint folder or mapping file).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -698,6 +699,14 @@ def plot_accept_length_over_time(table, ax=None, *, prediction=None, label: str 
 
 # -- saving with provenance -------------------------------------------------------------------
 def _sha256(path: Path) -> str:
+    st = Path(path).stat()
+    return _sha256_cached(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
+    """SHA-256 of a file, computed once per (path, size, mtime): multi-GB checkpoints are
+    hashed once, not once per saved figure."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -100,23 +100,31 @@ def _error_line(exc) -> str:
     return " ".join(f"{ename}: {evalue}".split()) + where
 
 
-def _inline_figures(nb, dest: Path, stem: str, meta: dict) -> list[str]:
-    """Write every inline PNG of an executed notebook, with the report's metadata."""
+def _inline_figures(nb, dest: Path, stem: str, checkpoint) -> list[str]:
+    """Write the inline PNGs of an executed notebook that saved no figure of its own.
+
+    They get the same provenance metadata as `plots.save_figure` writes.
+    """
     from PIL import Image, PngImagePlugin
 
+    from .plots import METADATA_KEY, figure_metadata
+
+    meta = None
     out = []
-    k = 0
     for cell in nb.cells:
         for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
             data = o.get("data", {})
             if "image/png" not in data:
                 continue
-            k += 1
-            p = dest / f"{stem}_inline_{k:02d}.png"
+            if meta is None:
+                try:
+                    meta = figure_metadata(source=checkpoint)
+                except (BadInputError, OSError):
+                    meta = figure_metadata()
+            p = dest / f"{stem}_inline_{len(out) + 1:02d}.png"
             p.write_bytes(base64.b64decode(data["image/png"]))
             info = PngImagePlugin.PngInfo()
-            for key, val in meta.items():
-                info.add_text(key, str(val))
+            info.add_text(METADATA_KEY, json.dumps(meta, sort_keys=True))
             with Image.open(p) as im:
                 im.load()
                 im.save(p, pnginfo=info)
@@ -124,27 +132,7 @@ def _inline_figures(nb, dest: Path, stem: str, meta: dict) -> list[str]:
     return out
 
 
-def _source_meta(checkpoint) -> dict:
-    import hashlib
-
-    from . import __version__
-
-    meta = {"d2t_lab_version": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "checkpoint": str(checkpoint)}
-    try:
-        from .checkpoint import load_mapping
-
-        src = Path(load_mapping(checkpoint).sources[0])
-        h = hashlib.sha256()
-        with open(src, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        meta.update(source=str(src), source_size=src.stat().st_size, source_sha256=h.hexdigest())
-    except (BadInputError, OSError, IndexError):
-        pass
-    return meta
-
-
-def run_notebook(name: str, out: Path, params_for, meta: dict, timeout: int = 600) -> NotebookRun:
+def run_notebook(name: str, out: Path, params_for, checkpoint, timeout: int = 600) -> NotebookRun:
     import nbformat
     import papermill as pm
     from nbconvert import HTMLExporter
@@ -179,7 +167,7 @@ def run_notebook(name: str, out: Path, params_for, meta: dict, timeout: int = 60
         (html_dir / f"{name}.html").write_text(body)
         run.html = str(html_dir / f"{name}.html")
         saved = sorted(str(p) for p in fig_dir.rglob("*.png") if "_inline_" not in p.name)
-        run.figures = saved + _inline_figures(nb, fig_dir, name, meta)
+        run.figures = saved or _inline_figures(nb, fig_dir, name, checkpoint)
     return run
 
 
@@ -304,14 +292,13 @@ def run_report(
     if out == checkpoint or checkpoint in out.parents or (samples is not None and (out == samples or samples in out.parents)):
         raise BadInputError(out, "the report must not be written inside the checkpoint or samples folder")
     out.mkdir(parents=True, exist_ok=True)
-    meta = _source_meta(checkpoint)
 
     def params_for(nb_path, fig_dir):
         return notebook_parameters(nb_path, str(checkpoint), str(samples) if samples else "", engine, fig_dir)
 
     runs = []
     for i, name in enumerate(notebooks, 1):
-        run = run_notebook(name, out, params_for, meta)
+        run = run_notebook(name, out, params_for, checkpoint)
         runs.append(run)
         if progress:
             status = "ok" if run.ok else f"FAILED ({run.error})"
