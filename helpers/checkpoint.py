@@ -10,6 +10,7 @@ Every problem with a file becomes one `BadInputError` naming the file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -113,19 +114,11 @@ class TensorStore:
 
     # construction
     def add_safetensors(self, path: Path) -> None:
-        from safetensors import safe_open
-
-        _check_readable_file(path)
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                for k in f.keys():
-                    sl = f.get_slice(k)
-                    self._where[k] = (path, "safetensors")
-                    self._meta[k] = (tuple(sl.get_shape()), _st_dtype(sl.get_dtype(), path))
-        except BadInputError:
-            raise
-        except Exception as e:  # safetensors raises its own error type for corrupt headers
-            raise BadInputError(path, f"not a readable safetensors file: {_safetensors_problem(str(e))}") from None
+        # Only the JSON header is read here (not `safe_open`, which maps the whole file: that fails
+        # for a file larger than memory, and the draft loader must see shapes first to refuse it).
+        for k, (shape, dtype) in read_safetensors_header(path).items():
+            self._where[k] = (path, "safetensors")
+            self._meta[k] = (shape, dtype)
         self.files.append(path)
 
     def add_torch(self, path: Path) -> None:
@@ -196,7 +189,7 @@ class TensorStore:
                 with safe_open(str(path), framework="pt", device="cpu") as f:
                     t = f.get_tensor(name)
             except Exception as e:
-                raise BadInputError(path, f"tensor {name!r} cannot be read ({_short(str(e))})") from None
+                raise BadInputError(path, f"tensor {name!r} cannot be read ({_safetensors_problem(str(e))})") from None
         else:
             t = self._torch_cache[path][name]
         if dtype is not None and t.dtype.is_floating_point:
@@ -209,6 +202,70 @@ class TensorStore:
             return short
         hits = [k for k in self._where if k.endswith("." + short)]
         return hits[0] if len(hits) == 1 else None
+
+
+_ST_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+                "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+_ST_MAX_HEADER = 100_000_000  # safetensors' own limit
+
+
+def read_safetensors_header(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """{tensor name: (shape, dtype)} from a safetensors file's header, checked as safetensors does.
+
+    Reads 8 bytes and the JSON header, nothing else; every inconsistency (truncated file, corrupt
+    header, shapes that do not match the data offsets) is a `BadInputError` naming the file.
+    """
+    path = Path(path)
+    _check_readable_file(path)
+    bad = lambda words: BadInputError(path, f"not a readable safetensors file: {words}")  # noqa: E731
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise bad("too short to hold a safetensors header")
+            n = int.from_bytes(head, "little")
+            if n > size - 8 or n > _ST_MAX_HEADER:
+                raise bad(f"the header length field ({n:,} bytes) is larger than the file (corrupt or truncated header)")
+            raw = f.read(n)
+    except OSError as e:
+        raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise bad("the header is not valid JSON (corrupt header)") from None
+    if not isinstance(header, dict):
+        raise bad("the header is not a JSON object (corrupt header)")
+    out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+    spans = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dt, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+            ok = all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in [*shape, begin, end])
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok or not isinstance(dt, str) or end < begin:
+            raise bad(f"tensor {name!r} has an invalid entry in the header (corrupt header)")
+        dtype = _st_dtype(dt, path)
+        if end - begin != math.prod(shape) * _ST_ITEMSIZE.get(dt, dtype.itemsize):
+            raise bad(f"tensor {name!r}: its shape {shape} and dtype {dt} do not match its data offsets in the header")
+        out[name] = (tuple(shape), dtype)
+        spans.append((begin, end))
+    data = size - 8 - n
+    pos = 0
+    for begin, end in sorted(spans):
+        if begin != pos:
+            raise bad("the tensors' data offsets in the header overlap or leave gaps (corrupt header)")
+        pos = end
+    if pos > data:
+        raise bad(
+            f"the header declares {pos:,} bytes of tensor data but the file holds {data:,} (truncated file?)"
+        )
+    if pos < data:
+        raise bad(f"the file holds {data - pos:,} bytes beyond the tensors its header declares (corrupt file?)")
+    return out
 
 
 def _safetensors_problem(msg: str) -> str:
