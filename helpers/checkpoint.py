@@ -9,6 +9,7 @@ Every problem with a file becomes one `BadInputError` naming the file.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -31,18 +32,23 @@ _NPY_NAME = re.compile(r"^(d2t|t2d)(?:[-_](\d+))?\.npy$")
 
 
 # -- low-level readers ----------------------------------------------------------------------------
-def torch_load(path: str | os.PathLike, *, mmap: bool = True):
+def torch_load(path: str | os.PathLike, *, mmap: bool = True, data: bytes | None = None):
     """`torch.load` with `weights_only=True`, as a one-line `BadInputError` on any failure.
 
     Pickles that would build arbitrary objects (and so could run code) are refused by
-    `weights_only=True` before anything runs.
+    `weights_only=True` before anything runs. `data`: the file's bytes already in memory (a
+    decompressed `.gz`, say); `path` then only names it in messages.
     """
     path = Path(path)
-    _check_readable_file(path)
+    if data is None:
+        _check_readable_file(path)
+    else:
+        mmap = False
     try:
         with warnings.catch_warnings():  # torch warns on stderr about pickle protocols: not for users
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            src = path if data is None else io.BytesIO(data)
+            return torch.load(src, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         msg = str(e)
         glob = re.search(r"GLOBAL ([\w.]+)", msg)
