@@ -68,7 +68,7 @@ LAYER_PARAMS = (
 )
 LAYER_OPTIONAL = tuple(f"self_attn.{p}_proj.bias" for p in "qkvo")
 TOP_PARAMS = ("embed_tokens.weight", "fc.weight", "norm.weight")
-CHUNK_BYTES = 64 << 20  # rows read at once by the NaN/Inf scan
+CHUNK_BYTES = 32 << 20  # rows read at once by the NaN/Inf scan
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def _known(info: KeyInfo) -> bool:
 
 def engine_accepts(engine: str, key: str) -> bool:
     """Would `engine`'s EAGLE-3 loader put this checkpoint tensor into a parameter?"""
-    if _is_mapping_key(key):
+    if _is_mapping_key(key) or ".rotary_emb." in key:  # both skip rotary buffers by design
         return True
     info = parse_key(key)
     if engine == "sglang":
@@ -389,7 +389,6 @@ def _check_keys(c: _Ctx) -> None:
     layouts = sorted({i.layout for i in infos if i.layout})
     present = {i.canonical for i in infos}
     missing = [f"midlayer.{p}" for p in LAYER_PARAMS if f"midlayer.{p}" not in present]
-    unknown = [i.key for i in infos if not _known(i)]
     if not layouts:
         c.add("key-layout", "error", "no decoder-layer weights (neither midlayer.* nor layers.0.*)",
               "point at the draft checkpoint folder (config.json + model.safetensors)")
@@ -768,12 +767,17 @@ def fix_checkpoint(src, dst, engine: str = "all", *, check_weights: bool = True)
 
     weight_files = {p.resolve() for p in ck.tensors.files}
     side = {p.resolve() for p in ck.mapping_files.values()}
+    stale = [p.name for p in sorted(src.iterdir()) if p.is_file() and p.suffix in (".safetensors", ".bin")
+             and p.resolve() not in weight_files]
+    if stale:
+        changes.append(f"not copied: {', '.join(stale)} (weight files the checkpoint does not load from)")
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
     try:
         _write_shards(plan, tmp)
         for p in sorted(src.iterdir()):
             rp = p.resolve()
-            if rp in weight_files or rp in side or p.name.endswith(".index.json") or p.name == "config.json":
+            if (rp in weight_files or rp in side or p.name in stale or p.name.endswith(".index.json")
+                    or p.name == "config.json"):
                 continue
             if p.is_dir():
                 shutil.copytree(p, tmp / p.name, symlinks=True)
