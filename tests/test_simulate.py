@@ -291,4 +291,6 @@ def test_cli_throughput():
 
 def test_cli_simulate_bad_rate_is_one_line():
     p = run_cli("simulate", "--accept-rate", "1.5", "--draft-tokens", "4")
-    assert p.returncode != 0 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    p = run_cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "0")
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1

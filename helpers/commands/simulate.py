@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from ..simulate import build_tree, chain_expected, simulate_chain, simulate_tree
 
@@ -36,9 +37,9 @@ def _rates(text: str):
     try:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"error: --accept-rate: {text!r} is not a number or a comma-separated list") from None
+        raise ValueError(f"--accept-rate: {text!r} is not a number or a comma-separated list of numbers") from None
     if not vals:
-        raise SystemExit("error: --accept-rate is empty")
+        raise ValueError("--accept-rate is empty")
     return vals[0] if len(vals) == 1 else vals
 
 
@@ -85,6 +86,7 @@ def run(args) -> int:
     try:
         r = simulate_args(_rates(args.accept_rate), args.draft_tokens, args.topk, args.steps, args.trials)
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from ..simulate import throughput_model
 
@@ -47,6 +48,7 @@ def run(args) -> int:
     try:
         d = throughput_args(args.baseline_tps, args.accept_length, args.spec_tps)
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(json.dumps(d, indent=2) if args.json else format_report(d))
     return 0
