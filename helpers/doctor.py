@@ -750,6 +750,8 @@ def fix_checkpoint(src, dst, engine: str = "all", *, check_weights: bool = True)
             raise BadInputError(src, f"keys {seen[new]!r} and {k!r} would both become {new!r}")
         seen[new] = k
         plan.append((new, (lambda key=k: ck.tensors.get(key)), ck.tensors.nbytes(k)))
+    if any(p.suffix != ".safetensors" for p in ck.tensors.files):
+        changes.append("weights written as safetensors (from " + ", ".join(p.name for p in ck.tensors.files) + ")")
     renamed = [(seen[n], n) for n, *_ in plan if seen[n] != n]
     if renamed:
         changes.append(f"renamed {len(renamed)} keys, e.g. {renamed[0][0]} -> {renamed[0][1]}")

@@ -353,6 +353,15 @@ def test_fixed_checkpoints_give_the_good_logits(good, tmp_path):
         assert torch.equal(got.d2t, ref.d2t), case
 
 
+def test_fix_from_pytorch_model_bin(good, tmp_path):
+    src = variant(good, tmp_path / "binsrc", _to_absolute)
+    torch.save(load_file(str(_weights_file(src))), src / "pytorch_model.bin")
+    _weights_file(src).unlink()
+    res = fix_checkpoint(src, tmp_path / "binfixed")
+    assert res.ok and (res.dst / "model.safetensors").exists() and not (res.dst / "pytorch_model.bin").exists()
+    _assert_same_weights(res.dst, good)
+
+
 def test_fix_moves_side_mapping_into_weights(good, tmp_path):
     src = variant(good, tmp_path / "side", None)
     t = load_file(str(_weights_file(src)))
