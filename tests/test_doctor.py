@@ -353,6 +353,26 @@ def test_fixed_checkpoints_give_the_good_logits(good, tmp_path):
         assert torch.equal(got.d2t, ref.d2t), case
 
 
+def test_fix_bundled_speculators_sample(good, tmp_path):
+    spec = SAMPLES / "tiny_draft_speculators"
+    if not spec.is_dir() or not GOOD_SAMPLE.is_dir():
+        pytest.skip("bundled samples not generated yet (scripts/make_samples.py)")
+    from helpers.draft import load_draft
+
+    before = _hashes(spec)
+    assert {"d2t-missing", "key-layout"} <= {f.code for f in diagnose(spec, "sglang") if f.severity == "error"}
+    res = fix_checkpoint(spec, tmp_path / "spec_fixed", "sglang")
+    assert res.ok, [f for f in res.findings if f.severity == "error"]
+    assert _hashes(spec) == before
+    ref = load_draft(GOOD_SAMPLE, device="cpu", dtype=torch.float32)
+    got = load_draft(res.dst, device="cpu", dtype=torch.float32, embed_from=TARGET_SAMPLE)
+    g = torch.Generator().manual_seed(2)
+    aux = torch.randn(1, 9, 3 * ref.config.target_hidden_size, generator=g)  # [B, T, 3Ht]
+    ids = torch.randint(0, ref.config.vocab_size, (1, 9), generator=g)  # [B, T]
+    assert torch.equal(got(aux, ids), ref(aux, ids))
+    assert torch.equal(got.d2t, ref.d2t)
+
+
 def test_fix_from_pytorch_model_bin(good, tmp_path):
     src = variant(good, tmp_path / "binsrc", _to_absolute)
     torch.save(load_file(str(_weights_file(src))), src / "pytorch_model.bin")
