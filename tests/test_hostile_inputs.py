@@ -120,13 +120,8 @@ def write(p: Path, data: bytes) -> Path:
 
 # -- hidden-state samples (SpecForge offline layout) -----------------------------------------------
 def sample_width() -> int:
-    """Hidden size H of the bundled draft's target, so the CLI reaches the sample's own problem."""
-    cfg = SAMPLES / "tiny_draft_sglang" / "config.json"
-    if cfg.exists():
-        from helpers.checkpoint import flat_config
-
-        flat = flat_config(json.loads(cfg.read_text()))
-        return int(flat.get("target_hidden_size") or flat["hidden_size"])
+    """Hidden size H of the corpus's good draft (`draft_config()`), so `evaluate` gets past the
+    width check and reaches the sample's own problem."""
     return 8
 
 
@@ -134,7 +129,7 @@ def sample_dict(T=5, **override) -> dict:
     H = sample_width()
     g = torch.Generator().manual_seed(0)
     d = {
-        "input_ids": torch.randint(0, 50, (T,), generator=g),
+        "input_ids": torch.randint(0, V, (T,), generator=g),
         "loss_mask": torch.ones(T, dtype=torch.long),
         "hidden_state": torch.randn(1, T, H, generator=g),
         "aux_hidden_state": torch.randn(1, T, 3 * H, generator=g),
@@ -422,23 +417,30 @@ def command_available(name: str) -> bool:
 
 
 def cli_commands(case: Case, path: Path) -> list[tuple[str, list[str]]]:
-    """The CLI invocations that must refuse this case with exit 2: (label, argv)."""
+    """The CLI invocations that must refuse this case with exit 2: (label, argv).
+
+    `evaluate` pairs a bad samples folder with the corpus's good draft, and a bad draft with the
+    corpus's good samples (both built by the `corpus` fixture under `_good/`)."""
     out = []
+    root = _corpus_root(path)
     if case.reader == "mapping":
         out.append(("inspect", ["inspect", str(path)]))
         if case.doctor and command_available("doctor"):
             out.append(("doctor", ["doctor", str(path)]))
-    elif case.reader == "samples":
-        good = SAMPLES / "tiny_draft_sglang"
-        if command_available("evaluate") and good.exists():
-            out.append(("evaluate", ["evaluate", str(good), "--samples", str(path), "--device", "cpu"]))
-    elif case.reader == "draft":
-        val = SAMPLES / "tiny_hidden_states" / "val"
-        if command_available("evaluate") and val.exists():
-            out.append(("evaluate", ["evaluate", str(path), "--samples", str(val), "--device", "cpu"]))
-        if command_available("doctor") and case.id != "draft-too-big-for-memory":
-            pass  # the doctor reads headers only: an incomplete draft is a finding there, not bad input
+    elif case.reader == "samples" and command_available("evaluate"):
+        out.append(("evaluate", ["evaluate", str(root / "_good" / "draft"), "--samples", str(path), "--device", "cpu"]))
+    elif case.reader == "draft" and command_available("evaluate"):
+        # (the doctor reads headers only: an incomplete draft is a finding there, not bad input)
+        out.append(("evaluate", ["evaluate", str(path), "--samples", str(root / "_good" / "samples"), "--device", "cpu"]))
     return out
+
+
+def _corpus_root(path: Path) -> Path:
+    """The corpus folder a case's path lies in (the parent of its case folder)."""
+    for p in [path, *path.parents]:
+        if (p / "_good").is_dir():
+            return p
+    raise AssertionError(f"{path} is not inside the corpus")
 
 
 def api_call(case: Case, path: Path):
@@ -485,6 +487,8 @@ SUBPROCESS_IDS = {c.id for c in CASES if c.payload} | {
 def corpus(tmp_path_factory):
     """Build every case into its own folder: {id: (path to hand the reader, marker path)}."""
     root = tmp_path_factory.mktemp("hostile")
+    draft_folder(_mk(root, "_good/draft"))  # a valid draft and valid samples to pair bad inputs with
+    sample_folder(_mk(root, "_good/samples"))
     built = {}
     for case in CASES:
         d = root / case.id
@@ -728,3 +732,15 @@ def test_cli_never_prints_a_traceback_for_bad_input():
     r = run_cli("inspect", str(ROOT / "does" / "not" / "exist"))
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr + r.stdout
     assert r.stdout == ""
+
+
+def test_good_pair_is_accepted(corpus):
+    """Control: the corpus's good draft and good samples evaluate cleanly, so each refusal above
+    comes from the bad half of its pair."""
+    if not command_available("evaluate"):
+        pytest.skip("`python -m helpers evaluate` does not exist yet")
+    root = _corpus_root(next(iter(corpus.values()))[0])
+    code, out, err = main_in_process(["evaluate", str(root / "_good" / "draft"), "--samples",
+                                      str(root / "_good" / "samples"), "--device", "cpu", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["tokens"] == 3  # T=5 tokens, labels at t+2: positions 0..2 are scored
