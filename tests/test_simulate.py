@@ -243,6 +243,14 @@ def test_replay_offset_clearly_above_the_misread_mapping():
 
 
 @needs_samples
+def test_replay_mirror_image_for_a_checkpoint_storing_absolute_ids():
+    ckpt = SAMPLES / "tiny_draft_absolute"
+    as_absolute = replay(ckpt, HIDDEN / "val", steps=3, reading="absolute", max_samples=2, progress=False)
+    as_offset = replay(ckpt, HIDDEN / "val", steps=3, reading="offset", max_samples=2, progress=False)
+    assert as_offset.mean <= 1.05 and as_absolute.mean >= as_offset.mean + 0.5
+
+
+@needs_samples
 def test_replay_counts_the_positions_whose_window_fits():
     from helpers.samples import iter_samples
 
