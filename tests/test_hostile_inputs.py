@@ -27,7 +27,6 @@ import resource
 import shlex
 import struct
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +39,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import ROOT, SAMPLES, run_cli
+from conftest import ROOT, run_cli
 from helpers.checkpoint import load_mapping
 from helpers.errors import BadInputError
 
