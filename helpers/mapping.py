@@ -234,6 +234,8 @@ class VocabMapping:
                 ),
             )
         if self.t2d is not None:
+            if off.matches_t2d and ab.matches_t2d:  # only possible with one draft id: i + d2t[0] == d2t[0]
+                return Verdict("ambiguous", tuple(ev + ["both readings give the same target ids and reproduce t2d"]))
             if off.matches_t2d and not ab.matches_t2d:
                 return Verdict("offset", tuple(ev + ["only the offset reading reproduces t2d"]))
             if ab.matches_t2d and not off.matches_t2d:
