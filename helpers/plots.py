@@ -469,6 +469,8 @@ def accuracy_table(result, percent: bool | None = None):
     if not rows:
         raise BadInputError(None, "accuracy result holds no reading with a 'top1' value")
     df = pd.DataFrame(rows)
+    # pandas >= 3 stores a missing split (the pooled rows) as NaN in a str column: keep it None
+    df["split"] = pd.Series([None if pd.isna(x) else x for x in df["split"]], dtype=object, index=df.index)
     vals = [x for x in df["top1"].tolist() + df["topk"].tolist() + [x for s in df["step_top1"] for x in s]
             if not np.isnan(x)]
     if percent is None:
