@@ -29,6 +29,7 @@ from .errors import BadInputError
 from .mapping import VocabMapping
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+MAX_VOCAB = 2**31 - 1  # token ids are int32 in every engine
 _NPY_NAME = re.compile(r"^(d2t|t2d)(?:[-_](\d+))?\.npy$")
 
 
@@ -321,6 +322,8 @@ def read_config(path: str | os.PathLike) -> dict:
         raise BadInputError(path, f"is not valid JSON (line {e.lineno}: {e.msg})") from None
     except RecursionError:
         raise BadInputError(path, "is not a usable JSON config (nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise BadInputError(path, f"is not a usable JSON config ({_short(str(e), 100)})") from None
     except OSError as e:
         raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
     if not isinstance(cfg, dict):
@@ -357,6 +360,8 @@ def vocab_sizes(cfg: dict | None, path: str | os.PathLike | None = None) -> tupl
             v = flat.get(key)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
                 raise BadInputError(path, f"{key} is {v!r}, expected a positive integer")
+            if v is not None and v > MAX_VOCAB:  # engines hold token ids in int32
+                raise BadInputError(path, f"{key} = {v:,} is not a plausible vocab size (more than {MAX_VOCAB:,})")
     draft = flat.get("draft_vocab_size")
     target = flat.get("target_vocab_size", flat.get("vocab_size"))
     return (int(draft) if isinstance(draft, int) else None, int(target) if isinstance(target, int) else None)
