@@ -9,10 +9,12 @@
     dash.widget            # display this in a notebook cell
     dash.run()             # what the Run button calls; then dash.result / dash.error
 
-Everything shown in the output area is written into `Output.outputs` directly (not through the
-`with output:` capture), so the same code path works in a kernel and in a plain Python process
-(the tests drive it with `dash.run_button.click()`). Bad input never raises out of a callback:
-the one-line `BadInputError` message is shown in the output area and kept in `dash.error`.
+Results and errors are written into `Output.outputs` directly, so the same code path works in a
+kernel and in a plain Python process (the tests drive it with `dash.run_button.click()`); only
+tqdm.auto's progress bars go through a `with output:` capture, into a separate Output shown
+while `evaluate` runs. Bad input never raises out of a callback: the one-line
+`BadInputError` message is shown in the output area and kept in `dash.error`; the controls stay
+usable and the kernel lives.
 """
 from __future__ import annotations
 
@@ -163,10 +165,12 @@ class Dashboard:
         self.run_button = W.Button(description="Run", button_style="primary", icon="play",
                                    tooltip="load the draft, run it on the samples, show accuracy")
         self.status = W.Label(value="")
-        self.summary = W.HTML(value="", layout=W.Layout(width="600px", overflow="auto"))
+        self.summary = W.HTML(value="", layout=W.Layout(flex="1 1 auto", min_width="420px", overflow="auto"))
+        self.progress = W.VBox()  # holds a fresh Output for tqdm's bars while evaluate runs
         self.output = W.Output(layout=W.Layout(border="1px solid #ddd", padding="4px", min_height="40px"))
         for w, cls in ((self.run_button, "d2t-run"), (self.output, "d2t-output"),
-                       (self.summary, "d2t-summary"), (self.status, "d2t-status")):
+                       (self.summary, "d2t-summary"), (self.status, "d2t-status"),
+                       (self.progress, "d2t-progress")):
             w.add_class(cls)
 
         self.root.observe(lambda _: self.rescan(), names="value")
@@ -183,6 +187,7 @@ class Dashboard:
         self.widget = W.VBox([
             W.HTML("<b>EAGLE-3 draft: live forward pass</b>"),
             W.HBox([controls, self.summary]),
+            self.progress,
             self.output,
         ])
         self.widget.add_class("d2t-dashboard")
@@ -229,15 +234,16 @@ class Dashboard:
     def kwargs(self) -> dict:
         """The arguments `evaluate` gets from the controls."""
         dtype = None if self.dtype.value == "auto" else getattr(torch, self.dtype.value)
+        path = lambda w: os.path.expanduser(w.value.strip()) if w.value.strip() else ""  # noqa: E731
         return dict(
-            checkpoint=self.checkpoint.value.strip(),
-            samples=self.samples.value.strip(),
+            checkpoint=path(self.checkpoint),
+            samples=path(self.samples),
             readings=(self.reading.value,),
             steps=int(self.steps.value),
             device=self.device.value,
             dtype=dtype,
             max_samples=int(self.max_samples.value) or None,
-            embed_from=self.embed_from.value.strip() or None,
+            embed_from=path(self.embed_from) or None,
         )
 
     def run(self) -> None:
@@ -267,17 +273,25 @@ class Dashboard:
             self.run_button.disabled = False
 
     def _evaluate(self, args: dict):
-        """`evaluate(**args)` with tqdm.auto's progress bar shown in the output area (in a kernel).
+        """`evaluate(**args)`, with tqdm.auto's progress bars shown above the output area.
 
-        `with output:` shows and swallows exceptions raised inside it, so the exception is
-        carried out of the block and raised again for `run` to show as one line.
+        The bars are captured (`with bars:`) into a fresh `Output` that is dropped afterwards:
+        an Output the frontend captures into syncs its outputs back, and ipywidgets 8 echoes
+        that back late, so the results area itself is only ever set from the kernel. The
+        capture shows and swallows exceptions raised inside it, so the exception is carried out
+        of the block and raised again for `run` to show as one line.
         """
+        bars = W.Output()
+        self.progress.children = (bars,)
         failure = None
-        with self.output:
-            try:
-                result = evaluate(**args, progress=True)
-            except Exception as e:  # noqa: BLE001 - re-raised below, outside the capture
-                failure = e
+        try:
+            with bars:
+                try:
+                    result = evaluate(**args, progress=True)
+                except Exception as e:  # noqa: BLE001 - re-raised below, outside the capture
+                    failure = e
+        finally:
+            self.progress.children = ()
         if failure is not None:
             raise failure
         return result

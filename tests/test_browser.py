@@ -138,6 +138,45 @@ _ALL_CELLS_RAN = """() => {
 }"""
 
 
+# Watches the dashboard while Run works: was the button ever disabled, did a progress bar show?
+_WATCH = """() => {
+  const d = document.querySelector('.d2t-dashboard');
+  window._d2t = {disabled: false, bar: false};
+  const bar = '.widget-hprogress, progress';
+  const seen = (records) => {
+    if (d.querySelector('button.d2t-run').disabled) window._d2t.disabled = true;
+    if (d.querySelector('.d2t-progress').querySelector(bar)) window._d2t.bar = true;
+    for (const r of records) for (const n of r.addedNodes)  // a bar added and gone in one batch
+      if (n.nodeType === 1 && n.closest('.d2t-progress') && (n.matches(bar) || n.querySelector(bar)))
+        window._d2t.bar = true;
+  };
+  window._d2tObserver && window._d2tObserver.disconnect();
+  window._d2tObserver = new MutationObserver(seen);
+  window._d2tObserver.observe(d, {subtree: true, childList: true, attributes: true});
+}"""
+_DONE = """(reading) => {
+  const d = document.querySelector('.d2t-dashboard');
+  const o = d.querySelector('.d2t-output');
+  return !d.querySelector('button.d2t-run').disabled
+    && o.querySelectorAll('table').length === 1 && o.querySelectorAll('img').length === 1
+    && new RegExp(reading + ' reading: top-1').test(o.innerText);
+}"""
+
+
+def _run_and_wait(page, dash, reading: str, dl: Deadline) -> str:
+    """Click Run; wait for one table + one figure under this reading's headline; return the text."""
+    page.evaluate(_WATCH)
+    dash.locator("button.d2t-run").click()
+    page.wait_for_function(_DONE, arg=reading, timeout=dl.left_ms(90))
+    out = dash.locator(".d2t-output")
+    text = out.inner_text()
+    assert out.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0, text
+    watched = page.evaluate("() => window._d2t")
+    assert watched["disabled"], "the Run button did not disable itself while running"
+    assert watched["bar"], "no progress bar showed while running"
+    return text
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_dashboard_in_jupyterlab(tmp_path, request):
@@ -155,6 +194,7 @@ def test_dashboard_in_jupyterlab(tmp_path, request):
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        page = None
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
             page.goto(f"{lab['base']}/lab/tree/notebooks/{NOTEBOOK}?token={lab['token']}",
@@ -189,31 +229,28 @@ def test_dashboard_in_jupyterlab(tmp_path, request):
             dash.scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "01_before_run.png"))
 
-            # Click Run; wait for the accuracy table and the figure in the output area.
-            run = dash.locator("button.d2t-run")
-            run.click()
-            out = dash.locator(".d2t-output")
-            out.locator("table").first.wait_for(state="visible", timeout=dl.left_ms(90))
-            out.locator("img").first.wait_for(state="visible", timeout=dl.left_ms(30))
-            page.wait_for_function(
-                "() => !document.querySelector('.d2t-dashboard button.d2t-run').disabled", timeout=dl.left_ms(30)
-            )
-            text = out.inner_text()
-            assert out.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0, text
+            # Click Run: the button disables itself and a progress bar shows while it runs; then
+            # the accuracy table and the figure appear in the output area.
+            text = _run_and_wait(page, dash, "offset", dl)
             m = re.search(r"offset reading: top-1 ([\d.]+) %", text)
-            assert m, f"no top-1 headline in the output area:\n{text}"
-            assert float(m.group(1)) >= 60.0, text
-            assert re.search(r"top-1 %", out.locator("table").first.inner_text())
-            img = out.locator("img").first
-            assert img.evaluate("i => i.naturalWidth") > 100
-
-            dash.scroll_into_view_if_needed()
+            assert m and float(m.group(1)) >= 60.0, text
+            out = dash.locator(".d2t-output")
+            assert "top-1 %" in out.locator("table").inner_text()
+            assert out.locator("img").evaluate("i => i.naturalWidth") > 100
             page.screenshot(path=str(shots / "02_after_run.png"))
             dash.screenshot(path=str(shots / "dashboard.png"))
+
+            # Switch the reading in the browser and run again: the output is replaced, not appended.
+            dash.locator(".widget-toggle-buttons button", has_text="absolute").click()
+            text = _run_and_wait(page, dash, "absolute", dl)
+            m = re.search(r"absolute reading: top-1 ([\d.]+) %", text)
+            assert m and float(m.group(1)) <= 5.0, text
+            assert "offset reading" not in text, text
+            page.screenshot(path=str(shots / "03_absolute.png"))
         except BaseException:
-            # Keep what the page looked like for whoever reads the failure.
-            page.screenshot(path=str(shots / "failure.png"))
-            (shots / "failure.html").write_text(page.content())
+            if page is not None:  # keep what the page looked like for whoever reads the failure
+                page.screenshot(path=str(shots / "failure.png"))
+                (shots / "failure.html").write_text(page.content())
             raise
         finally:
             browser.close()

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from conftest import SAMPLES
-from helpers.checkpoint import torch_load
-from helpers.samples import sample_files
+from helpers.samples import load_sample, sample_files
 from helpers.widgets import Dashboard, available_devices, find_sample_folders
 
 CKPT = SAMPLES / "tiny_draft_sglang"
@@ -48,7 +47,7 @@ def _dash(**kw) -> Dashboard:
 
 @pytest.fixture
 def dash():
-    return _dash()
+    return _dash(max_samples=16)  # 16 per split keeps each Run to a second or two
 
 
 def _assert_ran(dash, reading: str) -> None:
@@ -123,7 +122,8 @@ def test_summary_follows_the_chosen_checkpoint(dash):
 
 
 # -- running ------------------------------------------------------------------------------------
-def test_offset_then_absolute_replaces_the_output(dash):
+def test_offset_then_absolute_replaces_the_output():
+    dash = _dash()  # every bundled sample
     seen = []
     dash.run_button.observe(lambda ch: seen.append(ch["new"]), names="disabled")
     dash.reading.value = "offset"
@@ -177,22 +177,23 @@ def test_missing_path_shows_one_line(dash):
 
 @pytest.fixture
 def wide_samples(tmp_path):
-    """Real sample files whose hidden states are twice as wide as the checkpoint expects."""
-    src = sample_files(HS / "val")[0]
-    obj = torch_load(src, mmap=False)
-    obj = dict(obj, hidden_state=torch.cat([obj["hidden_state"]] * 2, -1),
-               aux_hidden_state=torch.cat([obj["aux_hidden_state"]] * 2, -1))
+    """A real sample file whose hidden states are twice as wide as the checkpoint expects."""
+    s = load_sample(sample_files(HS / "val")[0])
     folder = tmp_path / "wide_hidden_states"
     (folder / "rows_0-1").mkdir(parents=True)
-    torch.save(obj, folder / "rows_0-1" / "data_0.ckpt")
-    return folder
+    torch.save({
+        "input_ids": s.input_ids, "loss_mask": s.loss_mask,
+        "hidden_state": torch.cat([s.hidden_state] * 2, -1)[None],  # [1, T, 2H]
+        "aux_hidden_state": torch.cat([s.aux_hidden_state] * 2, -1)[None],  # [1, T, 6H]
+    }, folder / "rows_0-1" / "data_0.ckpt")
+    return folder, 2 * s.aux_hidden_state.shape[-1]
 
 
 def test_mismatched_samples_show_one_line_and_controls_keep_working(dash, wide_samples):
-    width = 2 * torch_load(sample_files(HS / "val")[0], mmap=False)["aux_hidden_state"].shape[-1]
-    dash.samples.value = str(wide_samples)
+    folder, width = wide_samples
+    dash.samples.value = str(folder)
     dash.run_button.click()
-    _assert_one_line_error(dash, "data_0.ckpt", str(width))
+    _assert_one_line_error(dash, "data_0.ckpt", f"width {width}")
     dash.samples.value = str(HS)
     dash.reading.value = "none"
     dash.run_button.click()
