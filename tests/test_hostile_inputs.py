@@ -403,6 +403,12 @@ CASES = [
     Case("sample-fifo", lambda d, m: (os.mkfifo(_mk(d, "rows_0-1") / "data_0.ckpt"), d)[1],
          r"holds no hidden-state samples", "sample-fifo", reader="samples"),
     Case("samples-folder-without-samples", lambda d, m: _mk(d, "no_samples"), r"holds no hidden-state samples", "no_samples", reader="samples"),
+    # samples that are fine alone but do not fit the draft (helpers.evaluate.evaluate) -----------------
+    Case("sample-ids-beyond-target-vocab", lambda d, m: sample_folder(d, sample_dict(input_ids=torch.tensor([1, 2, 3, 10**6, 4]))),
+         r"input_ids holds token id 1000000, outside the target vocab of 16", "data_0.ckpt", reader="evaluate"),
+    Case("sample-width-not-the-drafts", lambda d, m: sample_folder(d, sample_dict(
+             hidden_state=torch.zeros(1, 5, 2 * sample_width()), aux_hidden_state=torch.zeros(1, 5, 6 * sample_width()))),
+         r"aux_hidden_state width 48 does not match the checkpoint: expected 24", "data_0.ckpt", reader="evaluate"),
     # draft checkpoints (helpers.draft.load_draft) -------------------------------------------------
     Case("draft-missing-fc", lambda d, m: draft_folder(d, drop=("fc.weight",)), r"has no fc", "model.safetensors", reader="draft"),
     Case("draft-missing-lm-head", lambda d, m: draft_folder(d, drop=("lm_head.weight",)), r"has no lm_head", "model.safetensors", reader="draft"),
@@ -410,7 +416,7 @@ CASES = [
          r"loading needs about \d+\.\d+ GiB on cpu in torch\.float32 but only \d+\.\d+ GiB is free", "huge_draft", reader="draft"),
 ]
 
-MODULES = {"mapping": "helpers.checkpoint", "samples": "helpers.samples", "draft": "helpers.draft"}
+MODULES = {"mapping": "helpers.checkpoint", "samples": "helpers.samples", "draft": "helpers.draft", "evaluate": "helpers.evaluate"}
 
 
 def module_available(reader: str) -> bool:
@@ -432,7 +438,7 @@ def cli_commands(case: Case, path: Path) -> list[tuple[str, list[str]]]:
         out.append(("inspect", ["inspect", str(path)]))
         if case.doctor and command_available("doctor"):
             out.append(("doctor", ["doctor", str(path)]))
-    elif case.reader == "samples" and command_available("evaluate"):
+    elif case.reader in ("samples", "evaluate") and command_available("evaluate"):
         out.append(("evaluate", ["evaluate", str(root / "_good" / "draft"), "--samples", str(path), "--device", "cpu"]))
     elif case.reader == "draft" and command_available("evaluate"):
         # (the doctor reads headers only: an incomplete draft is a finding there, not bad input)
@@ -455,6 +461,10 @@ def api_call(case: Case, path: Path):
         from helpers.samples import iter_samples
 
         return list(iter_samples(path))
+    if case.reader == "evaluate":
+        from helpers.evaluate import evaluate
+
+        return evaluate(_corpus_root(path) / "_good" / "draft", path, device="cpu", progress=False)
     from helpers.draft import load_draft
 
     return load_draft(path, device="cpu", dtype=torch.float32)
