@@ -364,13 +364,16 @@ def test_fix_bundled_speculators_sample(good, tmp_path):
     res = fix_checkpoint(spec, tmp_path / "spec_fixed", "sglang")
     assert res.ok, [f for f in res.findings if f.severity == "error"]
     assert _hashes(spec) == before
-    ref = load_draft(GOOD_SAMPLE, device="cpu", dtype=torch.float32)
+    # the same weights as before the fix (the kit's loader reads layers.0.* and d2t.npy itself), and
+    # the SGLang-style sample's mapping; embed_tokens comes from the target (fp32, not the sample's bf16)
+    ref = load_draft(spec, device="cpu", dtype=torch.float32, embed_from=TARGET_SAMPLE)
     got = load_draft(res.dst, device="cpu", dtype=torch.float32, embed_from=TARGET_SAMPLE)
     g = torch.Generator().manual_seed(2)
     aux = torch.randn(1, 9, 3 * ref.config.target_hidden_size, generator=g)  # [B, T, 3Ht]
     ids = torch.randint(0, ref.config.vocab_size, (1, 9), generator=g)  # [B, T]
     assert torch.equal(got(aux, ids), ref(aux, ids))
-    assert torch.equal(got.d2t, ref.d2t)
+    assert torch.equal(got.d2t, load_draft(GOOD_SAMPLE, device="cpu").d2t)
+    assert {k for k in open_checkpoint(res.dst).tensors.keys()} >= {"d2t", "t2d", "midlayer.self_attn.q_proj.weight"}
 
 
 def test_fix_from_pytorch_model_bin(good, tmp_path):
