@@ -690,14 +690,15 @@ def _write_shards(tensors: list[tuple[str, callable]], folder: Path, max_shard: 
     return names
 
 
-def fix_checkpoint(src, dst, engine: str = "all", *, check_weights: bool = True) -> FixResult:
+def fix_checkpoint(src, dst, engine: str = "all", target_config=None, *, check_weights: bool = True) -> FixResult:
     """Write a corrected copy of the checkpoint folder `src` to `dst` (which must not exist).
 
     `src` is only read. Fixes: absolute d2t ids -> offsets; d2t/t2d held only beside the weights
     -> into the weights; t2d added when missing; decoder-layer keys renamed for `engine`
     (`midlayer.*` for sglang/all, `layers.0.*` for vllm) and `model.` prefixes dropped;
     `draft_vocab_size` added to config.json when missing. Other files are copied. Everything is
-    written into a temporary folder beside `dst` and renamed at the end.
+    written into a temporary folder beside `dst` and renamed at the end. `target_config` is
+    passed to the doctor that checks the copy.
     """
     _engines(engine)
     src, dst = Path(src), Path(dst)
@@ -798,7 +799,7 @@ def fix_checkpoint(src, dst, engine: str = "all", *, check_weights: bool = True)
                     torch.save(val, tmp / p.name)
         if cfg is not None:
             (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        after = diagnose(tmp, engine, check_weights=check_weights)
+        after = diagnose(tmp, engine, target_config, check_weights=check_weights)
         if dst.exists():
             raise BadInputError(dst, "appeared while the fixed copy was written; nothing was overwritten")
         os.rename(tmp, dst)

@@ -23,10 +23,11 @@ def add_arguments(p) -> None:
     p.add_argument("dst", help="new folder to write (must not exist)")
     p.add_argument("--engine", choices=["sglang", "vllm", "all"], default="all",
                    help="the engine the copy is for (default: all)")
+    p.add_argument("--target-config", metavar="FILE", help="the target's config.json, for the doctor run on the copy")
 
 
 def run(args) -> int:
-    r = fix_checkpoint(args.src, args.dst, args.engine)
+    r = fix_checkpoint(args.src, args.dst, args.engine, args.target_config)
     print(f"wrote {r.dst}")
     for c in r.changes:
         print(f"  - {c}")
