@@ -405,7 +405,15 @@ def _check_keys(c: _Ctx) -> None:
         rejected = [k for k in keys if not engine_accepts(e, k)]
         if e == "sglang":
             layer_skips = [k for k in rejected if parse_key(k).layout]
-            others = [k for k in rejected if k not in layer_skips]
+            head_skips = [k for k in rejected if not parse_key(k).layout and _known(parse_key(k))]
+            others = [k for k in rejected if k not in layer_skips and k not in head_skips]
+            if head_skips:
+                c.add(
+                    "key-layout", "error",
+                    f"SGLang would silently skip {', '.join(head_skips)}: it looks a name up as NAME or model.NAME "
+                    "and its head is lm_head.weight, so the draft-vocab head would keep random weights",
+                    "rename model.lm_head.weight to lm_head.weight: python -m helpers fix SRC DST",
+                )
             if layer_skips:
                 c.add(
                     "key-layout", "error",

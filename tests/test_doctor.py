@@ -244,6 +244,10 @@ def test_layers0_is_fine_for_vllm_and_model_prefix_is_not(good, tmp_path):
     pre = variant(good, tmp_path / "pre", lambda t: {("model." + k if not k.startswith("lm_head") and k not in ("d2t", "t2d")
                                                         else k): v for k, v in t.items()})
     assert not has_error(diagnose(pre, "sglang"))  # SGLang looks names up as NAME or model.NAME
+    head = variant(good, tmp_path / "head", lambda t: {("model." + k if k == "lm_head.weight" else k): v for k, v in t.items()})
+    assert any(f.code == "key-layout" and f.severity == "error" and "lm_head" in f.message for f in diagnose(head, "sglang"))
+    fixed = fix_checkpoint(head, tmp_path / "head_fixed")
+    assert fixed.ok and "lm_head.weight" in open_checkpoint(fixed.dst).tensors.keys()
     f = [f for f in diagnose(pre, "vllm") if f.code == "key-layout" and f.severity == "error"]
     assert f and "model." in f[0].message
 
