@@ -3,7 +3,8 @@
 python scripts/make_logs.py [--out data_samples/logs]
 
 Three handwritten-by-script logs in the engines' own line formats (see helpers/logs.py), with
-accept lengths drawn from helpers.simulate so that the numbers hang together:
+accept lengths drawn from the tree model of helpers.simulate (`build_tree`) so that the numbers
+hang together:
 
 - sglang.log: current SGLang, `--speculative-num-steps 5 --speculative-eagle-topk 4
   --speculative-num-draft-tokens 16`, one request at a time, per-token acceptance ~0.21, which
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.simulate import rate_for_accept_length, simulate_chain, simulate_tree
+from helpers.simulate import build_tree, rate_for_accept_length
 
 BASELINE_TPS = 90.0
 STEP_COST = 1.9 * 90.0 / 46.7  # decode steps per speculative step, from the investigation
@@ -48,7 +49,10 @@ def sglang_log(rng: np.random.Generator, old: bool) -> list[str]:
     if old:
         lines.append(f"{stamp()} Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, avail mem=21.30 GB")
     lines.append(f"{stamp()} The server is fired up and ready to roll!")
-    seed = 0
+    # accept-length law of the tree: P(L >= d + 1) = sum of the path probabilities at depth d
+    tree = build_tree(rate, steps, topk, ntok)
+    reach = np.array([1.0] + [tree.prob[tree.depth == d].sum() for d in range(1, steps + 1)])  # [steps + 1]
+    p_len = reach - np.append(reach[1:], 0.0)  # P(L = 1 .. steps + 1)
     for req in range(9):
         t += dt.timedelta(seconds=float(rng.uniform(1, 4)))
         prompt = int(rng.integers(300, 1500))
@@ -56,12 +60,10 @@ def sglang_log(rng: np.random.Generator, old: bool) -> list[str]:
                      f"{prompt / max_tokens:.2f}, #running-req: 0, #queue-req: 0, ")
         used = prompt
         for _ in range(int(rng.integers(25, 40))):
-            seed += 1
-            r = simulate_tree(rate, steps, topk, ntok, trials=interval, seed=seed)
-            acc = r.mean
+            acc = float(rng.choice(np.arange(1, steps + 2), size=interval, p=p_len).mean())  # one log interval
             step_time = STEP_COST / BASELINE_TPS * float(rng.normal(1.0, 0.03))  # seconds per spec step
             t += dt.timedelta(seconds=interval * step_time)
-            used += int(r.mean * interval)
+            used += int(acc * interval)
             tps = acc * interval / (interval * step_time)
             head = f"{stamp()} Decode batch. " if old else f"{stamp()} Decode batch, "
             body = f"#running-req: 1, #token: {used}, token usage: {used / max_tokens:.2f}, accept len: {acc:.2f}, "
