@@ -128,9 +128,10 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
     if samples is not None:
         from helpers.samples import iter_samples
 
-        n = sum(1 for _ in iter_samples(samples))
+        splits = sorted(p for p in samples.iterdir() if p.is_dir()) or [samples]  # train/, val/
+        n = sum(1 for split in splits for _ in iter_samples(split))
         assert n > 0
-        ran.append(f"iter_samples ({n} samples)")
+        ran.append(f"iter_samples ({n} samples in {len(splits)} splits)")
         if good.exists():
             from helpers.evaluate import evaluate
 
@@ -145,7 +146,7 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
                 rep = replay(good, samples, steps=2, device="cpu", max_samples=2, progress=False)
                 assert rep is not None
                 ran.append("replay")
-            r = run_cli("evaluate", str(good), "--samples", str(samples), "--device", "cpu", "--steps", "1", "--json")
+            r = run_cli("evaluate", str(good), "--samples", str(samples), "--device", "cpu", "--steps", "1", "--max-samples", "2", "--json")
             assert r.returncode == 0, r.stderr
             ran.append("evaluate CLI")
     else:
