@@ -192,15 +192,9 @@ class Dashboard:
         ])
         self.widget.add_class("d2t-dashboard")
 
-        self.rescan()
-        if checkpoint is not None:
-            self.checkpoint.value = str(checkpoint)
-        elif self.checkpoint.options:
-            self.checkpoint.value = self.checkpoint.options[0]
-        if samples is not None:
-            self.samples.value = str(samples)
-        elif self.samples.options:
-            self.samples.value = self.samples.options[0]
+        self.rescan()  # nothing is preselected unless asked: the first folder found may be no draft
+        self.checkpoint.value = "" if checkpoint is None else str(checkpoint)
+        self.samples.value = "" if samples is None else str(samples)
 
     def _ipython_display_(self):  # `dash` alone in a cell shows the dashboard
         from IPython.display import display

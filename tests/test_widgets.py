@@ -76,13 +76,17 @@ def _assert_one_line_error(dash, *needles: str) -> str:
 
 # -- the controls -------------------------------------------------------------------------------
 def test_pickers_list_what_is_under_the_root():
-    d = Dashboard(root=SAMPLES)
+    d = Dashboard()  # default root: the repository's data_samples/
+    assert d.root.value == str(SAMPLES)
     assert str(CKPT) in d.checkpoint.options
     assert str(SAMPLES / "kimi_k25_mapping") in d.checkpoint.options  # mapping-only folders too
     assert str(HS) in d.samples.options and str(HS / "val") in d.samples.options
     assert str(CKPT) not in d.samples.options
-    # preselected: the first of each list, and its inspect summary is shown
-    assert d.checkpoint.value == d.checkpoint.options[0] and d.samples.value == d.samples.options[0]
+    # nothing preselected; Run says what is missing, in one line
+    assert d.checkpoint.value == "" and d.samples.value == "" and d.summary.value == ""
+    d.run_button.click()
+    _assert_one_line_error(d, "choose a checkpoint")
+    d.checkpoint.value = d.checkpoint.options[0]  # picking one shows its inspect summary
     assert "verdict:" in d.summary.value
 
 
@@ -208,3 +212,15 @@ def test_draft_without_embed_tokens_needs_embed_from(dash):
     dash.run_button.click()
     _assert_ran(dash, "offset")
     assert dash.result.overall.readings["offset"].top1 >= 0.60
+
+
+def test_memory_estimate_refusal_shows_one_line(dash, tmp_path):
+    from test_hostile_inputs import sparse_huge_draft  # ~257 GiB declared, sparse on disk
+
+    huge = sparse_huge_draft(tmp_path)
+    dash.checkpoint.value = str(huge)
+    dash.run_button.click()
+    _assert_one_line_error(dash, str(huge), "GiB")
+    dash.checkpoint.value = str(CKPT)
+    dash.run_button.click()
+    _assert_ran(dash, "offset")
