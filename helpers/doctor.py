@@ -68,6 +68,7 @@ LAYER_PARAMS = (
 )
 LAYER_OPTIONAL = tuple(f"self_attn.{p}_proj.bias" for p in "qkvo")
 TOP_PARAMS = ("embed_tokens.weight", "fc.weight", "norm.weight")
+MAX_VOCAB = 1 << 24  # no tokenizer comes near; a larger vocab_size in a config is a typo or hostile
 CHUNK_BYTES = 32 << 20  # rows read at once by the NaN/Inf scan
 
 
@@ -737,6 +738,9 @@ def fix_checkpoint(src, dst, engine: str = "all", target_config=None, *, check_w
     flat = flat_config(cfg) if cfg else {}
     target_vocab = flat.get("vocab_size") if isinstance(flat.get("vocab_size"), int) else (
         int(t2d.shape[0]) if t2d is not None else None)
+    if target_vocab is not None and not 0 < target_vocab <= MAX_VOCAB:
+        raise BadInputError(ck.config_path or src, f"vocab_size={target_vocab} is not a plausible vocab size; "
+                            "refusing to build a t2d of that length (correct config.json first)")
     if d2t is not None and t2d is None and target_vocab is not None:
         try:
             t2d = VocabMapping(d2t, target_vocab_size=target_vocab).t2d_from("offset")
@@ -782,7 +786,10 @@ def fix_checkpoint(src, dst, engine: str = "all", target_config=None, *, check_w
              and p.resolve() not in weight_files]
     if stale:
         changes.append(f"not copied: {', '.join(stale)} (weight files the checkpoint does not load from)")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    except OSError as e:
+        raise BadInputError(dst.parent, f"cannot create a folder here ({e.strerror or e})") from None
     try:
         _write_shards(plan, tmp)
         for p in sorted(src.iterdir()):
