@@ -93,6 +93,7 @@ class DraftConfig:
         rope_theta, scaling = _rope_from(flat, where)
         eagle = flat.get("eagle_config") or {}
         aux = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+        aux = aux or flat.get("eagle_aux_hidden_state_layer_ids")  # speculators keeps it at the top
         return cls(
             hidden_size=H,
             num_attention_heads=heads,
@@ -334,7 +335,7 @@ def _canonical_keys(ck: Checkpoint) -> dict[str, str]:
             if p == "midlayer":
                 canon = "midlayer." + ".".join(parts[i + 1:])
                 break
-            if p == "layers" and i + 1 < len(parts):
+            if p == "layers" and i + 1 < len(parts) and parts[i + 1].isdigit():
                 if parts[i + 1] != "0":
                     raise BadInputError(
                         ck.tensors.file_of(k),
