@@ -9,11 +9,8 @@ Layout: `FOLDER/rows_{g}-{g+N}/data_{i}.ckpt` (or `.ckpt.gz`), each a `torch.sav
 from __future__ import annotations
 
 import gzip
-import io
 import os
-import pickle
 import re
-import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,17 +70,16 @@ def load_sample(path: str | os.PathLike, expect_aux_width: int | None = None) ->
     path = Path(path)
     if path.name.endswith(".gz"):
         try:
-            raw = gzip.decompress(path.read_bytes())
+            packed = path.read_bytes()
+        except OSError as e:
+            raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
+        try:
+            raw = gzip.decompress(packed)
         except (OSError, EOFError, zlib.error) as e:
             raise BadInputError(path, f"corrupt gzip data ({type(e).__name__}: {e})") from None
         if not raw:
             raise BadInputError(path, "decompresses to nothing")
-        try:
-            obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            raise BadInputError(path, f"refused or unreadable torch data ({str(e).splitlines()[0][:160]})") from None
-        except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, TypeError, KeyError, OSError) as e:
-            raise BadInputError(path, f"not a readable torch file ({type(e).__name__}: {str(e)[:160]})") from None
+        obj = torch_load(path, data=raw)  # weights_only=True, from memory
     else:
         obj = torch_load(path)
     return _check(path, obj, expect_aux_width)
