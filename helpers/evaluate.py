@@ -10,9 +10,11 @@ validation.
 Alignment (design.md section 2). At position t the draft sees the aux hidden states of t and the
 embedding of token t+1 and drafts token t+2; drafting step j (fed with its own output and the
 embedding of its own previous draft, mapped to a target id under the reading being tested)
-drafts token t+2+j. A label counts where `loss_mask` is 1 *at the label's own position* t+2+j:
-SpecForge masks the shifted loss, and the label is the token the mask speaks about. With a
-target head (final norm + lm_head of the target) the draft is also scored against the target's
+drafts token t+2+j. By default a label counts where `loss_mask` is 1 *at the label's own
+position* t+2+j: the label is the token the mask speaks about (an assistant token). SpecForge's
+trainer instead masks the output at t with loss_mask[t+j] (it shifts input_ids and the target
+logits left before step 0, but loss_mask only between steps); `mask_at="position"` reproduces
+that. The two differ only at the edges of the masked spans. With a target head (final norm + lm_head of the target) the draft is also scored against the target's
 own argmax at position t+1+j, which is what SpecForge reports as accuracy.
 
 `draft_predictions` is the reusable core: per sample, the drafted target ids for k steps with
@@ -34,6 +36,7 @@ from .errors import BadInputError
 from .mapping import READINGS, to_target_ids
 
 ENGINE_READING = "offset"  # SGLang, vLLM and TensorRT-LLM all read d2t as offsets
+MASK_AT = ("label", "position")  # whose loss_mask decides if step j at position t counts
 SPLIT_NAMES = {"train": ("train",), "val": ("val", "validation", "valid", "eval", "test")}
 NEAR_ZERO = 0.05  # top-1 at or below this on trained-on data: "scores nothing"
 GOOD = 0.30  # a reading at or above this is "the working one" when the engines' one scores
@@ -201,7 +204,8 @@ def _shifted(x: torch.Tensor, by: int, fill) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def _predict_batch(model, batch: list, steps: int, readings, topk: int, head: TargetHead | None):
+def _predict_batch(model, batch: list, steps: int, readings, topk: int, head: TargetHead | None,
+                   mask_at: str = "label"):
     """Run the draft on one padded batch for every reading.
 
     Returns (lengths [B], {reading: pred [B, T, K, topk]}, labels [B, T, K], mask [B, T, K],
@@ -224,7 +228,9 @@ def _predict_batch(model, batch: list, steps: int, readings, topk: int, head: Ta
     next_ids = _shifted(ids, 1, 0)  # [B, T] token t+1 (0 past the end: never scored)
     padded_ids = ids.masked_fill(~valid, -1)
     labels = torch.stack([_shifted(padded_ids, 2 + j, -1) for j in range(steps)], -1)  # [B, T, K]
-    mask = torch.stack([_shifted(lmask & valid, 2 + j, False) for j in range(steps)], -1)  # [B, T, K]
+    at = 2 if mask_at == "label" else 0  # loss_mask of the label t+2+j, or of the position t+j
+    mask = torch.stack([_shifted(lmask & valid, at + j, False) for j in range(steps)], -1)  # [B, T, K]
+    mask &= labels >= 0
     tlabels = None
     if head is not None:
         hid = torch.zeros(B, T, head.hidden_size, dtype=dtype, device=device)  # [B, T, H]
@@ -248,6 +254,12 @@ def _predict_batch(model, batch: list, steps: int, readings, topk: int, head: Ta
             per_step.append(to_target_ids(top, None if r == "none" else d2t, r).cpu())
         preds[r] = torch.stack(per_step, 2)  # [B, T, K, topk]
     return lengths, preds, labels, mask, tlabels
+
+
+def _check_mask_at(mask_at: str) -> str:
+    if mask_at not in MASK_AT:
+        raise ValueError(f"mask_at={mask_at!r}; expected one of {MASK_AT}")
+    return mask_at
 
 
 def _as_model(checkpoint, device=None, dtype=None, embed_from=None):
@@ -303,7 +315,8 @@ def _cpu_threads(model):
             torch.set_num_threads(before)
 
 
-def _iter_batches(model, samples, *, steps, readings, topk, batch_size, max_samples, head, progress, desc):
+def _iter_batches(model, samples, *, steps, readings, topk, batch_size, max_samples, head, progress, desc,
+                  mask_at="label"):
     aux_w_cfg, vocab, _ = _sizes(model)
     aux_width = 3 * aux_w_cfg
     total = _count_files(samples, max_samples)
@@ -320,7 +333,7 @@ def _iter_batches(model, samples, *, steps, readings, topk, batch_size, max_samp
     try:
         for batch in _batches(checked(), batch_size):
             with _cpu_threads(model):
-                out = _predict_batch(model, batch, steps, readings, topk, head)
+                out = _predict_batch(model, batch, steps, readings, topk, head, mask_at)
             yield batch, out
             bar.update(len(batch))
     finally:
@@ -338,14 +351,17 @@ def draft_predictions(
     max_samples: int | None = None,
     target_head: TargetHead | None = None,
     progress: bool = False,
+    mask_at: str = "label",
 ) -> Iterator[Predictions]:
     """Per sample: the target ids the draft drafts for `steps` steps from every position.
 
     `model` is a loaded `Eagle3Draft` (`helpers.draft.load_draft`); `samples` a samples folder
     or an iterable of `helpers.samples.Sample`. Step j >= 1 feeds back the step j-1 draft mapped
     to a target id under `reading`. Yields `Predictions` (on the CPU) with `pred [T, steps, topk]`,
-    `labels [T, steps]` (token t+2+j, -1 past the end) and `mask [T, steps]` (label's loss_mask);
-    a chain from position t is accepted up to the first j where `pred[t, j, 0] != labels[t, j]`.
+    `labels [T, steps]` (token t+2+j, -1 past the end) and `mask [T, steps]` (where the label
+    exists and its loss_mask is 1; `mask_at="position"`: where loss_mask[t+j] is 1, SpecForge's
+    literal choice); a chain from position t is accepted up to the first j where
+    `pred[t, j, 0] != labels[t, j]`.
     """
     if reading not in READINGS:
         raise ValueError(f"unknown reading {reading!r}; expected one of {READINGS}")
@@ -354,6 +370,7 @@ def draft_predictions(
     for batch, (lengths, preds, labels, mask, tl) in _iter_batches(
         model, samples, steps=steps, readings=[reading], topk=topk, batch_size=batch_size,
         max_samples=max_samples, head=target_head, progress=progress, desc=f"drafting ({reading})",
+        mask_at=_check_mask_at(mask_at),
     ):
         for b, s in enumerate(batch):
             n = lengths[b]
@@ -481,6 +498,7 @@ class EvalResult:
     splits: dict = field(default_factory=dict)  # "train"/"val" -> SplitScores
     warnings: list = field(default_factory=list)
     has_d2t: bool = True
+    mask_at: str = "label"
     target_head: str | None = None
 
     # the numbers the conclusion rests on
@@ -589,6 +607,7 @@ class EvalResult:
             "checkpoint": self.checkpoint, "samples": self.samples, "device": self.device,
             "dtype": self.dtype, "steps": self.steps, "topk": self.topk,
             "engine_reading": ENGINE_READING, "has_d2t": self.has_d2t, "target_head": self.target_head,
+            "mask_at": self.mask_at,
             "warnings": list(self.warnings),
         }
         d.update(self.overall.to_dict())
@@ -673,14 +692,18 @@ def evaluate(
     target_head=None,
     progress: bool = True,
     batch_size: int = 8,
+    mask_at: str = "label",
 ) -> EvalResult:
     """Score a draft (path or loaded `Eagle3Draft`) over a samples folder under each reading.
 
     `samples` may hold `train/` and `val/` subfolders: each is scored (up to `max_samples`
     samples each) and reported side by side, and pooled at the top level. `target_head` (a target
     model folder with final norm + lm_head, or a `TargetHead`) adds scores against the target's
-    own argmax. A draft without d2t is scored under 'none' only, with a warning.
+    own argmax. A draft without d2t is scored under 'none' only, with a warning. `mask_at`:
+    'label' (default) scores step j at t where loss_mask[t+2+j] is 1; 'position' where
+    loss_mask[t+j] is 1, as SpecForge's trainer masks (it shifts loss_mask once per step only).
     """
+    _check_mask_at(mask_at)
     if steps < 1 or topk < 1:
         raise ValueError("steps and topk must be at least 1")
     readings = list(dict.fromkeys(readings))
@@ -711,7 +734,7 @@ def evaluate(
         cnt = _Counter(readings, steps, sets, true, head is not None)
         for _, out in _iter_batches(
             model, folder, steps=steps, readings=readings, topk=topk, batch_size=batch_size,
-            max_samples=max_samples, head=head, progress=progress, desc=f"scoring {split}",
+            max_samples=max_samples, head=head, progress=progress, desc=f"scoring {split}", mask_at=mask_at,
         ):
             cnt.add(*out)
         if cnt.samples == 0:
@@ -724,7 +747,7 @@ def evaluate(
         samples=str(samples) if isinstance(samples, (str, os.PathLike)) else "(samples)",
         readings=readings, steps=steps, topk=topk, device=str(dev), dtype=str(dt).removeprefix("torch."),
         overall=overall.scores(), splits={k: c.scores() for k, c in counters.items()},
-        warnings=notes, has_d2t=has_d2t, target_head=None if head is None else head.path,
+        warnings=notes, has_d2t=has_d2t, target_head=None if head is None else head.path, mask_at=mask_at,
     )
 
 

@@ -269,6 +269,12 @@ def test_predictions_labels_and_mask(hand):
         # step-0 predictions at masked positions are exactly the labels (the draft is exact there)
         m = p.mask[:, 0]
         assert torch.equal(p.pred[m, 0, 0], p.labels[m, 0])
+    # SpecForge's literal masking: the loss_mask of position t+j (where the label exists)
+    for p, s in zip(draft_predictions(model, hand["samples"], steps=2, mask_at="position"), samples):
+        T = s.input_ids.numel()
+        for j in range(2):
+            want = [t + 2 + j < T and bool(s.loss_mask[t + j]) for t in range(T)]
+            assert p.mask[:, j].tolist() == want
 
 
 def test_k_steps_feed_back_the_mapped_draft(hand, world, tmp_path):

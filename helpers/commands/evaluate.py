@@ -12,7 +12,7 @@ DESCRIPTION = """\
 Run the draft over SpecForge offline hidden-state samples (rows_*/data_*.ckpt[.gz]) and compare
 its drafts with the real tokens (EAGLE-3 alignment: aux hidden states of t + embedding of token
 t+1 -> token t+2; step k -> token t+2+k, fed its own previous draft), where loss_mask is 1 at the
-label's position. Readings of d2t:
+label's position (--mask-at position: at t+k, as SpecForge's trainer masks). Readings of d2t:
   offset    target_id = i + d2t[i]   (what SGLang, vLLM and TensorRT-LLM do)
   absolute  target_id = d2t[i]       (the bug in hand-written tests)
   none      target_id = i            (no mapping at all)
@@ -20,8 +20,9 @@ A samples folder with train/ and val/ subfolders is scored per split, side by si
 Near-zero accuracy under 'offset' on trained-on data while another reading scores well is a
 mapping bug; train far above validation is a generalisation gap.
 
-JSON (--json): fractions in 0..1. Top level: checkpoint, samples, device, dtype, steps, topk,
-warnings, tokens, coverage, readings{READING: {top1, topk, step_top1[], step_topk[], coverage,
+JSON (--json): fractions in 0..1. Top level (all samples pooled): checkpoint, samples, device,
+dtype, steps, topk, mask_at, has_d2t, warnings, samples_scored, tokens, coverage (share of labels
+in the draft vocab), readings{READING: {top1, topk, step_top1[], step_topk[], coverage,
 covered_top1, covered_topk, tokens, target_top1, target_step_top1}}, splits{train, val: same
 shape}, diagnosis, conclusion.
 
@@ -41,6 +42,9 @@ def add_arguments(p) -> None:
     p.add_argument("--embed-from", default=None, help="target folder/file with embed_tokens.weight, when the draft has none")
     p.add_argument("--target-head", default=None,
                    help="target folder with final norm + lm_head: also score against the target's argmax")
+    p.add_argument("--mask-at", choices=("label", "position"), default="label",
+                   help="whose loss_mask counts step j at position t: the label's (t+2+j, default) or "
+                        "the position's (t+j, as SpecForge's trainer masks)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -80,7 +84,7 @@ def run(args) -> int:
             args.checkpoint, args.samples, readings=readings, steps=args.steps, topk=args.topk,
             device=args.device, dtype=args.dtype, max_samples=args.max_samples, embed_from=args.embed_from,
             target_head=args.target_head, progress=not args.json and sys.stderr.isatty(),
-            batch_size=args.batch_size,
+            batch_size=args.batch_size, mask_at=args.mask_at,
         )
     print(json.dumps(r.to_dict(), indent=2) if args.json else format_report(r))
     return 0
