@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from pathlib import Path
 
 import pytest
@@ -410,7 +409,6 @@ def test_fp32_and_bf16_agree_within_two_points():
         assert abs(x - y) <= 0.02, (x, y)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not BUNDLED.exists(), reason="bundled samples not generated")
 def test_bundled_sample_acceptance():
     r = evaluate(BUNDLED, BUNDLED_SAMPLES, device="cpu", progress=False)
