@@ -164,7 +164,7 @@ class VocabMapping:
             in_range = None if self.target_vocab_size is None else bool(int(t.max()) < self.target_vocab_size)
             matches = None
             if self.t2d is not None:
-                kept = torch.nonzero(self.t2d).flatten()
+                kept = self.t2d_ids
                 matches = bool(kept.numel() == t.numel() and torch.equal(kept, torch.sort(t).values))
             self._readings[name] = Reading(
                 name=name,
@@ -176,6 +176,15 @@ class VocabMapping:
                 max_id=int(t.max()),
             )
         return self._readings[name]
+
+    @property
+    def t2d_ids(self) -> torch.Tensor | None:
+        """The target ids t2d keeps, ascending (computed once)."""
+        if self.t2d is None:
+            return None
+        if getattr(self, "_t2d_ids", None) is None:
+            self._t2d_ids = torch.nonzero(self.t2d).flatten()
+        return self._t2d_ids
 
     # -- structure a person checks by eye -----------------------------------------------------
     @property
@@ -240,9 +249,9 @@ class VocabMapping:
                 return Verdict("offset", tuple(ev + ["only the offset reading reproduces t2d"]))
             if ab.matches_t2d and not off.matches_t2d:
                 return Verdict("absolute", tuple(ev + ["only the absolute reading reproduces t2d"]))
-            reasons = [f"neither reading reproduces t2d ({int(self.t2d.sum()):,} True entries)"]
-            if int(self.t2d.sum()) != n:
-                reasons.append(f"t2d keeps {int(self.t2d.sum()):,} ids but d2t has {n:,} entries")
+            reasons = [f"neither reading reproduces t2d ({self.t2d_ids.numel():,} True entries)"]
+            if self.t2d_ids.numel() != n:
+                reasons.append(f"t2d keeps {self.t2d_ids.numel():,} ids but d2t has {n:,} entries")
             reasons += self._invalid_reasons(off, ab)
             return Verdict("inconsistent", tuple(ev), tuple(reasons))
         if off.valid and ab.valid:
@@ -289,7 +298,7 @@ class VocabMapping:
             "draft_vocab_size": self.draft_vocab_size,
             "target_vocab_size": self.target_vocab_size,
             "has_t2d": self.t2d is not None,
-            "t2d_true": None if self.t2d is None else int(self.t2d.sum()),
+            "t2d_true": None if self.t2d is None else self.t2d_ids.numel(),
             "zero_entries": self.zero_entries,
             "nonzero_entries": self.draft_vocab_size - self.zero_entries,
             "leading_zero_run": self.leading_zero_run,
