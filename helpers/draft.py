@@ -46,6 +46,25 @@ def get_device() -> torch.device:
     return torch.device("cpu")
 
 
+def resolve_device(device=None) -> torch.device:
+    """`device` as a torch.device (None: `get_device()`); a one-line BadInputError when it is not
+    a device name or not present on this machine."""
+    if device is None or device == "":
+        return get_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise BadInputError(None, f"--device {device!r} is not a device name ({e}); use cpu, cuda, cuda:N or mps") from None
+    present = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available() and (dev.index is None or dev.index < torch.cuda.device_count()),
+        "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
+    }.get(dev.type, False)
+    if not present:
+        raise BadInputError(None, f"device {device!r} is not available on this machine (have: {get_device()})")
+    return dev
+
+
 def default_dtype(device) -> torch.dtype:
     """bf16 on cuda, fp32 elsewhere."""
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
@@ -436,7 +455,7 @@ def load_draft(path, device=None, dtype=None, embed_from=None) -> Eagle3Draft:
     Tensors are read one at a time straight to the device in `dtype`. `embed_from` names a
     folder/file holding the target's `embed_tokens.weight` when the draft has none.
     """
-    device = torch.device(device) if device is not None else get_device()
+    device = resolve_device(device)
     dtype = dtype or default_dtype(device)
     ck, cfg, keys = _open(path)
     wfile = ck.tensors.files[0] if ck.tensors.files else ck.path

@@ -279,6 +279,19 @@ class VocabMapping:
     def with_d2t(self, d2t: torch.Tensor) -> VocabMapping:
         return VocabMapping(d2t, self.t2d, target_vocab_size=self.target_vocab_size, sources=self.sources)
 
+    def in_other_encoding(self) -> VocabMapping:
+        """The same kept ids stored the other way: what a misencoded copy of this mapping looks like.
+
+        A mapping whose verdict is `absolute` comes back as offsets (the fix); any other comes back
+        as absolute ids (the misencoding). `t2d`, the sizes and the source files are kept, so the
+        figures of both can be put side by side without a second file.
+        """
+        if self.verdict().encoding == "absolute":
+            d2t = absolute_to_offsets(self.d2t)
+        else:
+            d2t = offsets_to_absolute(self.d2t)
+        return VocabMapping(d2t, self.t2d, target_vocab_size=self.target_vocab_size, sources=self.sources)
+
     def t2d_from(self, reading: str = "offset") -> torch.Tensor:
         """The t2d a given reading implies (needs the target vocab size)."""
         if self.target_vocab_size is None:
@@ -396,10 +409,14 @@ def window_frame(m: VocabMapping, start: int, stop: int):
     """Draft ids start..stop-1 with d2t, both readings, and the gap to the previous kept id.
 
     Shows why repeated offsets are expected: equal consecutive offsets mean consecutive target
-    ids (gap 1), not several draft tokens sharing one target.
+    ids (gap 1), not several draft tokens sharing one target. A window reaching past the end of
+    the draft vocab is moved back inside it.
     """
     import pandas as pd
 
+    width = stop - start
+    start = max(0, min(start, m.draft_vocab_size - width))  # a window past the end slides back
+    stop = min(start + width, m.draft_vocab_size)
     off = m.targets("offset")
     return pd.DataFrame(
         {

@@ -35,6 +35,12 @@ PARAMETER_NAMES = {
     "samples": ("samples", "samples_dir"),
     "engine": ("engine",),
     "output_dir": ("output_dir",),
+    "embed_from": ("embed_from",),
+    "target_config": ("target_config",),
+    "target_head": ("target_head",),
+    # The notebooks compare with a bundled misencoded sample by default; in a report the
+    # comparison is derived from the checkpoint itself (or skipped), so these are emptied.
+    "misencoded": ("misencoded_path", "misencoded_checkpoint"),
 }
 
 
@@ -77,18 +83,18 @@ def environment() -> dict:
     }
 
 
-def notebook_parameters(nb_path: Path, checkpoint, samples, engine, output_dir) -> dict:
-    """Map the report's inputs onto the parameter names this notebook declares."""
+def notebook_parameters(nb_path: Path, values: dict) -> dict:
+    """Map the report's inputs (`PARAMETER_NAMES` keys; None becomes "") onto the parameter
+    names this notebook declares."""
     import papermill as pm
 
     declared = pm.inspect_notebook(str(nb_path))
-    values = {"checkpoint": checkpoint, "samples": samples or "", "engine": engine, "output_dir": output_dir}
     params = {}
     for what, names in PARAMETER_NAMES.items():
         for name in names:
             if name in declared:
-                params[name] = values[what]
-                break
+                value = values.get(what)
+                params[name] = "" if value is None else str(value)
     return params
 
 
@@ -172,7 +178,8 @@ def run_notebook(name: str, out: Path, params_for, checkpoint, timeout: int = 60
 
 
 # -- the numbers for summary.md -------------------------------------------------------------------
-def collect_numbers(checkpoint, samples, engine: str, max_samples: int | None = None) -> dict:
+def collect_numbers(checkpoint, samples, engine: str, max_samples: int | None = None, embed_from=None,
+                    target_config=None) -> dict:
     """Verdict, doctor findings, accuracy per reading and accept length, each section guarded."""
     from .commands.inspect import inspect_path
 
@@ -184,7 +191,7 @@ def collect_numbers(checkpoint, samples, engine: str, max_samples: int | None = 
     try:
         from .doctor import diagnose
 
-        numbers["doctor"] = [f.as_dict() for f in diagnose(checkpoint, engine=engine)]
+        numbers["doctor"] = [f.as_dict() for f in diagnose(checkpoint, engine=engine, target_config=target_config)]
     except BadInputError as e:
         numbers["errors"]["doctor"] = e.one_line()
     if not samples:
@@ -196,7 +203,7 @@ def collect_numbers(checkpoint, samples, engine: str, max_samples: int | None = 
         from .draft import load_draft
         from .evaluate import evaluate
 
-        model = load_draft(checkpoint)
+        model = load_draft(checkpoint, embed_from=embed_from)
         numbers["accuracy"] = evaluate(model, samples, steps=3, max_samples=max_samples, progress=False).to_dict()
         from .simulate import replay
 
@@ -206,6 +213,13 @@ def collect_numbers(checkpoint, samples, engine: str, max_samples: int | None = 
                 continue
             reps[reading] = replay(model, samples, steps=5, reading=reading, max_samples=max_samples, progress=False).to_dict()
         numbers["replay"] = reps
+        from .simulate import chain_expected
+
+        top1 = (numbers["accuracy"].get("readings", {}).get("offset") or {}).get("top1")
+        if top1 is not None:
+            # per-token acceptance ~ step-0 top-1 accuracy; chain of 5, as replayed
+            numbers["predicted_accept_length"] = {"accept_rate": top1, "draft_tokens": 5,
+                                                  "expected": chain_expected(top1, 5)}
     except BadInputError as e:
         numbers["errors"]["accuracy"] = e.one_line()
     return numbers
@@ -253,12 +267,13 @@ def summary_markdown(checkpoint, samples, engine, runs: list[NotebookRun], numbe
     L += ["", "## Accept length", ""]
     rep = numbers.get("replay")
     if rep:
-        L += ["| reading | replayed mean accept length | positions |", "|---|---|---|"]
+        L += ["| reading | replayed mean accept length (5 draft tokens, chain) | positions |", "|---|---|---|"]
         for reading, r in rep.items():
-            L.append(f"| {reading} | {r.get('mean', float('nan')):.2f} | {r.get('count', '-')} |")
-        pred = (acc or {}).get("predicted_accept_length")
+            L.append(f"| {reading} | {r['mean']:.2f} ± {r['stderr']:.2f} | {r['positions']:,} |")
+        pred = numbers.get("predicted_accept_length")
         if pred:
-            L.append(f"\npredicted from per-step accuracy (chain of 5): {pred:.2f}")
+            L.append(f"\npredicted (closed form, per-token acceptance = offset top-1 {_pct(pred['accept_rate'])}, "
+                     f"{pred['draft_tokens']} draft tokens): **{pred['expected']:.2f}**")
     for what, why in numbers["skipped"].items():
         L.append(f"- skipped **{what}**: {why}")
     for what, err in numbers["errors"].items():
@@ -272,29 +287,47 @@ def summary_markdown(checkpoint, samples, engine, runs: list[NotebookRun], numbe
     return "\n".join(L) + "\n"
 
 
+def _existing(path, what: str) -> Path | None:
+    if not path:
+        return None
+    p = Path(path).resolve()
+    if not p.exists():
+        raise BadInputError(p, f"no such {what}")
+    return p
+
+
 def run_report(
     checkpoint,
     out,
     *,
     samples=None,
     engine: str = "all",
+    embed_from=None,
+    target_config=None,
+    target_head=None,
     notebooks=SEQUENCE,
     max_samples: int | None = None,
     progress=print,
 ) -> ReportResult:
-    checkpoint = Path(checkpoint).resolve()
-    if not checkpoint.exists():
-        raise BadInputError(checkpoint, "no such file or folder")
-    samples = Path(samples).resolve() if samples else None
-    if samples is not None and not samples.exists():
-        raise BadInputError(samples, "no such samples folder")
+    checkpoint = _existing(checkpoint, "file or folder")
+    if checkpoint is None:
+        raise BadInputError(None, "no checkpoint given")
+    samples = _existing(samples, "samples folder")
+    embed_from = _existing(embed_from, "embed_tokens file or folder")
+    target_config = _existing(target_config, "target config")
+    target_head = _existing(target_head, "target head folder")
     out = Path(out).resolve()
     if out == checkpoint or checkpoint in out.parents or (samples is not None and (out == samples or samples in out.parents)):
         raise BadInputError(out, "the report must not be written inside the checkpoint or samples folder")
     out.mkdir(parents=True, exist_ok=True)
 
+    values = {
+        "checkpoint": checkpoint, "samples": samples, "engine": engine, "embed_from": embed_from,
+        "target_config": target_config, "target_head": target_head, "misencoded": None,
+    }
+
     def params_for(nb_path, fig_dir):
-        return notebook_parameters(nb_path, str(checkpoint), str(samples) if samples else "", engine, fig_dir)
+        return notebook_parameters(nb_path, {**values, "output_dir": fig_dir})
 
     runs = []
     for i, name in enumerate(notebooks, 1):
@@ -303,7 +336,8 @@ def run_report(
         if progress:
             status = "ok" if run.ok else f"FAILED ({run.error})"
             progress(f"[{i}/{len(notebooks)}] {name}: {status} in {run.seconds:.1f} s, {len(run.figures)} figure(s)")
-    numbers = collect_numbers(checkpoint, samples, engine, max_samples=max_samples)
+    numbers = collect_numbers(checkpoint, samples, engine, max_samples=max_samples, embed_from=embed_from,
+                              target_config=target_config)
     env = environment()
     summary = {
         "checkpoint": str(checkpoint), "samples": str(samples) if samples else None, "engine": engine,

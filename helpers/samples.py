@@ -8,7 +8,6 @@ Layout: `FOLDER/rows_{g}-{g+N}/data_{i}.ckpt` (or `.ckpt.gz`), each a `torch.sav
 """
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import zlib
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import torch_load
+from .checkpoint import _check_readable_file, torch_load
 from .errors import BadInputError
 
 _DATA = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
@@ -65,17 +64,28 @@ def sample_files(folder: str | os.PathLike) -> list[Path]:
     return files
 
 
+GZIP_MAX_RATIO = 64
+
+
 def load_sample(path: str | os.PathLike, expect_aux_width: int | None = None) -> Sample:
     """Read and check one sample file."""
     path = Path(path)
     if path.name.endswith(".gz"):
+        _check_readable_file(path)  # refuses FIFOs and devices before anything blocks on them
         try:
             packed = path.read_bytes()
         except OSError as e:
             raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
+        # Hidden states barely compress (~1.1x); cap the output so a gzip bomb cannot exhaust memory.
+        limit = max(GZIP_MAX_RATIO * len(packed), 1 << 20)
         try:
-            raw = gzip.decompress(packed)
-        except (OSError, EOFError, zlib.error) as e:
+            d = zlib.decompressobj(wbits=31)
+            raw = d.decompress(packed, limit)
+            if d.unconsumed_tail:
+                raise BadInputError(
+                    path, f"decompresses to more than {GZIP_MAX_RATIO}x its size: refused as a possible gzip bomb"
+                )
+        except (zlib.error, EOFError) as e:
             raise BadInputError(path, f"corrupt gzip data ({type(e).__name__}: {e})") from None
         if not raw:
             raise BadInputError(path, "decompresses to nothing")

@@ -769,16 +769,10 @@ BAD_ARGS = [
     pytest.param(["evaluate", "{draft}", "--samples", "{samples}", "--steps", "0"], r"--steps", id="evaluate-steps-0"),
     pytest.param(["evaluate", "{draft}", "--samples", "{samples}", "--readings", "sideways"], r"sideways", id="evaluate-unknown-reading"),
     pytest.param(["evaluate", "{draft}", "--samples", "{samples}", "--dtype", "int8"], r"int8", id="evaluate-unknown-dtype"),
-    pytest.param(["evaluate", "{draft}", "--samples", "{samples}", "--device", "nonsense"], r"nonsense", id="evaluate-unknown-device",
-                 marks=pytest.mark.xfail(reason="load_draft passes --device to torch.device unchecked: RuntimeError traceback "
-                                                "(helpers/draft.py, issue 3)", strict=False)),
+    pytest.param(["evaluate", "{draft}", "--samples", "{samples}", "--device", "nonsense"], r"nonsense", id="evaluate-unknown-device"),
     pytest.param(["evaluate", "{draft}", "--samples", "{samples}", "--device", "cuda"], r"cuda", id="evaluate-cuda-unavailable",
-                 marks=[pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA"),
-                        pytest.mark.xfail(reason="--device cuda without CUDA: torch's AssertionError traceback "
-                                                 "(helpers/draft.py, issue 3)", strict=False)]),
-    pytest.param(["fix", "{draft}", "/proc/d2t-fixed"], r"/proc", id="fix-unwritable-destination",
-                 marks=pytest.mark.xfail(reason="fix into a folder that cannot be created: FileNotFoundError traceback "
-                                                "(helpers/doctor.py, issue 7)", strict=False)),
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+    pytest.param(["fix", "{draft}", "/proc/d2t-fixed"], r"/proc", id="fix-unwritable-destination"),
 ]
 
 
@@ -797,8 +791,6 @@ def test_bad_cli_values_give_one_line(argv, fragment, corpus):
     assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(fragment, lines[0]), err
 
 
-@pytest.mark.xfail(reason="fix reads vocab_size from config.json unchecked and allocates t2d of that length: "
-                          "RuntimeError traceback (helpers/doctor.py, issue 7)", strict=False)
 def test_fix_refuses_absurd_vocab_size(tmp_path):
     if not command_available("fix"):
         pytest.skip("`python -m helpers fix` does not exist yet")

@@ -424,3 +424,20 @@ def test_notebook_02_saves_pngs_with_metadata(tmp_path):
     meta = plots.read_figure_metadata(out / "mapping_readings.png")
     assert meta["source_sha256"] == hashlib.sha256((GOOD / "d2t.pt").read_bytes()).hexdigest()
     assert meta["kit_version"] == helpers.__version__
+
+
+def test_plot_findings_grid_colours_each_code_by_worst_severity():
+    from types import SimpleNamespace as F
+
+    rows = {
+        "before": [F(code="d2t-absolute", severity="error"), F(code="key-layout", severity="info"),
+                   F(code="key-layout", severity="warning")],
+        "after": [{"code": "key-layout", "severity": "info"}],
+    }
+    ax = plots.plot_findings(rows)
+    grid = ax.images[0].get_array()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["d2t-absolute", "key-layout"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["before", "after"]
+    assert grid.tolist() == [[3, 2], [0, 1]]  # error, warning (worst of info+warning) / none, info
+    assert "1 of 2 with errors" in ax.get_title()
+    plt.close("all")

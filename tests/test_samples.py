@@ -137,3 +137,34 @@ def test_bundled_samples():
         assert s.hidden_state.dtype == torch.bfloat16
         assert int(s.loss_mask.sum()) > 0 and int(s.loss_mask[0]) == 0  # prompt masked, generated kept
         assert int(s.input_ids.max()) < cfg["vocab_size"]
+
+
+def test_gzip_bomb_is_refused_without_inflating_it(tmp_path):
+    """A .ckpt.gz that inflates far beyond any real hidden-state file is refused, not decompressed."""
+    import gzip
+
+    import pytest
+
+    from helpers.errors import BadInputError
+    from helpers.samples import GZIP_MAX_RATIO, load_sample
+
+    bomb = tmp_path / "data_0.ckpt.gz"
+    bomb.write_bytes(gzip.compress(b"\0" * (256 << 20)))  # 256 MiB of zeros, ~250 KiB on disk
+    assert (256 << 20) > GZIP_MAX_RATIO * bomb.stat().st_size
+    with pytest.raises(BadInputError, match="gzip bomb") as e:
+        load_sample(bomb)
+    assert str(bomb) in str(e.value)
+
+
+def test_fifo_sample_is_refused_without_blocking(tmp_path):
+    import os
+
+    import pytest
+
+    from helpers.errors import BadInputError
+    from helpers.samples import load_sample
+
+    fifo = tmp_path / "data_0.ckpt.gz"
+    os.mkfifo(fifo)
+    with pytest.raises(BadInputError, match="FIFO"):
+        load_sample(fifo)

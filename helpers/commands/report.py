@@ -22,12 +22,18 @@ def add_arguments(p) -> None:
     p.add_argument("checkpoint", help="draft checkpoint folder or mapping file")
     p.add_argument("--samples", default=None, help="SpecForge hidden-state folder (rows_*/data_*.ckpt; may hold train/ and val/)")
     p.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
+    p.add_argument("--embed-from", default=None, help="embed_tokens for a draft that has none (the target's weights folder)")
+    p.add_argument("--target-config", default=None, help="the target's config.json, for the doctor's aux-layer check")
+    p.add_argument("--target-head", default=None, help="target final norm + lm_head, to score against the target's argmax")
     p.add_argument("-o", "--out", required=True, help="output folder (created; only files under it are written)")
     p.add_argument("--max-samples", type=int, default=None, help="score at most this many sample files per split")
 
 
 def run(args) -> int:
-    res = run_report(args.checkpoint, args.out, samples=args.samples, engine=args.engine, max_samples=args.max_samples)
+    res = run_report(
+        args.checkpoint, args.out, samples=args.samples, engine=args.engine, embed_from=args.embed_from,
+        target_config=args.target_config, target_head=args.target_head, max_samples=args.max_samples,
+    )
     n_ok = sum(r.ok for r in res.runs)
     print(f"{n_ok}/{len(res.runs)} notebooks succeeded. Summary: {res.summary_path}")
     return 0 if res.ok else 1
