@@ -790,7 +790,7 @@ def save_figure(fig, path, *, source=None, verdict=None, caption: str | None = N
     blob = json.dumps(meta, sort_keys=True)
     # Put the caption under everything already drawn (rotated tick labels, x labels reach below
     # the figure's bottom edge), so it never overlaps them.
-    lowest = fig.get_tightbbox(fig.canvas.get_renderer()).y0 / fig.get_figheight()
+    lowest = fig.get_tightbbox().y0 / fig.get_figheight()
     text = fig.text(0.005, min(0.0, lowest) - 0.01, caption_line(meta), fontsize=7.5, color="#555555",
                     ha="left", va="top")
     written = []

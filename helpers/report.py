@@ -41,6 +41,8 @@ PARAMETER_NAMES = {
     # The notebooks compare with a bundled misencoded sample by default; in a report the
     # comparison is derived from the checkpoint itself (or skipped), so these are emptied.
     "misencoded": ("misencoded_path", "misencoded_checkpoint"),
+    # a report never leaves a (possibly multi-GB) fixed copy of the checkpoint in the bundle
+    "keep_fixed_copy": ("keep_fixed_copy",),
 }
 
 
@@ -84,8 +86,8 @@ def environment() -> dict:
 
 
 def notebook_parameters(nb_path: Path, values: dict) -> dict:
-    """Map the report's inputs (`PARAMETER_NAMES` keys; None becomes "") onto the parameter
-    names this notebook declares."""
+    """Map the report's inputs (`PARAMETER_NAMES` keys; None becomes "", paths become strings)
+    onto the parameter names this notebook declares."""
     import papermill as pm
 
     declared = pm.inspect_notebook(str(nb_path))
@@ -94,7 +96,7 @@ def notebook_parameters(nb_path: Path, values: dict) -> dict:
         for name in names:
             if name in declared:
                 value = values.get(what)
-                params[name] = "" if value is None else str(value)
+                params[name] = "" if value is None else str(value) if isinstance(value, Path) else value
     return params
 
 
@@ -324,6 +326,7 @@ def run_report(
     values = {
         "checkpoint": checkpoint, "samples": samples, "engine": engine, "embed_from": embed_from,
         "target_config": target_config, "target_head": target_head, "misencoded": None,
+        "keep_fixed_copy": False,
     }
 
     def params_for(nb_path, fig_dir):

@@ -85,6 +85,8 @@ def load_sample(path: str | os.PathLike, expect_aux_width: int | None = None) ->
                 raise BadInputError(
                     path, f"decompresses to more than {GZIP_MAX_RATIO}x its size: refused as a possible gzip bomb"
                 )
+            if not d.eof:
+                raise BadInputError(path, "corrupt gzip data (the stream ends early: truncated file)")
         except (zlib.error, EOFError) as e:
             raise BadInputError(path, f"corrupt gzip data ({type(e).__name__}: {e})") from None
         if not raw:
