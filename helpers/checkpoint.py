@@ -605,3 +605,10 @@ def find_checkpoints(root: str | os.PathLike, max_depth: int = 3) -> list[Path]:
 
     walk(root, 0)
     return found
+
+
+def mapping_verdict(path) -> str:
+    """The d2t verdict of a checkpoint as one word for captions: offset, absolute, ... or 'no d2t'."""
+    ck = open_checkpoint(path)
+    d2t, _, _ = read_mapping_tensors(ck)
+    return "no d2t" if d2t is None else load_mapping(ck).verdict().encoding

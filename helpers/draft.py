@@ -456,6 +456,7 @@ def load_draft(path, device=None, dtype=None, embed_from=None) -> Eagle3Draft:
     folder/file holding the target's `embed_tokens.weight` when the draft has none.
     """
     device = resolve_device(device)
+    embed_from = embed_from or None  # "" (an empty notebook parameter or CLI value) means none
     dtype = dtype or default_dtype(device)
     ck, cfg, keys = _open(path)
     wfile = ck.tensors.files[0] if ck.tensors.files else ck.path

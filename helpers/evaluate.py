@@ -714,7 +714,7 @@ def evaluate(
         raise BadInputError(samples, "no such samples folder")
     model = _as_model(checkpoint, device, dtype, embed_from)
     dev, dt = _model_info(model)
-    head = target_head
+    head = target_head or None  # "" (an empty notebook parameter) means none
     if head is not None and not isinstance(head, TargetHead):
         head = load_target_head(head, device=dev, dtype=dt)
     _, vocab, draft_vocab = _sizes(model)
