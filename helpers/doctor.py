@@ -817,6 +817,9 @@ def fix_checkpoint(src, dst, engine: str = "all", target_config=None, *, check_w
         after = diagnose(tmp, engine, target_config, check_weights=check_weights)
         if dst.exists():
             raise BadInputError(dst, "appeared while the fixed copy was written; nothing was overwritten")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; the copy gets normal folder modes
         os.rename(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
