@@ -402,7 +402,6 @@ def _check_keys(c: _Ctx) -> None:
         c.add("key-layout", "error", "no final norm (norm.weight): the engines leave it at its init",
               "re-export the checkpoint with norm.weight")
     for e in c.engines:
-        name = ENGINE_NAMES[e]
         rejected = [k for k in keys if not engine_accepts(e, k)]
         if e == "sglang":
             layer_skips = [k for k in rejected if parse_key(k).layout]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import platform
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -350,7 +349,3 @@ def run_report(
     md = summary_markdown(checkpoint, samples, engine, runs, numbers, env)
     (out / "summary.md").write_text(md)
     return ReportResult(str(out), runs, str(out / "summary.md"), summary)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: python -m helpers report CHECKPOINT -o OUT")
