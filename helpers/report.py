@@ -158,6 +158,9 @@ def run_notebook(name: str, out: Path, params_for, checkpoint, timeout: int = 60
             str(src), str(dest), parameters=params_for(src, str(fig_dir)), kernel_name="python3",
             cwd=str(NOTEBOOK_DIR), progress_bar=False, request_save_on_cell_execute=False,
             execution_timeout=timeout,
+            # keep the kernels' start-up chatter (a transport warning per notebook) out of the
+            # one-line-per-notebook progress
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
     except pm.PapermillExecutionError as e:
         error = _error_line(e)
