@@ -612,3 +612,14 @@ def mapping_verdict(path) -> str:
     ck = open_checkpoint(path)
     d2t, _, _ = read_mapping_tensors(ck)
     return "no d2t" if d2t is None else load_mapping(ck).verdict().encoding
+
+
+def inspect_path(path) -> dict:
+    """The `inspect --json` object for a path: the mapping summary, key layout and files read."""
+    ck = open_checkpoint(path)
+    m = load_mapping(ck)
+    out = m.summary()
+    out["key_layout"] = ck.key_layout
+    out["sources"] = m.sources
+    out["path"] = str(path)
+    return out

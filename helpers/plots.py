@@ -916,3 +916,25 @@ def plot_findings(findings_by_name: dict, ax=None, *, title: str = "checkpoint d
         n_err = int((grid == 3).any(axis=1).sum())
         ax.set_title(f"{title} · {n_err} of {len(rows)} with errors")
     return ax
+
+
+def plot_prediction_curve(setups, ax=None, marks: dict | None = None, rates=None):
+    """Expected accept length against the per-token acceptance rate, one line per setup.
+
+    `setups`: objects with `.label` and `.expected(rate)` (e.g. `helpers.simulate.Drafting`).
+    marks: {label: (rate, accept_length)} points to place on the curves (e.g. a measured accept
+    length at the rate it implies). Returns the Axes.
+    """
+    with style():
+        ax = _new_ax(ax, (6.5, 3.8))
+        a = np.linspace(0.0, 0.99, 100) if rates is None else np.asarray(rates, dtype=float)
+        for d in setups:
+            ax.plot(a, [d.expected(x) for x in a], label=d.label)
+        for i, (name, (x, y)) in enumerate((marks or {}).items()):
+            ax.plot([x], [y], marker="o", ls="none", color=f"C{len(setups) + i}", label=f"{name}: a={x:.3f}, L={y:.2f}")
+        ax.axhline(1.0, color="0.6", lw=0.8, ls=":")
+        ax.set_xlabel("per-token acceptance rate a")
+        ax.set_ylabel("expected accept length (bonus token included)")
+        ax.set_title("accept length predicted from the per-token acceptance")
+        ax.legend(loc="upper left", fontsize="small")
+    return ax

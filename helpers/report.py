@@ -185,7 +185,7 @@ def run_notebook(name: str, out: Path, params_for, checkpoint, timeout: int = 60
 def collect_numbers(checkpoint, samples, engine: str, max_samples: int | None = None, embed_from=None,
                     target_config=None) -> dict:
     """Verdict, doctor findings, accuracy per reading and accept length, each section guarded."""
-    from .commands.inspect import inspect_path
+    from .checkpoint import inspect_path
 
     numbers: dict = {"skipped": {}, "errors": {}}
     try:

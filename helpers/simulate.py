@@ -445,29 +445,6 @@ def prediction_table(accept_rate, setups, trials: int = 100_000, seed: int = 0):
     return pd.DataFrame(rows)
 
 
-def plot_prediction_curve(setups, ax=None, marks: dict | None = None, rates=None):
-    """Expected accept length against the per-token acceptance rate, one line per setup.
-
-    marks: {label: (rate, accept_length)} points to place on the curves (e.g. a measured accept
-    length at the rate it implies). Returns the Axes; never calls show().
-    """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.5, 3.8))
-    a = np.linspace(0.0, 0.99, 100) if rates is None else np.asarray(rates, dtype=float)
-    for d in setups:
-        ax.plot(a, [d.expected(x) for x in a], label=d.label)
-    for i, (name, (x, y)) in enumerate((marks or {}).items()):
-        ax.plot([x], [y], marker="o", ls="none", color=f"C{len(setups) + i}", label=f"{name}: a={x:.3f}, L={y:.2f}")
-    ax.axhline(1.0, color="0.6", lw=0.8, ls=":")
-    ax.set_xlabel("per-token acceptance rate a")
-    ax.set_ylabel("expected accept length (bonus token included)")
-    ax.set_title("accept length predicted from the per-token acceptance")
-    ax.legend(loc="upper left", fontsize="small")
-    return ax
-
-
 def judge_accept_length(measured: float, predicted: float, break_even: float | None = None,
                         tolerance: float = 0.15) -> str:
     """One sentence: is a measured accept length at the prediction, below it (a bug), or above it?

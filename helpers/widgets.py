@@ -29,7 +29,8 @@ import torch
 
 from . import plots
 from .checkpoint import find_checkpoints
-from .commands.inspect import format_report, inspect_path
+from .checkpoint import inspect_path
+from .commands.inspect import format_report
 from .draft import get_device
 from .errors import BadInputError
 from .evaluate import evaluate, split_folders

@@ -441,3 +441,16 @@ def test_plot_findings_grid_colours_each_code_by_worst_severity():
     assert grid.tolist() == [[3, 2], [0, 1]]  # error, warning (worst of info+warning) / none, info
     assert "1 of 2 with errors" in ax.get_title()
     plt.close("all")
+
+
+def test_plot_prediction_curve_draws_the_closed_form():
+    from helpers.simulate import Drafting, chain_expected
+
+    chain = Drafting(4)
+    ax = plots.plot_prediction_curve([chain], marks={"measured": (0.5, chain.expected(0.5))}, rates=[0.0, 0.5, 0.9])
+    line = ax.lines[0]
+    assert list(line.get_xdata()) == [0.0, 0.5, 0.9]
+    assert np.allclose(line.get_ydata(), [chain_expected(a, 4) for a in (0.0, 0.5, 0.9)])
+    assert ax.lines[1].get_ydata()[0] == pytest.approx(chain_expected(0.5, 4))
+    assert "acceptance" in ax.get_xlabel() and "accept length" in ax.get_ylabel()
+    plt.close("all")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..checkpoint import load_mapping, open_checkpoint
+from ..checkpoint import inspect_path  # noqa: F401  (re-exported: the command's library half)
 
 HELP = "show how d2t is encoded (offset / absolute / identity / ambiguous / inconsistent)"
 DESCRIPTION = """\
@@ -20,17 +20,6 @@ Exit 0 on a readable mapping whatever the verdict; 2 with one line on unreadable
 def add_arguments(p) -> None:
     p.add_argument("path", help="checkpoint folder or mapping file")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-
-
-def inspect_path(path) -> dict:
-    """The `inspect --json` object for a path."""
-    ck = open_checkpoint(path)
-    m = load_mapping(ck)
-    out = m.summary()
-    out["key_layout"] = ck.key_layout
-    out["sources"] = m.sources
-    out["path"] = str(path)
-    return out
 
 
 def format_report(r: dict) -> str:
