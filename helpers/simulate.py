@@ -119,12 +119,15 @@ def _result(lengths: np.ndarray, max_len: int, expected: float | None) -> SimRes
     return _from_counts(np.bincount(np.asarray(lengths, dtype=np.int64), minlength=max_len + 1), expected)
 
 
-# Vectorised draws. Every random draw is a uint32 v (uniform on [0, 2^32)); an event of
-# probability p is `v < round(p * 2^32)`, exact to 2^-32. "How many of the ascending thresholds
-# T are <= v" is read from a lookup table on the top LUT_BITS bits of v; the few bins that hold a
-# threshold (at most len(T) of 4096) are marked and settled with an exact comparison.
-LUT_BITS = 12
-_SHIFT = np.uint32(32 - LUT_BITS)
+# Vectorised draws. A step's randomness is one uniform 32-bit integer v: an event of probability
+# p is `v < round(p * 2^32)` (exact to 2^-32), and what a step needs is c = #(thresholds <= v) for
+# ascending thresholds (inverse-CDF sampling). The bits of v are drawn lazily, most significant
+# first: the top byte of every draw, counted per value; a byte value whose whole range of v lies
+# between two thresholds already fixes c, and only the draws in the few byte values that hold a
+# threshold draw their next byte, then (for the rarer ones still undecided) their last 16 bits
+# and are compared exactly. The low bits of a uniform are uniform and independent of the top
+# ones, so every draw gets an exact 32-bit uniform; the work is one byte per draw, counted.
+LEVELS = (8, 8, 16)  # bits drawn per level, most significant first (three levels, sum 32)
 _SCALE = float(1 << 32)
 
 
@@ -133,27 +136,148 @@ def _thresholds(p: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(np.asarray(p, dtype=np.float64) * _SCALE), 0, _SCALE).astype(np.uint64)
 
 
-def _count_lut(t: np.ndarray) -> np.ndarray:
-    """[2^LUT_BITS] int16: #(t <= v) for every v in the bin, or -1 where that varies in the bin."""
-    width = 1 << (32 - LUT_BITS)
-    lo = np.arange(1 << LUT_BITS, dtype=np.uint64) * np.uint64(width)
-    c_lo = np.searchsorted(t, lo, side="right")
-    c_hi = np.searchsorted(t, lo + np.uint64(width - 1), side="right")
-    return np.where(c_lo == c_hi, c_lo, -1).astype(np.int16)
-
-
 def _uint32(rng: np.random.Generator, n: int) -> np.ndarray:
     """n uniform uint32 draws (two per raw 64-bit output of the generator)."""
     return rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n]
 
 
+def _uint8(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n uniform bytes (eight per raw 64-bit output of the generator)."""
+    return rng.bit_generator.random_raw((n + 7) // 8).view(np.uint8)[:n]
+
+
+class _InverseCdf:
+    """Draws -> how many have #(t <= v) == c, for ascending uint64 thresholds t in [0, 2^32].
+
+    Built once per set of thresholds: which c each value of the top w1 bits fixes (`fold1`) and
+    the boundary bins where a threshold lies inside (`bnd1`); the same for the next w2 bits inside
+    the boundary bins (`level2`, built when first needed). `counts` draws the top w1 bits of every
+    draw and counts them per row; draws in a boundary bin draw their next w2 bits (or, when they
+    are few, all their remaining bits at once) and the ones still undecided their last w3 bits,
+    compared exactly. See the comment above `LEVELS`.
+    """
+
+    EXACT_BELOW = 4096  # this few undecided draws: draw all their remaining bits at once
+
+    def __init__(self, t: np.ndarray, levels=LEVELS):
+        levels = tuple(int(w) for w in levels)
+        if len(levels) != 3 or sum(levels) != 32 or not (1 <= levels[0] <= 8 and 1 <= levels[1] <= 8):
+            raise ValueError(f"levels must be three widths (the first two 1..8 bits) summing to 32, got {levels}")
+        self.t = np.asarray(t, dtype=np.uint64)
+        self.levels = levels
+        w1, w2, w3 = levels
+        self.lo1 = np.arange(1 << w1, dtype=np.uint64) << np.uint64(32 - w1)
+        self.fold1, self.bnd1 = self._bins(self.lo1, 32 - w1)
+        self._level2 = None
+
+    @property
+    def level2(self):
+        """(first value of each sub-bin [bnd1 * 2^w2], fold plan, boundary sub-bins), built on first use."""
+        if self._level2 is None:
+            w1, w2, w3 = self.levels
+            lo2 = (self.lo1[self.bnd1][:, None] | (np.arange(1 << w2, dtype=np.uint64) << np.uint64(w3))[None, :]).ravel()
+            self._level2 = (lo2, *self._bins(lo2, w3))
+        return self._level2
+
+    def _bins(self, lo: np.ndarray, span_bits: int):
+        """Bins starting at ascending `lo`, 2^span_bits values wide -> (fold plan, boundary bins).
+
+        The bins edges[c] .. edges[c + 1] - 1 have #(t <= v) == c at their first value; boundary
+        bins are those where it changes inside. The plan (settled mask, the c of every non-empty
+        run of bins, where each run starts) lets `_fold` sum a row's bins by c in one reduceat.
+        Found from where each threshold falls, so the cost follows len(t).
+        """
+        t = self.t
+        if not lo.size:
+            return (np.ones(0, dtype=np.int64), np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)), lo.astype(np.intp)
+        edges = np.concatenate([[0], np.searchsorted(lo, t, side="left"), [lo.size]])  # first bin with lo >= t_j
+        at = np.searchsorted(lo, t, side="right") - 1  # the bin whose start is the last <= t_j
+        start = lo[np.maximum(at, 0)]
+        boundary = np.unique(at[(at >= 0) & (t > start) & (t - start < np.uint64(1 << span_bits))])
+        settled = np.ones(lo.size, dtype=np.int64)
+        settled[boundary] = 0
+        runs = np.flatnonzero(edges[1:] > edges[:-1])  # the c that own at least one bin
+        return (settled, runs, edges[runs]), boundary
+
+    @staticmethod
+    def _fold(hist: np.ndarray, count: np.ndarray, plan) -> None:
+        """hist [rows, len(t) + 1] += the draws of count [rows, bins] in settled bins, by c.
+        `count` is overwritten (its boundary bins are zeroed)."""
+        settled, runs, starts = plan
+        if not runs.size:
+            return
+        count *= settled
+        hist[:, runs] += np.add.reduceat(count, starts, axis=1)
+
+    def _exact(self, hist: np.ndarray, rng: np.random.Generator, lo: np.ndarray, cells: np.ndarray,
+               rows: np.ndarray, bits: int) -> None:
+        """The cells[i] draws of row rows[i] whose values start at lo[i] draw their last `bits`
+        bits; add them to hist by exact comparison."""
+        low = (_uint32(rng, int(cells.sum())) >> np.uint32(32 - bits)).astype(np.uint64)
+        c = np.searchsorted(self.t, np.repeat(lo, cells) + low, side="right")
+        hist += np.bincount(np.repeat(rows, cells) * hist.shape[1] + c, minlength=hist.size).reshape(hist.shape)
+
+    def counts(self, draws, rng: np.random.Generator, chunk: int = 1 << 18) -> np.ndarray:
+        """hist [rows, len(t) + 1]: for each row r, how many of its draws[r] uniform v have #(t <= v) == c."""
+        import torch
+
+        w1, w2, w3 = self.levels
+        draws = [int(m) for m in np.atleast_1d(draws)]
+        rows, nb1 = len(draws), 1 << w1
+        count1 = np.zeros((rows, nb1), dtype=np.int64)  # the top w1 bits of every draw, counted per row
+        total, row, done = sum(draws), 0, 0  # one stream, cut into the rows' shares
+        for lo in range(0, total, chunk):
+            b = _uint8(rng, min(chunk, total - lo))
+            if w1 < 8:
+                b = b >> np.uint8(8 - w1)
+            s = 0
+            while s < b.size:
+                e = min(b.size, s + draws[row] - done)
+                if e - s > 1 << 14:  # torch counts uint8 without widening them to int64 first
+                    count1[row] += torch.bincount(torch.from_numpy(b[s:e]), minlength=nb1).numpy()
+                else:
+                    count1[row] += np.bincount(b[s:e], minlength=nb1)
+                done += e - s
+                if done == draws[row]:
+                    row, done = row + 1, 0
+                s = e
+        hist = np.zeros((rows, self.t.size + 1), dtype=np.int64)
+        cells = count1[:, self.bnd1].ravel()  # [rows * bnd1] draws in a boundary bin
+        self._fold(hist, count1, self.fold1)
+        n = int(cells.sum())
+        if n == 0:
+            return hist
+        nbnd = self.bnd1.size
+        if n <= self.EXACT_BELOW:  # few: all their remaining bits at once
+            self._exact(hist, rng, np.tile(self.lo1[self.bnd1], rows), cells, np.repeat(np.arange(rows), nbnd), w2 + w3)
+            return hist
+        # many: their next w2 bits first, counted per (row, boundary bin, next bits)
+        key = np.repeat(np.arange(cells.size, dtype=np.int32) << np.int32(w2), cells)  # [n]
+        key += _uint8(rng, n) >> np.uint8(8 - w2)
+        count2 = np.bincount(key, minlength=cells.size << w2).reshape(rows, -1)  # [rows, bnd1 * 2^w2]
+        lo2, fold2, bnd2 = self.level2
+        cells = count2[:, bnd2].ravel()  # [rows * bnd2] still undecided: the last w3 bits, exactly
+        self._fold(hist, count2, fold2)
+        if cells.sum():
+            self._exact(hist, rng, np.tile(lo2[bnd2], rows), cells, np.repeat(np.arange(rows), bnd2.size), w3)
+        return hist
+
+
+def _inverse_cdf_counts(t: np.ndarray, draws, rng: np.random.Generator, levels=LEVELS,
+                        chunk: int = 1 << 18) -> np.ndarray:
+    """hist [rows, len(t) + 1]: for each row r, how many of its draws[r] uniform 32-bit v have
+    #(t <= v) == c (`_InverseCdf`). Equal in law to drawing all 32 bits of every v."""
+    return _InverseCdf(t, levels).counts(draws, rng, chunk)
+
+
 def simulate_chain(accept_rate, k: int, trials: int = 100_000, seed: int | None = 0,
-                   chunk: int = 1 << 16) -> SimResult:
+                   chunk: int = 1 << 18) -> SimResult:
     """Monte Carlo accept length of chain drafting: one rate or k per-position rates.
 
-    Vectorised, one draw per verify step: the number of leading accepted tokens N satisfies
-    P(N >= j) = a_0 a_1 ... a_(j-1) (all of the first j accepted), so with one uniform u per step
-    N = #{j : u < a_0 ... a_(j-1)} (inverse-CDF sampling of the same chain). Accept length 1 + N.
+    Vectorised, one uniform draw per verify step: the number of leading accepted tokens N
+    satisfies P(N >= j) = a_0 a_1 ... a_(j-1) (all of the first j accepted), so with one uniform u
+    per step N = #{j : u < a_0 ... a_(j-1)} (inverse-CDF sampling of the same chain; the draws'
+    low bits are drawn only where they decide, see `_inverse_cdf_counts`). Accept length 1 + N.
     `simulate_chain_loop` flips one coin per drafted token instead; both estimate the same law.
     """
     rates = _chain_rates(accept_rate, k)
@@ -162,15 +286,7 @@ def simulate_chain(accept_rate, k: int, trials: int = 100_000, seed: int | None 
         return _from_counts(np.array([0, int(trials)]), 1.0)
     rng = np.random.default_rng(seed)
     t = np.sort(_thresholds(np.cumprod(rates)))  # ascending; N = k - #(t <= v)
-    lut = _count_lut(t)
-    hist = np.zeros(kk + 1, dtype=np.int64)  # hist[c] = draws with #(t <= v) == c
-    for lo in range(0, int(trials), chunk):
-        v = _uint32(rng, min(chunk, int(trials) - lo))  # [n]
-        c = lut[v >> _SHIFT]  # [n] #(t <= v), -1 where the bin holds a threshold
-        amb = np.flatnonzero(c < 0)
-        if amb.size:
-            c[amb] = np.searchsorted(t, v[amb].astype(np.uint64), side="right")
-        hist += np.bincount(c, minlength=kk + 1)
+    hist = _inverse_cdf_counts(t, int(trials), rng, chunk=chunk)[0]  # hist[c] = draws with #(t <= v) == c
     counts = np.zeros(kk + 2, dtype=np.int64)
     counts[1:] = hist[::-1]  # accept length 1 + k - c
     return _from_counts(counts, chain_expected(rates, kk))
@@ -252,6 +368,18 @@ class DraftTree:
         """Exact expected accept length: 1 + sum over kept nodes of their path probability."""
         return float(1.0 + self.prob[1:].sum())
 
+    def length_distribution(self) -> np.ndarray:
+        """Exact law of the accept length: [steps + 2], index = accept length (index 0 is 0).
+
+        The walk reaches depth d exactly when the ranks drawn so far spell the path of a kept node
+        at depth d, and those events are disjoint, so P(L >= d + 1) = sum of prob over the kept
+        nodes at depth d.
+        """
+        reach = np.bincount(self.depth, weights=self.prob, minlength=self.steps + 2)  # [depth] P(L >= depth + 1)
+        dist = np.zeros(self.steps + 2)
+        dist[1:] = reach[:-1] - reach[1:]
+        return dist
+
 
 def build_tree(accept_rate, steps: int, topk: int, draft_tokens: int) -> DraftTree:
     """The tree SGLang verifies for (steps, topk, draft_tokens) under the rank-probability model.
@@ -266,28 +394,26 @@ def build_tree(accept_rate, steps: int, topk: int, draft_tokens: int) -> DraftTr
         raise ValueError(f"draft tokens must be >= 1 (it counts the root), got {draft_tokens}")
     # candidates: (prob, depth, order, parent_candidate, rank)
     cand_prob, cand_depth, cand_parent, cand_rank = [1.0], [0], [-1], [-1]
-    beam = [0]
+    beam, q_rows = [0], q.tolist()
     for d in range(steps):
         layer = []
         for b in beam:
             for r in range(topk):
-                cand_prob.append(cand_prob[b] * q[d, r])
+                cand_prob.append(cand_prob[b] * q_rows[d][r])
                 cand_depth.append(d + 1)
                 cand_parent.append(b)
                 cand_rank.append(r)
                 layer.append(len(cand_prob) - 1)
-        # the topk best of this depth are expanded next (stable: creation order breaks ties)
-        beam = sorted(layer, key=lambda i: -cand_prob[i])[:topk]
-    order = sorted(range(1, len(cand_prob)), key=lambda i: (-cand_prob[i], cand_depth[i], i))
-    kept = sorted(order[: int(draft_tokens) - 1], key=lambda i: (cand_depth[i], i))
+        # the topk best of this depth are expanded next (the sort is stable: creation order breaks ties)
+        beam = sorted(layer, key=cand_prob.__getitem__, reverse=True)[:topk]
+    # candidates are created depth by depth, so creation order already puts shallower ones first
+    order = sorted(range(1, len(cand_prob)), key=cand_prob.__getitem__, reverse=True)
+    kept = sorted(order[: int(draft_tokens) - 1])
     index = {0: 0}
     for i in kept:
         index[i] = len(index)
     n = len(index)
-    parent = np.full(n, -1, dtype=np.int64)
-    depth = np.zeros(n, dtype=np.int64)
-    rank = np.full(n, -1, dtype=np.int64)
-    prob = np.ones(n, dtype=np.float64)
+    parent, depth, rank, prob = [-1] * n, [0] * n, [-1] * n, [1.0] * n
     child = np.full((n, topk), -1, dtype=np.int64)
     for i in kept:
         j = index[i]
@@ -295,8 +421,11 @@ def build_tree(accept_rate, steps: int, topk: int, draft_tokens: int) -> DraftTr
         if p not in index:  # cannot happen with probabilities <= 1; kept as a guard
             raise AssertionError("kept node without its parent")
         parent[j], depth[j], rank[j], prob[j] = index[p], cand_depth[i], cand_rank[i], cand_prob[i]
-        child[index[p], cand_rank[i]] = j
-    return DraftTree(int(steps), int(topk), int(draft_tokens), q, parent, depth, rank, prob, child)
+    kept_idx = np.arange(1, n)
+    child[np.asarray(parent[1:], dtype=np.intp), np.asarray(rank[1:], dtype=np.intp)] = kept_idx
+    return DraftTree(int(steps), int(topk), int(draft_tokens), q, np.array(parent, dtype=np.int64),
+                     np.array(depth, dtype=np.int64), np.array(rank, dtype=np.int64),
+                     np.array(prob, dtype=np.float64), child)
 
 
 def tree_expected(accept_rate, steps: int, topk: int, draft_tokens: int) -> float:
@@ -304,43 +433,71 @@ def tree_expected(accept_rate, steps: int, topk: int, draft_tokens: int) -> floa
     return build_tree(accept_rate, steps, topk, draft_tokens).expected()
 
 
+def _depth_groups(steps: int, k1: int) -> list[range]:
+    """Consecutive depths whose ranks one draw picks together: as many as keep the joint outcomes
+    (k1 = top-k + 1 per depth) at or under 1024, at least one."""
+    g = 1
+    while g < steps and k1 ** (g + 1) <= 1024:
+        g += 1
+    return [range(d, min(d + g, steps)) for d in range(0, steps, g)]
+
+
 def simulate_tree(accept_rate, steps: int, topk: int, draft_tokens: int, trials: int = 100_000,
-                  seed: int | None = 0, chunk: int = 1 << 14) -> SimResult:
+                  seed: int | None = 0, chunk: int = 1 << 18) -> SimResult:
     """Monte Carlo accept length of tree drafting, vectorised over trials.
 
-    Each trial draws, at every depth, which rank (or none) the target's token has; the walk goes
-    from the root to the kept child of that rank while one exists. Accept length = 1 + the depth
-    where the walk stops. State n + i means "stopped at node i" and stays put, so a step of the
-    walk is one lookup in a small table: NEXT[state, rank].
+    Each trial draws, at every depth, which rank (or none) the target's token has, independently
+    with probabilities q[d]; the walk goes from the root to the kept child of that rank while one
+    exists. Accept length = 1 + the depth where the walk stops.
+
+    Vectorised: consecutive depths are grouped (four at top-k 4) and one uniform draw per trial
+    picks the ranks of all of them (inverse CDF over the product of the depths' laws, which is
+    drawing them independently); where the walk goes for every combination of ranks from every
+    node is a table, built once by walking the child pointers. Trials are interchangeable, so the
+    walk keeps how many stand at each node; every one draws its own uniform (`_InverseCdf`).
     """
     tree = build_tree(accept_rate, steps, topk, draft_tokens)
-    n_nodes = tree.parent.size
-    nbins, k1 = 1 << LUT_BITS, topk + 1
-    stop = n_nodes + np.arange(n_nodes)
-    # NEXT[state, rank] (rank topk: no rank matched): the child, else "stopped here"
+    n, k1 = tree.parent.size, topk + 1
+    stop = n + np.arange(n)  # state n + i: the walk stopped at node i
+    # NEXT[state * (topk + 1) + rank] (rank topk: none matched): the kept child, else "stopped here"
     nxt = np.concatenate([np.where(tree.child >= 0, tree.child, stop[:, None]), stop[:, None]], axis=1)
-    nxt = np.concatenate([nxt, np.repeat(stop[:, None], k1, axis=1)])  # [2n, topk + 1]
-    nxt_flat = (nxt * k1).ravel()  # states stored pre-multiplied by topk + 1
-    state_depth = np.concatenate([tree.depth, tree.depth])  # [2n]
-    t_depth = [np.sort(_thresholds(np.cumsum(tree.q[d]))) for d in range(steps)]  # rank = #(t <= v)
-    rank_lut = np.concatenate([_count_lut(t) for t in t_depth]).astype(np.int8)  # [steps * nbins], -1: boundary
-    offsets = (np.arange(steps, dtype=np.uint32) * nbins)[:, None]  # [steps, 1]
+    nxt = np.concatenate([nxt, np.repeat(stop[:, None], k1, axis=1)]).ravel()  # [2n * (topk + 1)]
+    q_none = np.concatenate([tree.q, np.clip(1.0 - tree.q.sum(axis=1, keepdims=True), 0.0, 1.0)], axis=1)
     rng = np.random.default_rng(seed)
     counts = np.zeros(steps + 2, dtype=np.int64)
-    for lo in range(0, int(trials), chunk):
-        n = min(chunk, int(trials) - lo)
-        v = _uint32(rng, n * steps).reshape(steps, n)  # [steps, n]
-        rank = rank_lut[(v >> _SHIFT) | offsets]  # [steps, n] rank drawn at each depth (topk: none)
-        amb = np.flatnonzero(rank < 0)
-        if amb.size:  # the draw fell in a bin that holds a rank boundary: compare exactly
-            d_amb, j_amb = np.divmod(amb, n)
-            for d in np.unique(d_amb):
-                sel = d_amb == d
-                rank[d, j_amb[sel]] = np.searchsorted(t_depth[d], v[d, j_amb[sel]].astype(np.uint64), side="right")
-        cur = np.zeros(n, dtype=np.intp)  # state * (topk + 1)
-        for d in range(steps):
-            cur = nxt_flat[cur + rank[d]]  # [n]
-        counts += np.bincount(1 + state_depth[cur // k1], minlength=steps + 2)
+    nodes, walking = np.array([0]), np.array([int(trials)], dtype=np.int64)  # trials at each node
+    laws = {}
+    for depths in _depth_groups(steps, k1):
+        if not nodes.size:
+            break
+        law = q_none[list(depths)]  # [group depths, topk + 1]
+        key = law.tobytes()
+        if key not in laws:  # one rate: the same law for every group of the same size
+            ranks = np.stack(np.unravel_index(np.arange(k1 ** len(depths)), (k1,) * len(depths))[::-1])
+            laws[key] = (ranks, np.prod(law[np.arange(len(depths))[:, None], ranks], axis=0))  # [depths, outcomes], [outcomes]
+        ranks, p = laws[key]
+        state = np.broadcast_to(nodes[:, None], (nodes.size, p.size))
+        for r in ranks:
+            state = nxt[state * k1 + r]  # [nodes, outcomes] where each combination of ranks leads
+        # combinations that lead every node to the same place are one outcome for the walk
+        if nodes.size == 1:
+            column = state[0]
+        elif (2 * n) ** nodes.size < 1 << 62:  # a column's destinations as one integer
+            column = (np.int64(2 * n) ** np.arange(nodes.size, dtype=np.int64)) @ state
+        else:
+            column = np.unique(state, axis=1, return_inverse=True)[1].ravel()
+        _, first, merged = np.unique(column, return_index=True, return_inverse=True)
+        pm = np.bincount(merged.ravel(), weights=p)  # [merged outcomes]
+        order = np.argsort(-pm, kind="stable")  # likeliest first: the tiny outcomes share few bins
+        state = state[:, first[order]]
+        t = _thresholds(np.cumsum(pm[order])[:-1])  # merged outcome order[c] for #(t <= v) == c
+        hist = _InverseCdf(t).counts(walking, rng, chunk)  # [nodes, merged outcomes]
+        reached = np.bincount(state.ravel(), weights=hist.ravel(), minlength=2 * n)
+        reached = np.rint(reached).astype(np.int64)  # exact: counts < 2^53
+        counts += np.bincount(1 + tree.depth, weights=reached[n:], minlength=steps + 2).astype(np.int64)
+        nodes = np.flatnonzero(reached[:n])
+        walking = reached[nodes]
+    counts += np.bincount(1 + tree.depth[nodes], weights=walking, minlength=steps + 2).astype(np.int64)
     return _from_counts(counts, tree.expected())
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from conftest import SAMPLES, run_cli
+from helpers.simulate import _InverseCdf, _thresholds, _uint8, _uint32
 from helpers.simulate import (
     accept_lengths,
     build_tree,
@@ -72,19 +73,101 @@ def test_chain_monte_carlo_per_position_rates():
     assert abs(r.mean - chain_expected(rates, 5)) <= 3 * r.stderr
 
 
-def test_lookup_table_draw_is_exact():
-    # the vectorised chain reads #(thresholds <= v) from a table on the top bits of v and settles
-    # boundary bins exactly: its counts must equal a plain searchsorted over the same draws
-    from helpers.simulate import _thresholds, _uint32
+def _chi_square_z(counts, probs) -> float:
+    """(chi^2 - dof) / sqrt(2 dof) of counts against probs, cells expected under 5 pooled."""
+    counts, probs = np.asarray(counts, dtype=np.float64), np.asarray(probs, dtype=np.float64)
+    n = counts.sum()
+    assert np.all(counts[probs == 0] == 0), "a draw landed on an outcome of probability 0"
+    e = probs * n
+    big = e >= 5
+    obs, exp = np.r_[counts[big], counts[~big].sum()], np.r_[e[big], e[~big].sum()]
+    keep = exp > 0
+    dof = int(keep.sum()) - 1
+    if dof < 1:
+        return 0.0
+    chi = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    return (chi - dof) / np.sqrt(2 * dof)
 
-    rates = np.array([0.9, 0.5, 0.5, 0.25, 0.999, 0.1])
-    n = 300_000
-    v = _uint32(np.random.default_rng(7), n)
-    t = np.sort(_thresholds(np.cumprod(rates)))
-    c = np.searchsorted(t, v.astype(np.uint64), side="right")
-    want = np.bincount(1 + rates.size - c, minlength=rates.size + 2)
-    got = simulate_chain(rates, rates.size, trials=n, seed=7, chunk=n)
-    assert got.counts.tolist() == want.tolist()
+
+def _threshold_sets():
+    rng = np.random.default_rng(11)
+    few = np.sort(rng.integers(0, 2**32 + 1, 7, dtype=np.uint64))
+    edges = np.array([0, 1 << 24, 5 << 24, (5 << 24) + (3 << 16) + 7, (5 << 24) + (3 << 16) + 9, 2**32], dtype=np.uint64)
+    tail = _thresholds(np.cumsum(rng.dirichlet(np.full(300, 0.1)))[:-1])  # many tiny outcomes packed together
+    dup = np.sort(np.concatenate([few, few[:3], [few[4] + 1]])).astype(np.uint64)
+    return {"few": few, "edges-and-ends": edges, "dirichlet-300": np.sort(tail), "duplicates": dup}
+
+
+
+@pytest.mark.parametrize("levels", [(8, 8, 16), (2, 2, 28), (1, 8, 23), (8, 1, 23), (3, 3, 26)])
+@pytest.mark.parametrize("name", list(_threshold_sets()))
+def test_lazy_bits_draw_the_exact_law(name, levels):
+    # every row's counts follow P(c) = (t_c - t_(c-1)) / 2^32; coarse levels push most draws
+    # through the boundary-bin paths (next bits, then the last bits compared exactly)
+    t = _threshold_sets()[name]
+    probs = np.diff(np.concatenate([[0.0], t.astype(np.float64), [2.0**32]])) / 2.0**32
+    rows = [150_000, 60_000, 0, 7, 3_000]
+    hist = _InverseCdf(t, levels).counts(rows, np.random.default_rng(sum(levels) + len(t)), chunk=1 << 16)
+    assert hist.shape == (len(rows), t.size + 1)
+    assert hist.sum(axis=1).tolist() == rows
+    for r, m in enumerate(rows):
+        if m:
+            assert _chi_square_z(hist[r], probs) < 5, (name, levels, r)
+
+
+def test_the_law_check_catches_a_wrong_law():
+    # the check above must be able to fail: counts drawn with thresholds one part in 200 off
+    t = _threshold_sets()["few"]
+    probs = np.diff(np.concatenate([[0.0], t.astype(np.float64), [2.0**32]])) / 2.0**32
+    off = np.sort(_thresholds(np.clip(t.astype(np.float64) / 2.0**32 * 1.005, 0, 1)))
+    hist = _InverseCdf(off).counts(400_000, np.random.default_rng(1))[0]
+    assert _chi_square_z(hist, probs) > 5
+
+
+def test_settled_draws_are_counted_from_their_top_byte():
+    # thresholds on byte edges: no draw needs more than its top byte, so the counts equal a plain
+    # count of the same byte stream (same seed)
+    t = np.array([3 << 24, 3 << 24, 100 << 24, 255 << 24, 2**32], dtype=np.uint64)
+    n = 50_000
+    got = _InverseCdf(t).counts(n, np.random.default_rng(3))[0]
+    v = _uint8(np.random.default_rng(3), n).astype(np.uint64) << np.uint64(24)
+    want = np.bincount(np.searchsorted(t, v, side="right"), minlength=t.size + 1)
+    assert got.tolist() == want.tolist()
+
+
+def test_boundary_draws_draw_their_low_bits_from_the_same_stream():
+    # one threshold inside byte 200: the draws in that byte take 24 more bits from the stream
+    t = np.array([(200 << 24) + 12345], dtype=np.uint64)
+    n = 20_000  # few boundary draws: their remaining bits come at once
+    got = _InverseCdf(t).counts(n, np.random.default_rng(5))[0]
+    rng = np.random.default_rng(5)
+    top = _uint8(rng, n)
+    m = int((top == 200).sum())
+    low = (_uint32(rng, m) >> np.uint32(8)).astype(np.uint64)
+    want = [int((top < 200).sum()) + int(((200 << 24) + low < t[0]).sum()), 0]
+    want[1] = n - want[0]
+    assert got.tolist() == want
+    assert 0 < m < _InverseCdf.EXACT_BELOW
+
+
+def test_tree_monte_carlo_follows_the_exact_length_distribution():
+    # stronger than the mean: the share of walks ending at each depth, against the exact law
+    for (steps, topk, n), a in itertools.product([(8, 4, 32), (5, 3, 14), (6, 2, 40)], [0.3, 0.7]):
+        tree = build_tree(a, steps, topk, n)
+        dist = tree.length_distribution()
+        assert dist.sum() == pytest.approx(1.0) and (dist >= -1e-12).all()
+        assert (np.arange(dist.size) * dist).sum() == pytest.approx(tree.expected())
+        r = simulate_tree(a, steps, topk, n, trials=200_000, seed=steps * 10 + topk)
+        assert _chi_square_z(r.counts, np.clip(dist, 0, None)) < 5, (steps, topk, n, a)
+
+
+def test_monte_carlo_is_reproducible_with_a_seed():
+    assert simulate_tree(0.6, 6, 3, 20, trials=50_000, seed=4).counts.tolist() == \
+        simulate_tree(0.6, 6, 3, 20, trials=50_000, seed=4).counts.tolist()
+    assert simulate_chain(0.6, 9, trials=50_000, seed=4).counts.tolist() == \
+        simulate_chain(0.6, 9, trials=50_000, seed=4).counts.tolist()
+    assert simulate_chain(0.6, 9, trials=50_000, seed=4).counts.tolist() != \
+        simulate_chain(0.6, 9, trials=50_000, seed=5).counts.tolist()
 
 
 def test_chain_loop_agrees_with_the_vectorised_simulation():
