@@ -30,6 +30,7 @@ c = L B / S, tokens/s(L) = B L / c, and the break-even accept length (S = B) is 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -473,23 +474,24 @@ def simulate_tree(accept_rate, steps: int, topk: int, draft_tokens: int, trials:
         law = q_none[list(depths)]  # [group depths, topk + 1]
         key = law.tobytes()
         if key not in laws:  # one rate: the same law for every group of the same size
-            ranks = np.stack(np.unravel_index(np.arange(k1 ** len(depths)), (k1,) * len(depths))[::-1])
-            laws[key] = (ranks, np.prod(law[np.arange(len(depths))[:, None], ranks], axis=0))  # [depths, outcomes], [outcomes]
-        ranks, p = laws[key]
-        state = np.broadcast_to(nodes[:, None], (nodes.size, p.size))
-        for r in ranks:
-            state = nxt[state * k1 + r]  # [nodes, outcomes] where each combination of ranks leads
+            laws[key] = functools.reduce(np.multiply.outer, law).ravel()  # [(topk + 1)^depths], first depth major
+        p = laws[key]
+        state = nodes[:, None]
+        for _ in depths:  # [nodes, outcomes so far] where each combination of ranks leads
+            state = nxt[(state * k1)[:, :, None] + np.arange(k1)].reshape(nodes.size, -1)
         # combinations that lead every node to the same place are one outcome for the walk
-        if nodes.size == 1:
-            column = state[0]
-        elif (2 * n) ** nodes.size < 1 << 62:  # a column's destinations as one integer
-            column = (np.int64(2 * n) ** np.arange(nodes.size, dtype=np.int64)) @ state
+        base = 2 * n
+        if base ** nodes.size < 1 << 62:  # a column's destinations as one integer, decoded below
+            column = state[0] if nodes.size == 1 else (np.int64(base) ** np.arange(nodes.size, dtype=np.int64)) @ state
+            uniq = np.unique(column)
+            dest = (uniq[None, :] // np.int64(base) ** np.arange(nodes.size, dtype=np.int64)[:, None]) % base
+            merged = np.searchsorted(uniq, column)
         else:
-            column = np.unique(state, axis=1, return_inverse=True)[1].ravel()
-        _, first, merged = np.unique(column, return_index=True, return_inverse=True)
+            _, first, merged = np.unique(state, axis=1, return_index=True, return_inverse=True)
+            dest = state[:, first]
         pm = np.bincount(merged.ravel(), weights=p)  # [merged outcomes]
         order = np.argsort(-pm, kind="stable")  # likeliest first: the tiny outcomes share few bins
-        state = state[:, first[order]]
+        state = dest[:, order]
         t = _thresholds(np.cumsum(pm[order])[:-1])  # merged outcome order[c] for #(t <= v) == c
         hist = _InverseCdf(t).counts(walking, rng, chunk)  # [nodes, merged outcomes]
         reached = np.bincount(state.ravel(), weights=hist.ravel(), minlength=2 * n)

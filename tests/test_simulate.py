@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SAMPLES, run_cli
+from conftest import ROOT, SAMPLES, run_cli
 from helpers.simulate import _InverseCdf, _thresholds, _uint8, _uint32
 from helpers.simulate import (
     accept_lengths,
@@ -385,3 +385,18 @@ def test_cli_simulate_bad_rate_is_one_line():
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
     p = run_cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "0")
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_benchmark_script_runs_and_checks_its_estimates():
+    # a small run of benchmarks/bench_simulate.py: both simulations timed, estimates within 3 s.e.
+    import subprocess
+    import sys
+
+    script = ROOT / "benchmarks" / "bench_simulate.py"
+    out = subprocess.run([sys.executable, str(script), "--chain-steps", "50000", "--tree-steps", "20000",
+                          "--loop-chain", "2000", "--loop-tree", "1000", "--rounds", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "chain k=16" in out.stdout and "tree 8/4/32" in out.stdout
+    assert "speed-up target (>= 100x over the loop):" in out.stdout
+    assert "more than 3 s.e." not in out.stdout
