@@ -453,9 +453,11 @@ def simulate_tree(accept_rate, steps: int, topk: int, draft_tokens: int, trials:
 
     Vectorised: consecutive depths are grouped (four at top-k 4) and one uniform draw per trial
     picks the ranks of all of them (inverse CDF over the product of the depths' laws, which is
-    drawing them independently); where the walk goes for every combination of ranks from every
-    node is a table, built once by walking the child pointers. Trials are interchangeable, so the
-    walk keeps how many stand at each node; every one draws its own uniform (`_InverseCdf`).
+    drawing them independently). Where each combination of ranks takes a walker from each node is
+    a table, built by walking the child pointers; combinations that take every walker of the group
+    to the same place are one outcome (their probabilities add). Trials are interchangeable, so
+    the walk keeps how many stand at each node, and every one of them draws its own uniform
+    (`_InverseCdf`). `simulate_tree_loop` walks one trial and one depth at a time instead.
     """
     tree = build_tree(accept_rate, steps, topk, draft_tokens)
     n, k1 = tree.parent.size, topk + 1
