@@ -264,13 +264,6 @@ class _InverseCdf:
         return hist
 
 
-def _inverse_cdf_counts(t: np.ndarray, draws, rng: np.random.Generator, levels=LEVELS,
-                        chunk: int = 1 << 18) -> np.ndarray:
-    """hist [rows, len(t) + 1]: for each row r, how many of its draws[r] uniform 32-bit v have
-    #(t <= v) == c (`_InverseCdf`). Equal in law to drawing all 32 bits of every v."""
-    return _InverseCdf(t, levels).counts(draws, rng, chunk)
-
-
 def simulate_chain(accept_rate, k: int, trials: int = 100_000, seed: int | None = 0,
                    chunk: int = 1 << 18) -> SimResult:
     """Monte Carlo accept length of chain drafting: one rate or k per-position rates.
@@ -278,7 +271,7 @@ def simulate_chain(accept_rate, k: int, trials: int = 100_000, seed: int | None 
     Vectorised, one uniform draw per verify step: the number of leading accepted tokens N
     satisfies P(N >= j) = a_0 a_1 ... a_(j-1) (all of the first j accepted), so with one uniform u
     per step N = #{j : u < a_0 ... a_(j-1)} (inverse-CDF sampling of the same chain; the draws'
-    low bits are drawn only where they decide, see `_inverse_cdf_counts`). Accept length 1 + N.
+    low bits are drawn only where they decide, see `_InverseCdf`). Accept length 1 + N.
     `simulate_chain_loop` flips one coin per drafted token instead; both estimate the same law.
     """
     rates = _chain_rates(accept_rate, k)
@@ -287,7 +280,7 @@ def simulate_chain(accept_rate, k: int, trials: int = 100_000, seed: int | None 
         return _from_counts(np.array([0, int(trials)]), 1.0)
     rng = np.random.default_rng(seed)
     t = np.sort(_thresholds(np.cumprod(rates)))  # ascending; N = k - #(t <= v)
-    hist = _inverse_cdf_counts(t, int(trials), rng, chunk=chunk)[0]  # hist[c] = draws with #(t <= v) == c
+    hist = _InverseCdf(t).counts(int(trials), rng, chunk)[0]  # hist[c] = draws with #(t <= v) == c
     counts = np.zeros(kk + 2, dtype=np.int64)
     counts[1:] = hist[::-1]  # accept length 1 + k - c
     return _from_counts(counts, chain_expected(rates, kk))
