@@ -477,9 +477,10 @@ def simulate_tree(accept_rate, steps: int, topk: int, draft_tokens: int, trials:
         # combinations that lead every node to the same place are one outcome for the walk
         base = 2 * n
         if base ** nodes.size < 1 << 62:  # a column's destinations as one integer, decoded below
-            column = state[0] if nodes.size == 1 else (np.int64(base) ** np.arange(nodes.size, dtype=np.int64)) @ state
+            place = np.int64(base) ** np.arange(nodes.size, dtype=np.int64)  # [nodes] digit weights
+            column = state[0] if nodes.size == 1 else place @ state
             uniq = np.unique(column)
-            dest = (uniq[None, :] // np.int64(base) ** np.arange(nodes.size, dtype=np.int64)[:, None]) % base
+            dest = (uniq[None, :] // place[:, None]) % base
             merged = np.searchsorted(uniq, column)
         else:
             _, first, merged = np.unique(state, axis=1, return_index=True, return_inverse=True)

@@ -113,7 +113,6 @@ def _threshold_sets():
     return {"few": few, "edges-and-ends": edges, "dirichlet-300": np.sort(tail), "duplicates": dup}
 
 
-
 @pytest.mark.parametrize("levels", [(8, 8, 16), (2, 2, 28), (1, 8, 23), (8, 1, 23), (3, 3, 26)])
 @pytest.mark.parametrize("name", list(_threshold_sets()))
 def test_lazy_bits_draw_the_exact_law(name, levels):
