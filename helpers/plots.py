@@ -78,9 +78,19 @@ def set_style() -> None:
 
 @contextmanager
 def style():
-    """Draw inside the kit's style without changing the global rcParams."""
-    with mpl.rc_context(style_rc()):
-        yield
+    """Draw inside the kit's style without changing the global rcParams.
+
+    Interactive mode is the one setting carried out of the context: IPython's inline backend
+    switches it on when the first figure of a kernel is made, and restoring the value from
+    before (off) would stop every later figure of the notebook from showing inline.
+    """
+    interactive = mpl.is_interactive()
+    try:
+        with mpl.rc_context(style_rc()):
+            yield
+            interactive = mpl.is_interactive()
+    finally:
+        mpl.interactive(interactive)
 
 
 def _new_ax(ax, figsize):
