@@ -332,3 +332,46 @@ def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
             f"among {result.total} lines ({result.garbled} garbled)",
         )
     return result
+
+
+# -- drafting settings from a log's start-up lines ----------------------------------------------
+_SGL_ARG = re.compile(r"\b(speculative_num_steps|speculative_eagle_topk|speculative_num_draft_tokens)=(\d+)\b")
+_VLLM_TOKENS = re.compile(r"['\"]?(?:num_speculative_tokens|num_spec_tokens)['\"]?\s*[:=]\s*(\d+)")
+_SGL_NAMES = {"speculative_num_steps": "steps", "speculative_eagle_topk": "topk",
+              "speculative_num_draft_tokens": "draft_tokens"}
+
+
+def drafting_from_line(line: str) -> dict:
+    """Drafting settings stated on one start-up line, in the kit's names (see `helpers.settings`).
+
+    SGLang's `server_args=ServerArgs(... speculative_num_steps=5, speculative_eagle_topk=4,
+    speculative_num_draft_tokens=16 ...)` gives steps / topk / draft_tokens as the server ran
+    them; vLLM's `non-default args: {... 'num_speculative_tokens': 3 ...}` (or a
+    `SpeculativeConfig(... num_spec_tokens=3 ...)`) is a chain: steps 3, topk 1, draft_tokens 4.
+    Returns {} for any other line; `source` names the line's kind.
+    """
+    if "server_args=" in line:
+        found = {_SGL_NAMES[k]: int(v) for k, v in _SGL_ARG.findall(line)}
+        return {**found, "source": "server_args"} if found else {}
+    if "speculative" in line.lower() or "num_spec_tokens" in line:
+        m = _VLLM_TOKENS.search(line)
+        if m:
+            k = int(m.group(1))
+            return {"steps": k, "topk": 1, "draft_tokens": k + 1, "source": "num_speculative_tokens"}
+    return {}
+
+
+def read_drafting(path, max_lines: int = 5000) -> dict:
+    """The drafting settings a log states at start-up (first such line within `max_lines`), or {}."""
+    p = Path(path)
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh):
+                if n >= max_lines:
+                    break
+                found = drafting_from_line(line)
+                if found:
+                    return found
+    except OSError as e:
+        raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
+    return {}
