@@ -60,9 +60,10 @@ def _check_parent(path: Path, what: str) -> None:
 
 def output_file(path, what: str = "output file") -> Path:
     """`path` as a Path, after checking that a file can be written there (an existing file is replaced)."""
+    given = os.fspath(path)
     path = Path(path)
-    if str(path) in ("", ".") or path.name in ("", ".", ".."):
-        raise BadInputError(path, f"is not a file name (the {what} needs one)")
+    if given.endswith(("/", os.sep)) or path.name in ("", ".", ".."):
+        raise BadInputError(given, f"is not a file name (the {what} needs one)")
     if _kind(path) == "folder":
         raise BadInputError(path, f"is a folder; the {what} must be a file name")
     _check_parent(path, what)
