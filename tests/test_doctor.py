@@ -422,5 +422,8 @@ def test_cli_fix_refuses_existing_dst_and_reports_unfixable(good, tmp_path):
     r = run_cli("fix", src, dst)
     assert r.returncode == 2 and "already exists" in r.stderr
     assert [p.name for p in dst.iterdir()] == ["keep.txt"]
-    r = run_cli("fix", src, tmp_path / "still_bad")
-    assert r.returncode == 1 and "d2t-arange" in r.stdout
+    r = run_cli("fix", src, tmp_path / "still_bad")  # nothing fix can repair: refused, nothing written
+    assert r.returncode == 2 and "cannot repair d2t-arange" in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "still_bad").exists()
+    r = run_cli("fix", src, tmp_path / "still_bad", "--force")  # written anyway; the doctor still objects
+    assert r.returncode == 1 and "d2t-arange" in r.stdout and (tmp_path / "still_bad").is_dir()

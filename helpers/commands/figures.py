@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import BadInputError
+from ..outputs import output_dir
+
 HELP = "draw the standard d2t figures of a mapping (staircase, histograms, coverage, readings) as PNG"
 DESCRIPTION = """\
 Draw the standard figures of a checkpoint's d2t/t2d mapping and save them as PNG (and SVG with
@@ -16,7 +19,9 @@ Each PNG records the source files (path, size, SHA-256), the kit version and the
 metadata (read it back with helpers.plots.read_figure_metadata), and carries a caption line
 naming the checkpoint and the verdict. PATH is anything `inspect` reads.
 
-Exit 0 with the written files listed; 2 with one line on unreadable input."""
+OUTDIR is created (with missing parents) when it does not exist.
+Exit 0 with the written files listed; 2 with one line on unreadable input or an OUTDIR that
+cannot be written (an existing file, a path through a file, a read-only folder)."""
 
 
 def add_arguments(p) -> None:
@@ -34,8 +39,15 @@ def run(args) -> int:
     from ..checkpoint import load_mapping
     from ..plots import save_mapping_figures
 
+    out_dir = output_dir(args.out_dir, "figures folder", create=False)  # created when the figures are saved
+    if args.prefix is not None and (Path(args.prefix).name != args.prefix or args.prefix in (".", "..")):
+        raise BadInputError(None, f"--prefix {args.prefix!r}: must be a file name prefix, not a path")
     m = load_mapping(args.path)
     prefix = args.prefix or Path(args.path).resolve().name
-    for f in save_mapping_figures(m, args.out_dir, prefix=prefix, svg=args.svg, label=args.label):
+    try:
+        written = save_mapping_figures(m, out_dir, prefix=prefix, svg=args.svg, label=args.label)
+    except OSError as e:
+        raise BadInputError(e.filename or out_dir, f"cannot write the figure ({e.strerror or e})") from None
+    for f in written:
         print(f)
     return 0

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
+from ..errors import BadInputError
 from ..logs import read_log
+from ..outputs import output_file
 
 HELP = "read SGLang 'Decode batch' / vLLM 'SpecDecoding metrics' lines: accept length over time"
 DESCRIPTION = """\
@@ -14,8 +17,10 @@ length: X, ...', with the generation tok/s of the engine stats line before it). 
 mean accept length, acceptance rate and throughput; lines it does not recognise are counted and
 skipped, and a recognised line whose numbers do not read is counted as garbled and skipped.
 
---json: the summary plus every parsed row. --plot OUT.png: accept length over time.
-Exit 2 with one line when the file has no line this reader understands."""
+--json: the summary plus every parsed row. --plot OUT.png: accept length over time (the suffix
+picks the format: .png, .svg, .pdf, ...; an existing file is replaced).
+Exit 2 with one line when the file has no line this reader understands, or when the plot cannot
+be written there (no such folder, a folder in its place, an unknown suffix)."""
 
 
 def add_arguments(p) -> None:
@@ -61,18 +66,40 @@ def format_report(s: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args) -> int:
-    log = read_log(args.file)
-    if args.plot:
-        import matplotlib
+def plot_path(path: str) -> Path:
+    """Where `--plot PATH` writes (matplotlib adds .png to a name without a suffix), checked."""
+    from matplotlib.backend_bases import FigureCanvasBase
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    p = output_file(path, "plot")  # a folder given as PATH is refused here, before any suffix is added
+    known = FigureCanvasBase.get_supported_filetypes()
+    if not p.suffix:
+        return output_file(p.with_name(p.name + ".png"), "plot")
+    if p.suffix[1:].lower() not in known:
+        raise BadInputError(p, f"unknown plot format {p.suffix!r} (use one of {', '.join('.' + k for k in sorted(known))})")
+    return p
 
-        from ..plots import plot_accept_length_over_time
 
-        ax = plot_accept_length_over_time(log.table, label=f"{', '.join(log.engines)} log")
-        ax.figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+def save_plot(log, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..plots import plot_accept_length_over_time
+
+    ax = plot_accept_length_over_time(log.table, label=f"{', '.join(log.engines)} log")
+    try:
+        ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as e:
+        raise BadInputError(path, f"cannot write the plot ({e.strerror or e})") from None
+    finally:
         plt.close(ax.figure)
+
+
+def run(args) -> int:
+    plot = plot_path(args.plot) if args.plot else None
+    log = read_log(args.file)
+    if plot is not None:
+        save_plot(log, plot)
     print(json.dumps(logs_json(log), indent=2) if args.json else format_report(log.summary()))
     return 0

@@ -1,6 +1,7 @@
 """`report CHECKPOINT -o OUT`: a folder to attach to a bug report."""
 from __future__ import annotations
 
+from ..outputs import output_dir
 from ..report import SEQUENCE, run_report
 
 HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
@@ -15,7 +16,9 @@ passing it (and --samples) as parameters, and write to OUT:
                              in the PNG metadata
 Without --samples the sample-dependent parts are skipped and summary.md says so.
 A notebook that fails is reported in summary.md and the rest still run.
-Exit 0 when every notebook succeeded, 1 when one failed, 2 on unreadable input."""
+OUT is created (with missing parents); it must not be a file.
+Exit 0 when every notebook succeeded, 1 when one failed, 2 on unreadable input or an OUT that
+cannot be written (checked before any notebook runs)."""
 
 
 def add_arguments(p) -> None:
@@ -30,6 +33,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    output_dir(args.out, "report folder", create=False)  # before any notebook runs; run_report creates it
     res = run_report(
         args.checkpoint, args.out, samples=args.samples, engine=args.engine, embed_from=args.embed_from,
         target_config=args.target_config, target_head=args.target_head, max_samples=args.max_samples,
