@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 demo: $(STAMP)
-	$(BIN)/python -m helpers report data_samples/tiny_draft_sglang --samples data_samples/tiny_hidden_states --engine sglang -o $(DEMO_OUT)
+	$(BIN)/python -m helpers report data_samples/tiny_draft_sglang --samples data_samples/tiny_hidden_states \
+		--log data_samples/logs/sglang.log --baseline-tps 90 --engine sglang -o $(DEMO_OUT)
 	@echo "Open $(DEMO_OUT)/summary.md first; executed notebooks, HTML and figures are beside it."
 
 test: $(STAMP)

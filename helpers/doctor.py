@@ -137,6 +137,25 @@ def overview(checkpoints: dict, engines=ENGINES, target_config=None, *, check_we
     return pd.DataFrame(rows, columns=["checkpoint", "engine", "errors", "warnings", "verdict"])
 
 
+WEIGHT_SCAN_CODES = ("nonfinite-weights",)  # the findings of the one check that reads every weight
+
+
+def diagnose_each(path, engine: str = "all", target_config=None, *, check_weights: bool = True, scanned=None):
+    """(findings for `engine`, {engine: findings} for each engine it covers), weights scanned once.
+
+    The per-engine lists share the NaN/Inf finding of the one scan instead of reading every
+    weight again per engine (a draft's weights are gigabytes). `scanned`: findings of an earlier
+    scan of the same weight values (a fixed copy keeps its source's values); then none is made.
+    """
+    main = diagnose(path, engine, target_config, check_weights=check_weights and scanned is None)
+    scanned = [f for f in (main if scanned is None else scanned) if f.code in WEIGHT_SCAN_CODES]
+    main = main if not scanned or any(f.code in WEIGHT_SCAN_CODES for f in main) else scanned + main
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    each = {e: sorted(diagnose(path, e, target_config, check_weights=False) + scanned, key=lambda f: order[f.severity])
+            for e in _engines(engine)}
+    return main, each
+
+
 def _engines(engine: str) -> tuple[str, ...]:
     if engine == "all":
         return ENGINES

@@ -508,6 +508,16 @@ class EvalResult:
             return "train", self.splits["train"]
         return "all samples", self.overall
 
+    def acceptance(self, reading: str = "offset") -> tuple[float | None, str]:
+        """(per-token acceptance, where it was measured) for predicting accept length.
+
+        The step-0 top-1 accuracy under `reading`, on the validation split when there is one
+        (held-out text is what serving sees), else on all samples.
+        """
+        name, part = ("validation split", self.splits["val"]) if "val" in self.splits else ("all samples", self.overall)
+        scores = part.readings.get(reading)
+        return (None if scores is None else scores.top1), f"{reading} reading, step-0 top-1, {name}"
+
     def diagnosis(self) -> str:
         """'mapping', 'wiring', 'no_mapping', 'coverage', 'generalisation', 'weak', 'healthy', 'no_data'."""
         return self._diagnose()[0]

@@ -364,6 +364,8 @@ def drafting_from_line(line: str) -> dict:
 def read_drafting(path, max_lines: int = 5000) -> dict:
     """The drafting settings a log states at start-up (first such line within `max_lines`), or {}."""
     p = Path(path)
+    if not p.is_file():
+        raise BadInputError(p, "no such log file" if not p.exists() else "not a file")
     try:
         with open(p, encoding="utf-8", errors="replace") as fh:
             for n, line in enumerate(fh):

@@ -88,13 +88,13 @@ class RunSettings:
 
     def notebook_parameters(self, declared, **extra) -> dict:
         """The values for the parameters a notebook declares (same names), plus `extra`."""
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(extra)
         out = {}
         for name in declared:
             if name in values:
                 v = values[name]
-                out[name] = list(v) if isinstance(v, tuple) else v
+                out[name] = list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
         return out
 
     def to_dict(self) -> dict:

@@ -625,6 +625,45 @@ def judge_accept_length(measured: float, predicted: float, break_even: float | N
             f"tokens): the draft performs as its accuracy says.{pays}")
 
 
+def accept_length_status(predicted: float | None, measured: float | None, rate: float | None = None,
+                         tolerance: float = 0.15) -> str:
+    """One word for `conclude_accept_length`'s case: 'no-prediction', 'broken' (a prediction near
+    1.0), 'no-measurement', or how the measurement compares: 'below', 'agrees', 'above'."""
+    if predicted is None:
+        return "no-prediction"
+    if rate is not None and predicted - 1.0 < 0.05:
+        return "broken"
+    if measured is None:
+        return "no-measurement"
+    ratio = (measured - 1.0) / (predicted - 1.0)
+    return "below" if ratio < 1 - tolerance else "above" if ratio > 1 + tolerance else "agrees"
+
+
+def conclude_accept_length(predicted: float | None, drafting_label: str, *, rate: float | None = None,
+                           measured: float | None = None, measured_from: str | None = None,
+                           break_even: float | None = None) -> str:
+    """The accept-length conclusion of a run, one paragraph (notebook 04 and the report print it).
+
+    `predicted`: expected accept length for the deployment's drafting at per-token acceptance
+    `rate`; `measured`: the serving log's mean accept length (None: no log given).
+    """
+    status = accept_length_status(predicted, measured, rate)
+    if status == "no-prediction":
+        head = "No prediction: no samples were given to measure the draft's accuracy (pass --samples)."
+        if measured is None:
+            return head + " No serving measurement was given either (pass --log)."
+        return f"{head} Measured {measured:.2f} ({measured_from or 'serving log'}) for {drafting_label}."
+    if status == "broken":
+        broken = (f"The draft scores {rate:.1%} top-1 under the offset reading the engines use, so {drafting_label} "
+                  f"is expected to accept almost nothing (predicted {predicted:.2f}): the checkpoint itself is "
+                  "broken or misread - see the d2t verdict and the doctor's findings.")
+        return broken if measured is None else f"{broken} Measured {measured:.2f} ({measured_from or 'serving log'})."
+    if status == "no-measurement":
+        return (f"Predicted accept length {predicted:.2f} for {drafting_label} (per-token acceptance {rate:.3f}). "
+                "No serving measurement was given (pass --log) to compare with.")
+    return f"{drafting_label}: " + judge_accept_length(measured, predicted, break_even)
+
+
 # ----------------------------------------------------------------------------------------------
 # throughput
 

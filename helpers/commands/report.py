@@ -1,43 +1,80 @@
 """`report CHECKPOINT -o OUT`: a folder to attach to a bug report."""
 from __future__ import annotations
 
+import json
+
 from ..outputs import output_dir
 from ..report import SEQUENCE, run_report
+from ..settings import RunSettings, resolve_drafting
 
 HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
 DESCRIPTION = f"""\
-Run the investigation notebooks ({', '.join(SEQUENCE)}) with papermill on CHECKPOINT,
-passing it (and --samples) as parameters, and write to OUT:
-  summary.md / summary.json  verdict, doctor findings, accuracy per reading, predicted and
-                             replayed accept length, environment (kit, torch, CUDA, GPU, Python)
+Run the investigation notebooks ({', '.join(SEQUENCE)}) with papermill on CHECKPOINT and
+the inputs you pass, and write to OUT:
+  summary.md / summary.json  conclusion, the inputs (and which were not given), d2t verdict,
+                             doctor findings, accuracy per reading, predicted / replayed /
+                             measured accept length, tokens/s, environment
   notebooks/*.ipynb          the executed notebooks
-  html/*.html                an HTML export of each
-  figures/<notebook>/*.png   every figure, with source file, size, SHA-256, kit version and time
-                             in the PNG metadata
-Without --samples the sample-dependent parts are skipped and summary.md says so.
-A notebook that fails is reported in summary.md and the rest still run.
+  html/*.html                an HTML export of each (works offline)
+  figures/<notebook>/*.png   every figure a notebook shows, once, with source files, SHA-256,
+                             kit version and time in the PNG metadata; numbers.json beside them
+Only your inputs are read: no bundled sample is compared with your checkpoint, and a section
+whose input you did not give says so (e.g. "not given: pass --log FILE"). Every input is
+checked before the first notebook starts (exit 2, one line). The drafting settings come from
+--steps/--topk/--draft-tokens, else from the first --log with SGLang's server_args= (or vLLM's
+num_speculative_tokens) line, else a 3-token chain; summary.md says which.
 OUT is created (with missing parents); it must not be a file.
-Exit 0 when every notebook succeeded, 1 when one failed, 2 on unreadable input or an OUT that
-cannot be written (checked before any notebook runs)."""
+Exit 0 when every notebook succeeded, 1 when one failed, 2 on bad input or an OUT that cannot
+be written (all checked before any notebook runs)."""
 
 
 def add_arguments(p) -> None:
-    p.add_argument("checkpoint", help="draft checkpoint folder or mapping file")
-    p.add_argument("--samples", default=None, help="SpecForge hidden-state folder (rows_*/data_*.ckpt; may hold train/ and val/)")
-    p.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
-    p.add_argument("--embed-from", default=None, help="embed_tokens for a draft that has none (the target's weights folder)")
-    p.add_argument("--target-config", default=None, help="the target's config.json, for the doctor's aux-layer check")
-    p.add_argument("--target-head", default=None, help="target final norm + lm_head, to score against the target's argmax")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="draft checkpoint folder or mapping file")
     p.add_argument("-o", "--out", required=True, help="output folder (created; only files under it are written)")
-    p.add_argument("--max-samples", type=int, default=None, help="score at most this many sample files per split")
+    g = p.add_argument_group("inputs")
+    g.add_argument("--samples", metavar="SAMPLES", default=None,
+                   help="SpecForge hidden-state folder (rows_*/data_*.ckpt; may hold train/ and val/)")
+    g.add_argument("--log", metavar="LOG", action="append", default=[], dest="logs",
+                   help="an SGLang or vLLM serving log (repeatable)")
+    g.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
+    g.add_argument("--embed-from", default=None, help="embed_tokens for a draft that has none (the target's weights folder)")
+    g.add_argument("--target-config", default=None, help="the target's config.json, for the doctor's aux-layer check")
+    g.add_argument("--target-head", default=None, help="target final norm + lm_head, to score against the target's argmax")
+    d = p.add_argument_group("deployment (SGLang's names; default: from the log's server_args, else a 3-token chain)")
+    d.add_argument("--steps", type=int, default=None, help="drafting depth, --speculative-num-steps")
+    d.add_argument("--topk", type=int, default=None, help="--speculative-eagle-topk (1: a chain)")
+    d.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default steps + 1)")
+    d.add_argument("--baseline-tps", type=float, default=None, help="decode tokens/s without speculation")
+    d.add_argument("--spec-tps", type=float, default=None,
+                   help="decode tokens/s with speculation (default: the logs' generation throughput)")
+    r = p.add_argument_group("running")
+    r.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: the best present)")
+    r.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)")
+    r.add_argument("--max-samples", type=int, default=None, help="score at most this many sample files per split")
+    r.add_argument("--svg", action="store_true", help="save every figure as SVG too")
+    r.add_argument("--json", action="store_true", help="print summary.json instead of the progress lines")
+
+
+def settings_from_args(args) -> RunSettings:
+    s = RunSettings(
+        checkpoint=args.checkpoint, samples=args.samples, embed_from=args.embed_from, target_head=args.target_head,
+        target_config=args.target_config, engine=args.engine, logs=tuple(args.logs), baseline_tps=args.baseline_tps,
+        spec_tps=args.spec_tps, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
+    )
+    try:
+        return resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
+    except ValueError as e:
+        from ..errors import BadInputError
+
+        raise BadInputError(None, str(e)) from None
 
 
 def run(args) -> int:
     output_dir(args.out, "report folder", create=False)  # before any notebook runs; run_report creates it
-    res = run_report(
-        args.checkpoint, args.out, samples=args.samples, engine=args.engine, embed_from=args.embed_from,
-        target_config=args.target_config, target_head=args.target_head, max_samples=args.max_samples,
-    )
-    n_ok = sum(r.ok for r in res.runs)
-    print(f"{n_ok}/{len(res.runs)} notebooks succeeded. Summary: {res.summary_path}")
+    res = run_report(settings_from_args(args), args.out, progress=None if args.json else print)
+    if args.json:
+        print(json.dumps(res.summary, indent=2, default=str))
+    else:
+        n_ok = sum(r.ok for r in res.runs)
+        print(f"{n_ok}/{len(res.runs)} notebooks succeeded. Summary: {res.summary_path}")
     return 0 if res.ok else 1

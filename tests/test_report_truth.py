@@ -1,0 +1,185 @@
+"""A report is about the user's inputs only, and says one thing.
+
+Two real reports run once per session on copies of bundled files placed outside `data_samples/`
+(as a user's own files would be): a healthy draft with a serving log that shows accept length
+~1.9 (the investigation's deployment bug), and the misencoded draft with no log. Each test reads
+the bundles as a person would: summary.md, the executed notebooks' outputs, the HTML, the PNGs.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+MAX_SAMPLES = "6"
+
+
+def _copy_samples(src: Path, dst: Path, per_split: int = 6) -> Path:
+    """The first `per_split` sample files of each split, in SpecForge's layout."""
+    for split in ("train", "val"):
+        files = sorted((src / split).rglob("data_*.ckpt*"), key=lambda p: int(re.findall(r"\d+", p.name)[0]))
+        for f in files[:per_split]:
+            out = dst / split / f.parent.name / f.name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, out)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory, samples_dir):
+    root = tmp_path_factory.mktemp("user")
+    files = {
+        "draft": shutil.copytree(samples_dir / "tiny_draft_sglang", root / "my_draft"),
+        "bad": shutil.copytree(samples_dir / "tiny_draft_absolute", root / "my_bad_draft"),
+        "samples": _copy_samples(samples_dir / "tiny_hidden_states", root / "my_states"),
+        "log": Path(shutil.copy2(samples_dir / "logs" / "sglang.log", root / "server.log")),
+    }
+    return files
+
+
+def _report(args, out):
+    from helpers.__main__ import main
+
+    code = main(["report", *map(str, args), "-o", str(out)])
+    return code, out
+
+
+@pytest.fixture(scope="module")
+def healthy_bundle(user_files, tmp_path_factory):
+    f = user_files
+    code, out = _report([f["draft"], "--samples", f["samples"], "--log", f["log"], "--baseline-tps", "90",
+                         "--max-samples", MAX_SAMPLES, "--engine", "sglang"], tmp_path_factory.mktemp("r") / "healthy")
+    assert code == 0, (out / "summary.md").read_text()
+    return out
+
+
+@pytest.fixture(scope="module")
+def misencoded_bundle(user_files, tmp_path_factory):
+    f = user_files
+    code, out = _report([f["bad"], "--samples", f["samples"], "--max-samples", MAX_SAMPLES],
+                        tmp_path_factory.mktemp("r") / "bad")
+    assert code == 0, (out / "summary.md").read_text()
+    return out
+
+
+def _texts(nb_path: Path) -> list[str]:
+    """Every output of an executed notebook as text (streams, text/plain, text/html)."""
+    nb = json.loads(nb_path.read_text())
+    out = []
+    for cell in nb["cells"]:
+        for o in cell.get("outputs", []):
+            if "text" in o:
+                out.append("".join(o["text"]))
+            for mime in ("text/plain", "text/html"):
+                if mime in o.get("data", {}):
+                    out.append("".join(o["data"][mime]))
+    return out
+
+
+def _text(bundle: Path, name: str) -> str:
+    return "\n".join(_texts(bundle / "notebooks" / f"{name}.ipynb"))
+
+
+def test_no_bundled_data_in_a_users_bundle(healthy_bundle, samples_dir):
+    from helpers.plots import read_figure_metadata
+
+    needle = "data_samples"
+    assert needle in str(samples_dir)  # the test would see the bundled folder's name if it leaked
+    leaks = []
+    for p in healthy_bundle.rglob("*"):
+        if p.suffix in (".md", ".json", ".html", ".ipynb") and needle in p.read_text():
+            leaks.append(str(p))
+        if p.suffix == ".png" and needle in json.dumps(read_figure_metadata(p)):
+            leaks.append(str(p))
+    assert not leaks, leaks
+
+
+def test_every_figure_shown_once_and_saved_once(healthy_bundle):
+    summary = json.loads((healthy_bundle / "summary.json").read_text())
+    total = 0
+    for run in summary["notebooks"]:
+        nb = json.loads(Path(run["notebook"]).read_text())
+        images = sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
+        saved = sorted((healthy_bundle / "figures" / run["name"]).glob("*.png"))
+        assert images == len(saved) == len(run["figures"]), (run["name"], images, [p.name for p in saved])
+        total += images
+    assert total >= 12  # 1 + 6 + 3 + 4 + 1 with every input given (03 has no misencoded copy)
+
+
+def test_summary_and_notebooks_agree(healthy_bundle):
+    md = (healthy_bundle / "summary.md").read_text()
+    s = json.loads((healthy_bundle / "summary.json").read_text())["numbers"]
+    # verdict: summary vs notebook 01
+    verdict = re.search(r"^\*\*(\w+)\*\* — draft vocab", md, re.M).group(1)
+    assert f"VERDICT: {verdict}" in _text(healthy_bundle, "01_mapping_inspection")
+    # drafting settings: summary vs notebook 04 (the log's server_args: tree 5/4/16)
+    nb04 = _text(healthy_bundle, "04_accept_length_simulation")
+    label = s["predicted_accept_length"]["drafting"]
+    assert label == "tree 5/4/16 (steps/topk/draft tokens)" and f"drafting: {label}" in nb04
+    assert "steps = 5  (server_args in " in nb04  # where the value came from, as the summary says
+    assert f"| drafting | {label}" in md
+    # accuracy: summary's validation offset top-1 vs notebook 03's table and notebook 04's acceptance
+    val = re.search(r"^\| val \| offset \| ([\d.]+) %", md, re.M).group(1)
+    assert re.search(rf"\b{re.escape(val)}\b", _text(healthy_bundle, "03_accuracy_with_and_without_mapping"))
+    rate = re.search(r"per-token acceptance a = ([\d.]+)", nb04).group(1)
+    assert f"{100 * float(rate):.1f}" == val
+    assert f"per-token acceptance **{rate}**" in md
+    # accept length: predicted, replayed and measured, summary vs notebook 04
+    predicted = re.search(r"predicted accept length, tree 5/4/16 \(steps/topk/draft tokens\): \*\*([\d.]+)\*\*", md).group(1)
+    assert f"predicted accept length, {label}: {predicted}" in nb04
+    replayed = re.search(r"replayed accept length, offset reading, chain of (\d+): ([\d.]+)", md)
+    assert replayed.group(1) == "5"
+    in_nb04 = float(re.search(r"offset: replayed accept length ([\d.]+)", nb04).group(1))
+    assert f"{in_nb04:.2f}" == replayed.group(2)
+    measured = re.search(r"measured accept length \(serving logs\): \*\*([\d.]+)\*\*", md).group(1)
+    assert f"measured accept length (mean over" in nb04 and f": {measured}" in nb04
+    # the conclusion is the same sentence in both
+    assert s["accept_length_conclusion"] in nb04 and s["accept_length_conclusion"] in md
+
+
+def test_healthy_draft_with_a_low_serving_log_is_a_deployment_bug(healthy_bundle):
+    md = (healthy_bundle / "summary.md").read_text()
+    s = json.loads((healthy_bundle / "summary.json").read_text())
+    assert s["numbers"]["accept_length_status"] == "below"
+    assert "healthy offline, yet serving accepts far less" in s["conclusion"][0]
+    assert "deployment bug" in md and "Healthy:" not in s["conclusion"][0]
+    nb04 = _text(healthy_bundle, "04_accept_length_simulation")
+    assert "is well below the predicted" in nb04 and "deployment bug" in nb04
+    assert abs(s["numbers"]["measured"] - 1.9) < 0.05
+
+
+def test_misencoded_draft_is_broken_in_summary_and_notebook_04(misencoded_bundle):
+    s = json.loads((misencoded_bundle / "summary.json").read_text())
+    md = (misencoded_bundle / "summary.md").read_text()
+    n = s["numbers"]
+    assert n["inspect"]["verdict"] == "absolute"
+    assert "The checkpoint itself is broken" in s["conclusion"][0] and "d2t-absolute" in s["conclusion"][0]
+    assert n["accept_length_status"] == "broken"
+    assert n["predicted_accept_length"]["expected"] < 1.05
+    nb04 = _text(misencoded_bundle, "04_accept_length_simulation")
+    assert "the checkpoint itself is broken or misread" in nb04
+    assert n["accept_length_conclusion"] in md
+    # nothing was given for serving, and the summary says how to give it
+    assert "not given: pass --log FILE" in md and "not given: pass --baseline-tps" in md
+    assert "not given: no serving log" in nb04
+    # notebook 06 planned the fix and wrote no copy anywhere in the bundle
+    assert not [p for p in misencoded_bundle.rglob("*.safetensors")]
+    assert "d2t: absolute target ids converted to offsets" in _text(misencoded_bundle, "06_checkpoint_doctor")
+
+
+def test_the_bundle_notebooks_run_again_from_their_injected_values(healthy_bundle):
+    """The bundle's notebooks have their defaults cell blanked; the injected cell defines everything."""
+    import papermill as pm
+
+    nb = healthy_bundle / "notebooks" / "01_mapping_inspection.ipynb"
+    src = json.loads(nb.read_text())
+    defaults = [c for c in src["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert defaults and "data_samples" not in "".join(defaults[0]["source"])
+    injected = [c for c in src["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+    assert "window_start" in "".join(injected[0]["source"])
+    assert pm.inspect_notebook(str(nb)) == {}  # no defaults left to inspect
