@@ -1,9 +1,9 @@
 """Draft forward throughput at the Kimi-K2.5 draft's shapes, against bare matmuls of the same shapes.
 
-Shapes (design.md section 1): H 7168, target hidden 7168 (fc 21504 -> 7168), draft vocab 32,000,
-64 heads / 8 kv heads (head_dim 128), intermediate 18,432. Random weights, fp32 on CPU by default.
-The embedding table is a row lookup (no FLOPs), so it is kept at `--embed-rows` rows (default
-32,000, not Kimi's 163,840) to save 3.8 GB of RAM.
+Shapes (docs/eagle3-facts.md, 'Investigation'): H 7168, target hidden 7168 (fc 21504 -> 7168),
+draft vocab 32,000, 64 heads / 8 kv heads (head_dim 128), intermediate 18,432. Random weights,
+fp32 on CPU by default. The embedding table is a row lookup (no FLOPs), so it is kept at
+`--embed-rows` rows (default 32,000, not Kimi's 163,840) to save 3.8 GB of RAM.
 
 Measured in one run:
 - batched: one forward over B sequences of T tokens;

@@ -1,10 +1,10 @@
 """Write a Kimi-K2.5-shaped EAGLE-3 draft checkpoint (bf16, ~4.3 GB) without holding it in memory.
 
-Shapes of the draft in design.md section 1: hidden 7168 (target hidden 7168, so `fc` is
-21504 -> 7168), target vocab 163,840 (`embed_tokens`), draft vocab 32,000 (`lm_head`), one
+Shapes of the draft in docs/eagle3-facts.md ('Investigation'): hidden 7168 (target hidden 7168, so
+`fc` is 21504 -> 7168), target vocab 163,840 (`embed_tokens`), draft vocab 32,000 (`lm_head`), one
 Llama decoder layer (`midlayer.*`, 64 heads of 128, 8 KV heads, MLP 18432), with the real Kimi
-`d2t`/`t2d` from `data_samples/kimi_k25_mapping`. Weights are random-looking (seeded per tensor, so
-both formats hold the same values) and written in row chunks: the safetensors file is streamed
+`d2t`/`t2d` from `data_samples/kimi_k25_mapping`. Weights are random-looking (seeded per tensor,
+so both formats hold the same values) and written in row chunks: the safetensors file is streamed
 (header, then each tensor's bytes), the `.bin` is saved by `torch.save` from per-tensor files
 mapped with `torch.from_file`, so no step needs more than a chunk of anonymous memory.
 

@@ -1,11 +1,12 @@
 """Finding and lazily reading EAGLE-3 draft checkpoints and mapping files.
 
-Producers keep `d2t`/`t2d` in many places (design.md section 2): tensors beside the weights in
-`model.safetensors` (single or sharded) or `pytorch_model.bin`; one `.pt` dict `{"d2t","t2d"}`
-(SpecForge's cache, EAGLE's `cache.pt`); separate `d2t.pt` + `t2d.pt`; speculators' `d2t.npy` /
-`t2d.npy` (newer: `d2t-32000.npy`). Everything here reads only the tensors asked for: safetensors
-headers parsed directly, tensors through `safe_open`; torch files with `mmap=True` and
-`weights_only=True`; numpy with `mmap_mode`.
+Producers keep `d2t`/`t2d` in many places (docs/eagle3-facts.md, 'Where producers keep the
+mapping'): tensors beside the weights in `model.safetensors` (single or sharded) or
+`pytorch_model.bin`; one `.pt` dict `{"d2t","t2d"}` (SpecForge's cache, EAGLE's `cache.pt`);
+separate `d2t.pt` + `t2d.pt`; speculators' `d2t.npy` / `t2d.npy` (newer: `d2t-32000.npy`).
+Everything here reads only the tensors asked for: safetensors headers parsed directly, tensors
+through `safe_open`; torch files with `mmap=True` and `weights_only=True`; numpy with
+`mmap_mode`.
 Every problem with a file becomes one `BadInputError` naming the file.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The EAGLE-3 draft model in plain PyTorch: config, forward, k-step drafting, loading.
 
-One Llama decoder layer over the target's hidden states (design.md section 2):
+One Llama decoder layer over the target's hidden states (docs/eagle3-facts.md, 'Draft model'):
 
     aux [B,T,3Ht] --fc--> h [B,T,H]          (step 0 only; later steps reuse the layer's output)
     x = cat(input_layernorm(embed(next_ids)), hidden_norm(h))        # [B, T, 2H]

@@ -7,15 +7,16 @@ the target id). A wiring bug shows as near-zero accuracy on the very data the dr
 on under the engines' reading; a generalisation problem shows as a gap between train and
 validation.
 
-Alignment (design.md section 2). At position t the draft sees the aux hidden states of t and the
-embedding of token t+1 and drafts token t+2; drafting step j (fed with its own output and the
-embedding of its own previous draft, mapped to a target id under the reading being tested)
-drafts token t+2+j. By default a label counts where `loss_mask` is 1 *at the label's own
-position* t+2+j: the label is the token the mask speaks about (an assistant token). SpecForge's
-trainer instead masks the output at t with loss_mask[t+j] (it shifts input_ids and the target
-logits left before step 0, but loss_mask only between steps); `mask_at="position"` reproduces
-that. The two differ only at the edges of the masked spans. With a target head (final norm + lm_head of the target) the draft is also scored against the target's
-own argmax at position t+1+j, which is what SpecForge reports as accuracy.
+Alignment (docs/eagle3-facts.md, 'Alignment'). At position t the draft sees the aux hidden
+states of t and the embedding of token t+1 and drafts token t+2; drafting step j (fed with its
+own output and the embedding of its own previous draft, mapped to a target id under the reading
+being tested) drafts token t+2+j. By default a label counts where `loss_mask` is 1 *at the
+label's own position* t+2+j: the label is the token the mask speaks about (an assistant token).
+SpecForge's trainer instead masks the output at t with loss_mask[t+j] (it shifts input_ids and
+the target logits left before step 0, but loss_mask only between steps); `mask_at="position"`
+reproduces that. The two differ only at the edges of the masked spans. With a target head (final
+norm + lm_head of the target) the draft is also scored against the target's own argmax at
+position t+1+j, which is what SpecForge reports as accuracy.
 
 `draft_predictions` is the reusable core: per sample, the drafted target ids for k steps with
 labels and mask (the accept-length replay in `helpers.simulate` builds on it). `evaluate` counts

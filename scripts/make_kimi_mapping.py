@@ -1,7 +1,7 @@
 """Write data_samples/kimi_k25_mapping{,_absolute}/ : a d2t/t2d pair at Kimi-K2.5's sizes.
 
 Target vocab 163,840, draft vocab 32,000. The mapping is synthetic but built so that every number
-printed in the investigation (design.md section 1) comes out exactly:
+printed in the investigation (docs/eagle3-facts.md, 'Investigation') comes out exactly:
 
 - the first 124 entries of d2t are 0 (target ids 0..123 kept), the other 31,876 are non-zero;
 - 20,954 distinct values;

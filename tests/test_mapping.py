@@ -17,9 +17,10 @@ from helpers.mapping import (
 
 
 def specforge_recipe(token_dict: Counter, n: int, v: int):
-    """The recipe of design.md section 2, written independently of helpers.mapping:
-    pad with the smallest unused ids 0..N-1 when fewer than N ids were seen, take the N most
-    frequent (Counter.most_common), sort ascending, d2t = ids - arange, t2d[ids] = True."""
+    """The recipe of docs/eagle3-facts.md ('Building the mapping'), written independently of
+    helpers.mapping: pad with the smallest unused ids 0..N-1 when fewer than N ids were seen,
+    take the N most frequent (Counter.most_common), sort ascending, d2t = ids - arange,
+    t2d[ids] = True."""
     token_dict = Counter(token_dict)
     if len(token_dict) < n:
         for tok in sorted(set(range(n)) - set(token_dict)):

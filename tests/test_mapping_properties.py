@@ -53,8 +53,9 @@ def frequency_problem(draw):
 
 
 def reference_kept(freqs, N: int) -> list[int]:
-    """The recipe of design.md section 2, written independently of helpers.mapping: the N most
-    frequent ids (ties: smaller id first), padded with the smallest unused ids of 0..N-1, sorted."""
+    """The recipe of docs/eagle3-facts.md ('Building the mapping'), written independently of
+    helpers.mapping: the N most frequent ids (ties: smaller id first), padded with the smallest
+    unused ids of 0..N-1, sorted."""
     if isinstance(freqs, dict):
         seen = {k: c for k, c in freqs.items() if c > 0}
     else:
