@@ -40,8 +40,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+from functools import cached_property
 
 from .errors import BadInputError
 
@@ -94,21 +93,21 @@ def _fields(body: str) -> dict[str, str]:
     return out
 
 
-def _timestamp(line: str, year: int) -> tuple[pd.Timestamp | None, str]:
+def _timestamp(line: str, year: int) -> tuple[_dt.datetime | None, str]:
     """(time or None, engine hint) from the line's prefix; Garbled on an impossible date."""
     try:
         m = _SGL_TIME.match(line)
         if m:
             t = _dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
-            return pd.Timestamp(t) + pd.to_timedelta(_frac(m.group(2)), unit="s"), "sglang"
+            return t + _dt.timedelta(seconds=_frac(m.group(2))), "sglang"
         m = _VLLM_TIME.match(line)
         if m:
             t = _dt.datetime.strptime(f"{year}-{m.group(1)}", "%Y-%m-%d %H:%M:%S")
-            return pd.Timestamp(t) + pd.to_timedelta(_frac(m.group(2)), unit="s"), "vllm"
+            return t + _dt.timedelta(seconds=_frac(m.group(2))), "vllm"
         m = _ISO_TIME.search(line)
         if m:
             t = _dt.datetime.strptime(m.group(1).replace("T", " "), "%Y-%m-%d %H:%M:%S")
-            return pd.Timestamp(t) + pd.to_timedelta(_frac(m.group(2)), unit="s"), ""
+            return t + _dt.timedelta(seconds=_frac(m.group(2))), ""
     except ValueError as e:
         raise Garbled(f"timestamp: {e}") from None
     return None, ""
@@ -220,10 +219,14 @@ def parse_line(line: str, year: int | None = None) -> dict | None:
 
 @dataclass
 class LogTable:
-    """A parsed log: the table over time plus what was skipped."""
+    """A parsed log: its rows over time plus what was skipped.
+
+    `rows` are plain dicts (`COLUMNS` keys); `table` builds the pandas DataFrame on first use,
+    so reading and summarising a log needs no pandas (the `logs` command starts fast).
+    """
 
     path: str | None
-    table: pd.DataFrame
+    rows: list[dict]
     total: int  # lines read
     unrecognised: int  # lines that are not decode / SpecDecoding lines
     garbled: int  # recognised lines with a number that does not read (skipped)
@@ -232,36 +235,58 @@ class LogTable:
 
     @property
     def parsed(self) -> int:
-        return len(self.table)
+        return len(self.rows)
 
     @property
     def engines(self) -> list[str]:
-        return sorted(set(self.table["engine"])) if len(self.table) else []
+        return sorted({r["engine"] for r in self.rows})
+
+    def column(self, name: str) -> list:
+        """The non-missing values of one column, in order."""
+        return [r[name] for r in self.rows if r.get(name) is not None]
+
+    @cached_property
+    def table(self):
+        """The rows as a pandas DataFrame (floats, nullable integers, datetimes, `seconds` since the first)."""
+        import numpy as np
+        import pandas as pd
+
+        table = pd.DataFrame(self.rows, columns=COLUMNS)
+        table["time"] = pd.to_datetime(table["time"])
+        if len(table) and table["time"].notna().any():
+            table["seconds"] = (table["time"] - table["time"].min()).dt.total_seconds()
+        else:
+            table["seconds"] = np.nan
+        for col in ("accept_length", "accept_rate", "throughput", "token_usage", "accepted_tps", "drafted_tps", "seconds"):
+            table[col] = table[col].astype(float)
+        for col in ("running_req", "queue_req", "tokens", "accepted", "drafted", "line"):
+            table[col] = table[col].astype("Int64")
+        return table
 
     def summary(self) -> dict:
         """Counts and the mean / last accept length, rate and throughput (JSON-ready)."""
-        t = self.table
+        def mean(col):
+            xs = self.column(col)
+            return float(sum(xs) / len(xs)) if xs else None
 
-        def stat(col, fn):
-            s = t[col].dropna() if col in t and len(t) else pd.Series(dtype=float)
-            return None if s.empty else float(fn(s))
-
+        times = self.column("time")
+        lengths = self.column("accept_length")
         return {
             "path": self.path,
             "engines": self.engines,
-            "formats": sorted(set(t["format"])) if len(t) else [],
+            "formats": sorted({r["format"] for r in self.rows}),
             "lines": self.total,
             "parsed": self.parsed,
             "unrecognised": self.unrecognised,
             "context": self.context,
             "garbled": self.garbled,
             "garbled_lines": [{"line": n, "reason": r} for n, r in self.garbled_lines],
-            "mean_accept_length": stat("accept_length", np.mean),
-            "last_accept_length": stat("accept_length", lambda s: s.iloc[-1]),
-            "mean_accept_rate": stat("accept_rate", np.mean),
-            "mean_throughput": stat("throughput", np.mean),
-            "first_time": None if not len(t) or t["time"].isna().all() else str(t["time"].min()),
-            "last_time": None if not len(t) or t["time"].isna().all() else str(t["time"].max()),
+            "mean_accept_length": mean("accept_length"),
+            "last_accept_length": float(lengths[-1]) if lengths else None,
+            "mean_accept_rate": mean("accept_rate"),
+            "mean_throughput": mean("throughput"),
+            "first_time": str(min(times)) if times else None,
+            "last_time": str(max(times)) if times else None,
         }
 
 
@@ -299,17 +324,7 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
             last_vllm_month = month
         row["line"] = n
         rows.append(row)
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    table["time"] = pd.to_datetime(table["time"])
-    if len(table) and table["time"].notna().any():
-        table["seconds"] = (table["time"] - table["time"].min()).dt.total_seconds()
-    else:
-        table["seconds"] = np.nan
-    for col in ("accept_length", "accept_rate", "throughput", "token_usage", "accepted_tps", "drafted_tps", "seconds"):
-        table[col] = table[col].astype(float)
-    for col in ("running_req", "queue_req", "tokens", "accepted", "drafted", "line"):
-        table[col] = table[col].astype("Int64")
-    return LogTable(path=path, table=table, total=total, unrecognised=unrecognised,
+    return LogTable(path=path, rows=rows, total=total, unrecognised=unrecognised,
                     garbled=len(garbled), garbled_lines=garbled, context=context)
 
 
