@@ -22,7 +22,20 @@ from .errors import BadInputError
 from .notebook import read_numbers
 from .settings import RunSettings
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def notebook_dir() -> Path:
+    """The notebooks: the checkout's notebooks/ folder, or the copy installed with the package."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "notebooks").is_dir():
+        return checkout / "notebooks"
+    from importlib.util import find_spec
+
+    spec = find_spec("helpers._notebooks")  # a namespace package: package data, no __init__.py
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+NOTEBOOK_DIR = notebook_dir()
 # The report runs the investigation notebooks; the primer (00) teaches and the dashboard (05)
 # needs a person at the controls, so neither belongs in a bundle.
 SEQUENCE = (

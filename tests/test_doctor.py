@@ -182,7 +182,9 @@ def test_cli_good_checkpoint_has_no_error(good, target_config):
     r = run_cli("doctor", good, "--json", "--target-config", target_config)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert isinstance(data, list) and all(set(d) == {"code", "severity", "message", "fix"} for d in data)
+    assert data["path"] == str(good) and data["engine"] == "all" and data["ok"] is True
+    assert data["counts"] == {s: sum(d["severity"] == s for d in data["findings"]) for s in ("error", "warning", "info")}
+    assert all(set(d) == {"code", "severity", "message", "fix"} for d in data["findings"])
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
@@ -197,7 +199,7 @@ def test_each_broken_checkpoint_yields_its_code(code, good, tmp_path, capsys):
         assert f.message and "\n" not in f.message and f.fix and "\n" not in f.fix
     # the CLI agrees (in-process here; test_cli_* run it as a subprocess), exit 1 exactly on an error
     rc = main(["doctor", str(bad), "--engine", engine, "--json"])
-    codes = {(d["code"], d["severity"]) for d in json.loads(capsys.readouterr().out)}
+    codes = {(d["code"], d["severity"]) for d in json.loads(capsys.readouterr().out)["findings"]}
     assert (code, severity) in codes
     assert rc == (1 if any(s == "error" for _, s in codes) else 0)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..doctor import diagnose, has_error
+from . import _options
 
 HELP = "check a draft checkpoint for the known EAGLE-3 deployment bugs (exit 1 on an error)"
 DESCRIPTION = """\
@@ -19,13 +19,12 @@ Exit 0 when no error was found, 1 when one was, 2 when the input cannot be read.
 
 
 def add_arguments(p) -> None:
-    p.add_argument("checkpoint", help="draft checkpoint folder (or weights file)")
-    p.add_argument("--engine", choices=["sglang", "vllm", "all"], default="all",
-                   help="the engine the draft will be served with (default: all)")
-    p.add_argument("--target-config", metavar="FILE", help="the target model's config.json (aux layers, sizes)")
+    _options.checkpoint(p, "draft checkpoint folder (or weights file)")
+    _options.engine(p)
+    _options.target_config(p)
     p.add_argument("--no-weights", action="store_true",
                    help="skip the NaN/Inf scan (the only check that reads every weight)")
-    p.add_argument("--json", action="store_true", help="print a JSON list of {code, severity, message, fix}")
+    _options.json_flag(p, "print one JSON object: path, engine, counts and findings [{code, severity, message, fix}]")
 
 
 def format_findings(path, engine: str, findings) -> str:
@@ -39,11 +38,20 @@ def format_findings(path, engine: str, findings) -> str:
     return "\n".join(lines)
 
 
+def doctor_json(path, engine: str, findings) -> dict:
+    """The `doctor --json` object."""
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    return {"path": str(path), "engine": engine, "counts": counts, "ok": counts["error"] == 0,
+            "findings": [f.as_dict() for f in findings]}
+
+
 def run(args) -> int:
+    from ..doctor import diagnose, has_error
+
     findings = diagnose(args.checkpoint, args.engine, args.target_config, check_weights=not args.no_weights,
-                        progress=not args.json)
+                        progress=_options.show_progress(args))
     if args.json:
-        print(json.dumps([f.as_dict() for f in findings], indent=2))
+        print(json.dumps(doctor_json(args.checkpoint, args.engine, findings), indent=2))
     else:
         print(format_findings(args.checkpoint, args.engine, findings))
     return 1 if has_error(findings) else 0

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-import sys
 
 from ..errors import BadInputError
-from ..mapping import READINGS
+from ..settings import READINGS
+from . import _options
 
 HELP = "score a draft on hidden-state samples with d2t read as offsets, as absolute ids, and not at all"
 DESCRIPTION = """\
@@ -30,22 +30,21 @@ Exit 0 when scored; 2 with one line on unusable input."""
 
 
 def add_arguments(p) -> None:
-    p.add_argument("checkpoint", help="draft checkpoint folder (config.json + weights + d2t/t2d)")
-    p.add_argument("--samples", required=True, help="hidden-state samples folder (may hold train/ and val/)")
+    _options.checkpoint(p, "draft checkpoint folder (config.json + weights + d2t/t2d)")
+    p.add_argument("--samples", metavar="SAMPLES", required=True, help="hidden-state samples folder (may hold train/ and val/)")
     p.add_argument("--readings", default=",".join(READINGS), help="comma-separated readings (default: all three)")
     p.add_argument("--steps", type=int, default=1, help="drafting steps to score (default 1)")
     p.add_argument("--topk", type=int, default=5, help="k of top-k accuracy (default 5)")
-    p.add_argument("--device", default=None, help="cuda / mps / cpu (default: best available)")
-    p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: bf16 on cuda, else fp32)")
+    _options.device_dtype(p)
     p.add_argument("--max-samples", type=int, default=None, help="score at most N samples (per split)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default 8)")
-    p.add_argument("--embed-from", default=None, help="target folder/file with embed_tokens.weight, when the draft has none")
+    _options.embed_from(p)
     p.add_argument("--target-head", default=None,
                    help="target folder with final norm + lm_head: also score against the target's argmax")
     p.add_argument("--mask-at", choices=("label", "position"), default="label",
                    help="whose loss_mask counts step j at position t: the label's (t+2+j, default) or "
                         "the position's (t+j, as SpecForge's trainer masks)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _options.json_flag(p)
 
 
 def format_report(r) -> str:
@@ -83,7 +82,7 @@ def run(args) -> int:
         r = evaluate(
             args.checkpoint, args.samples, readings=readings, steps=args.steps, topk=args.topk,
             device=args.device, dtype=args.dtype, max_samples=args.max_samples, embed_from=args.embed_from,
-            target_head=args.target_head, progress=not args.json and sys.stderr.isatty(),
+            target_head=args.target_head, progress=_options.show_progress(args),
             batch_size=args.batch_size, mask_at=args.mask_at,
         )
     print(json.dumps(r.to_dict(), indent=2) if args.json else format_report(r))

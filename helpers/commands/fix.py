@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 
-from ..doctor import fix_checkpoint, plan_fix
 from ..errors import BadInputError
 from ..outputs import new_output_dir
+from . import _options
 from .doctor import format_findings
 
 HELP = "write a corrected copy of a draft checkpoint when that fixes an error (SRC is never modified)"
@@ -43,11 +43,10 @@ because there was nothing fix could repair, and on unreadable input or a bad DST
 
 
 def add_arguments(p) -> None:
-    p.add_argument("src", help="checkpoint folder to fix (read only)")
-    p.add_argument("dst", help="new folder to write (must not exist; its parent must)")
-    p.add_argument("--engine", choices=["sglang", "vllm", "all"], default="all",
-                   help="the engine the copy is for (default: all)")
-    p.add_argument("--target-config", metavar="FILE", help="the target's config.json, for the doctor runs")
+    p.add_argument("src", metavar="CHECKPOINT", help="checkpoint folder to fix (read only)")
+    p.add_argument("dst", metavar="DST", help="new folder to write (must not exist; its parent must)")
+    _options.engine(p, "the engine the copy is for (default: all)")
+    _options.target_config(p, "the target's config.json, for the doctor runs")
     p.add_argument("--force", action="store_true",
                    help="write the copy even when it resolves no error (healthy or unrepairable checkpoint)")
     p.add_argument("--dry-run", action="store_true", help="print what would change and write nothing")
@@ -75,6 +74,8 @@ def format_plan(plan, dst, will_write: bool) -> str:
 
 
 def run(args) -> int:
+    from ..doctor import fix_checkpoint, plan_fix
+
     dst = new_output_dir(args.dst, "fixed copy")
     plan = plan_fix(args.src, args.engine, args.target_config)
     will_write = plan.matters or args.force

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..checkpoint import inspect_path  # noqa: F401  (re-exported: the command's library half)
+from . import _options
 
 HELP = "show how d2t is encoded (offset / absolute / identity / ambiguous / inconsistent)"
 DESCRIPTION = """\
@@ -18,8 +18,8 @@ Exit 0 on a readable mapping whatever the verdict; 2 with one line on unreadable
 
 
 def add_arguments(p) -> None:
-    p.add_argument("path", help="checkpoint folder or mapping file")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    _options.checkpoint(p)
+    _options.json_flag(p)
 
 
 def format_report(r: dict) -> str:
@@ -50,6 +50,8 @@ def format_report(r: dict) -> str:
 
 
 def run(args) -> int:
-    r = inspect_path(args.path)
+    from ..checkpoint import inspect_path
+
+    r = inspect_path(args.checkpoint)
     print(json.dumps(r, indent=2) if args.json else format_report(r))
     return 0

@@ -1,0 +1,47 @@
+"""The options several commands share, declared once so they read the same everywhere.
+
+Positionals are named by kind (CHECKPOINT, LOG); every command has `--json`; every written
+output is `-o/--out`; `--engine`, `--target-config`, `--device`, `--dtype` and `--embed-from`
+mean the same in every command. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import sys
+
+ENGINE_CHOICES = ("sglang", "vllm", "all")
+
+
+def checkpoint(p, help: str = "draft checkpoint folder or mapping file") -> None:
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help=help)
+
+
+def json_flag(p, what: str = "print one JSON object instead of the text report") -> None:
+    p.add_argument("--json", action="store_true", help=what)
+
+
+def out(p, help: str, *, required: bool = False, aliases: tuple[str, ...] = (), dest: str = "out",
+        metavar: str = "OUT") -> None:
+    p.add_argument("-o", "--out", *aliases, dest=dest, metavar=metavar, required=required, help=help)
+
+
+def engine(p, help: str = "the engine the draft is served with (default: all)") -> None:
+    p.add_argument("--engine", choices=ENGINE_CHOICES, default="all", help=help)
+
+
+def target_config(p, help: str = "the target model's config.json (aux layers, sizes)") -> None:
+    p.add_argument("--target-config", metavar="FILE", default=None, help=help)
+
+
+def embed_from(p) -> None:
+    p.add_argument("--embed-from", metavar="DIR", default=None,
+                   help="where embed_tokens.weight lives when the draft has none (the target's folder or file)")
+
+
+def device_dtype(p) -> None:
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: the best present)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on a GPU, fp32 on CPU)")
+
+
+def show_progress(args) -> bool:
+    """Progress bars only for a person at a terminal, never with --json."""
+    return not getattr(args, "json", False) and sys.stderr.isatty()
