@@ -21,7 +21,9 @@ def test_report_on_mapping_only_folder_says_what_was_not_given(cli, tmp_path):
     md = (out / "summary.md").read_text()
     assert "**OFFSET**" in md
     assert "not given: pass --samples DIR" in md and "not given: pass --log FILE" in md
-    assert "No accuracy was measured (no samples given)" in md
+    assert "No prediction: no samples were given" in md
+    # a mapping beside no weights: the engines would not read it (d2t only in d2t.pt)
+    assert "doctor errors d2t-missing" in md
     summary = json.loads((out / "summary.json").read_text())
     assert all(nb["ok"] for nb in summary["notebooks"])
     assert "accuracy" not in summary["numbers"] and "replay" not in summary["numbers"]
