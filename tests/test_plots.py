@@ -385,12 +385,16 @@ def test_save_figure_with_a_mapping_as_source_and_unreadable_metadata(tmp_path, 
 
 def test_style_is_not_applied_at_import_and_set_style_applies_it():
     import importlib
+    import sys
 
     import matplotlib as mpl
 
     mpl.rcdefaults()
+    for name in ("style", "provenance", "mapping", "accuracy", "speculation", "findings"):  # every module runs again
+        importlib.reload(sys.modules[f"helpers.plots.{name}"])
     importlib.reload(plots)
     assert mpl.rcParams["axes.spines.top"] is True and mpl.rcParams["axes.grid"] is False
+    assert callable(plots.style) and hasattr(plots.style(), "__enter__")  # the context manager, not the module
     ax = plots.plot_throughput(90, 3.0)
     assert not ax.spines["top"].get_visible() and ax.xaxis.get_gridlines()[0].get_visible()  # the kit's style
     assert mpl.rcParams["axes.spines.top"] is True  # ... without touching the global rcParams
