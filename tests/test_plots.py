@@ -85,6 +85,50 @@ def test_staircase_on_a_given_axes_returns_it(good):
     assert plots.plot_staircase(good, ax=ax) is ax
 
 
+@pytest.mark.parametrize("fn", ["plot_staircase", "plot_offset_histogram", "plot_gap_histogram", "plot_coverage_strip",
+                                "plot_reading", "plot_readings", "mapping_figures", "reading_stats"])
+def test_mapping_figures_take_a_loaded_mapping_not_a_path(fn):
+    args = ("offset",) if fn == "reading_stats" else ()
+    for given in (GOOD, str(GOOD)):
+        with pytest.raises(TypeError, match=r"takes a VocabMapping.*helpers\.checkpoint\.load_mapping"):
+            getattr(plots, fn)(given, *args)
+    assert not plt.get_fignums()  # refused before drawing anything
+
+
+def test_save_mapping_figures_refuses_a_path_before_writing(tmp_path):
+    with pytest.raises(TypeError, match="save_mapping_figures takes a VocabMapping, not a PosixPath"):
+        plots.save_mapping_figures(GOOD, tmp_path / "figs")
+    assert not (tmp_path / "figs").exists()
+    assert not hasattr(plots, "as_mapping")
+
+
+def test_plots_modules_import_one_way():
+    """Within plots: style <- provenance <- mapping, and style <- accuracy / speculation / findings.
+    Outside: only helpers.mapping, helpers.errors (and the kit version); never the CLI or widgets/report."""
+    import ast
+
+    allowed = {
+        "style": set(), "provenance": {"style"}, "mapping": {"style", "provenance"},
+        "accuracy": {"style"}, "speculation": {"style"}, "findings": {"style"},
+        "__init__": {"style", "provenance", "mapping", "accuracy", "speculation", "findings"},
+    }
+    outside_ok = {"helpers", "helpers.mapping", "helpers.errors", "helpers.checkpoint"}
+    folder = helpers.__path__[0] + "/plots"
+    for name, ok in allowed.items():
+        tree = ast.parse(open(f"{folder}/{name}.py").read())
+        inside, outside = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                inside.add((node.module or "").split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.level == 2:
+                outside.add("helpers" + ("." + node.module if node.module else ""))
+            elif isinstance(node, ast.ImportFrom | ast.Import):
+                mods = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                outside |= {m for m in mods if m.split(".")[0] == "helpers"}
+        assert inside <= ok, (name, inside - ok)
+        assert outside <= outside_ok, (name, outside - outside_ok)
+
+
 # -- histograms ------------------------------------------------------------------------------------
 def test_offset_histogram_counts_every_draft_id_and_reds_the_impossible(good, bad):
     ax = plots.plot_offset_histogram(good, bins=60)

@@ -10,6 +10,9 @@ figures look the same whether or not `set_style()` was called. Nothing is change
 SHA-256), the kit version and the time, and draws a caption line naming the checkpoint and the
 verdict; `read_figure_metadata` reads it back from a PNG.
 
+The mapping figures take a `VocabMapping`; no figure function opens a checkpoint (load one with
+`helpers.checkpoint.load_mapping` first; a path is a TypeError that says so).
+
 The modules, each usable through this package's names (`plots.plot_staircase`, `plots.style()`):
 
     style        the shared style (style_rc, set_style, style()) and colours
@@ -29,7 +32,6 @@ from .accuracy import accuracy_table, plot_accuracy, plot_step_accuracy
 from .findings import SEVERITY_COLORS, plot_findings
 from .mapping import (
     STANDARD,
-    as_mapping,
     mapping_figures,
     plot_coverage_strip,
     plot_gap_histogram,
@@ -53,7 +55,7 @@ __all__ = [
     # provenance
     "METADATA_KEY", "caption_line", "figure_metadata", "mapping_label", "read_figure_metadata", "save_figure",
     # mapping
-    "STANDARD", "as_mapping", "mapping_figures", "plot_coverage_strip", "plot_gap_histogram",
+    "STANDARD", "mapping_figures", "plot_coverage_strip", "plot_gap_histogram",
     "plot_offset_histogram", "plot_reading", "plot_readings", "plot_staircase", "reading_stats",
     "save_mapping_figures",
     # accuracy

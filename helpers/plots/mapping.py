@@ -7,8 +7,9 @@ reading gets wrong; `mapping_figures` / `save_mapping_figures` draw (and save) t
 
 Every `plot_*` function takes `ax=None` (draws on a new figure when None), returns what it drew
 (the Axes, or the Figure for multi-panel plots), never calls `show()`, and draws inside the
-kit's `style()`. The mapping functions accept a `VocabMapping` or a path that
-`helpers.checkpoint.load_mapping` reads (a checkpoint folder or mapping file).
+kit's `style()`. They take a `VocabMapping`: this module reads no files (the caller loads a
+checkpoint folder or mapping file with `helpers.checkpoint.load_mapping`), and anything else is
+a TypeError naming that loader.
 """
 from __future__ import annotations
 
@@ -27,13 +28,14 @@ from .style import _IDS, BAD, FORMULAS, GOOD, READING_COLORS, REF, _new_ax, styl
 STANDARD = ("staircase", "offset_hist", "gap_hist", "coverage", "readings")
 
 
-def as_mapping(m) -> VocabMapping:
-    """A `VocabMapping`, or a path read with `load_mapping`."""
+def _require_mapping(m, what: str) -> VocabMapping:
+    """`m` itself when it is a `VocabMapping`; a TypeError naming the loader otherwise."""
     if isinstance(m, VocabMapping):
         return m
-    from ..checkpoint import load_mapping
-
-    return load_mapping(m)
+    raise TypeError(
+        f"{what} takes a VocabMapping, not a {type(m).__name__}: load a checkpoint folder or "
+        f"mapping file first with helpers.checkpoint.load_mapping(path)"
+    )
 
 
 def _kept_ids(m: VocabMapping) -> torch.Tensor:
@@ -47,6 +49,7 @@ def reading_stats(m: VocabMapping, reading: str) -> dict:
     A draft id i was trained to mean the i-th kept target id (the i-th True position of t2d); a
     reading is wrong for i when it maps i anywhere else.
     """
+    m = _require_mapping(m, "reading_stats")
     t = m.targets(reading)  # [N]
     n = t.numel()
     v = m.target_vocab_size
@@ -96,7 +99,7 @@ def _staircase_inset(ax, x, d2t, lo: int, hi: int) -> None:
     ins.grid(True, lw=0.4)
 
 
-def plot_staircase(m, ax=None, *, zoom="auto", label: str | None = None):
+def plot_staircase(m: VocabMapping, ax=None, *, zoom="auto", label: str | None = None):
     """`d2t[i]` as stored against draft id i: the staircase.
 
     With offsets, `d2t` is non-decreasing and flat wherever consecutive draft ids map to
@@ -104,7 +107,7 @@ def plot_staircase(m, ax=None, *, zoom="auto", label: str | None = None):
     at least one per draft id and run up to V. `zoom=(lo, hi)` (default: a window near N/32)
     adds an inset with one marker per draft id; `zoom=None` leaves it out.
     """
-    m = as_mapping(m)
+    m = _require_mapping(m, "plot_staircase")
     n, v = m.draft_vocab_size, m.target_vocab_size
     d2t = m.d2t.numpy()
     x = np.arange(n)
@@ -141,13 +144,14 @@ def plot_staircase(m, ax=None, *, zoom="auto", label: str | None = None):
 
 
 # -- histograms ---------------------------------------------------------------------------------
-def plot_offset_histogram(m, ax=None, *, bins: int = 80, log: bool = False, label: str | None = None):
+def plot_offset_histogram(m: VocabMapping, ax=None, *, bins: int = 80, log: bool = False,
+                          label: str | None = None):
     """Histogram of the values stored in `d2t` (one count per draft id).
 
     Values above V - N are impossible as offsets (i + d2t[i] would leave the target vocab for
     the last draft ids) and are drawn in red.
     """
-    m = as_mapping(m)
+    m = _require_mapping(m, "plot_offset_histogram")
     n, v = m.draft_vocab_size, m.target_vocab_size
     d2t = m.d2t.numpy()
     hi = max(int(d2t.max()), v or 0) + 1
@@ -181,15 +185,15 @@ def plot_offset_histogram(m, ax=None, *, bins: int = 80, log: bool = False, labe
     return ax
 
 
-def plot_gap_histogram(m, ax=None, *, reading: str = "offset", max_gap: int = 40, log: bool = False,
-                       label: str | None = None):
+def plot_gap_histogram(m: VocabMapping, ax=None, *, reading: str = "offset", max_gap: int = 40,
+                       log: bool = False, label: str | None = None):
     """Gaps between consecutive kept target ids (sorted) under a reading, one bar per gap.
 
     Gap 1 = two consecutive target ids both kept (they share an offset in d2t); gap 0 = two draft
     ids mapped to the same target id, which a valid mapping never does (red). Gaps above
     `max_gap` go into one last bar.
     """
-    m = as_mapping(m)
+    m = _require_mapping(m, "plot_gap_histogram")
     g = m.gaps(reading).numpy()  # [N - 1]
     counts = np.bincount(np.minimum(g, max_gap + 1), minlength=max_gap + 2)[: max_gap + 2]
     x = np.arange(max_gap + 2)
@@ -234,8 +238,8 @@ def _coverage_inset(ax, t: np.ndarray, reading: str, prefix: int, lead: int) -> 
                   fontsize=8, loc="left", color="#2E6B3A" if lead >= 2 else REF)
 
 
-def plot_coverage_strip(m, ax=None, *, reading: str = "offset", bin_size: int | None = None, prefix: int | None = 1024,
-                        label: str | None = None):
+def plot_coverage_strip(m: VocabMapping, ax=None, *, reading: str = "offset", bin_size: int | None = None,
+                        prefix: int | None = 1024, label: str | None = None):
     """Where the kept target ids lie in the target vocab: share of ids kept per bin.
 
     Dense at low ids, sparse in the tail, a fully kept prefix (special tokens, bytes). Ids a
@@ -243,7 +247,7 @@ def plot_coverage_strip(m, ax=None, *, reading: str = "offset", bin_size: int | 
     share is drawn as a dashed black line: the right reading lies exactly on it. An inset shows
     the first `prefix` target ids at a finer bin (`prefix=None` leaves it out).
     """
-    m = as_mapping(m)
+    m = _require_mapping(m, "plot_coverage_strip")
     t = torch.sort(m.targets(reading)).values.numpy()  # [N] kept ids under this reading
     v = m.target_vocab_size or int(t.max()) + 1
     top = max(v, int(t.max()) + 1)
@@ -295,18 +299,18 @@ def _reading_title(reading: str, s: dict, n: int) -> tuple[str, bool]:
     parts.append(f"{s['duplicates']:,} duplicates")
     if s["out_of_range"] is not None:
         parts.append(f"{s['out_of_range']:,} out of range")
-    title = (f"{'✗' if wrong else '✓'} {reading} reading: {FORMULAS[reading]} · {'WRONG' if wrong else 'consistent'}\n"
-             + " · ".join(parts))
+    head = f"{'✗' if wrong else '✓'} {reading} reading: {FORMULAS[reading]} · {'WRONG' if wrong else 'consistent'}"
+    title = head + "\n" + " · ".join(parts)
     return title, wrong
 
 
-def plot_reading(m, reading: str = "offset", ax=None, *, label: str | None = None):
+def plot_reading(m: VocabMapping, reading: str = "offset", ax=None, *, label: str | None = None):
     """One reading against t2d: the target id each draft id gets, with every wrong one in red.
 
     The dashed black line is the i-th True id of `t2d` (what draft id i was trained to mean).
     The title counts draft ids whose target differs from it, duplicates and out-of-range ids.
     """
-    m = as_mapping(m)
+    m = _require_mapping(m, "plot_reading")
     t = m.targets(reading)
     n, v = t.numel(), m.target_vocab_size
     mism = _mismatch_mask(m, t)
@@ -340,12 +344,13 @@ def plot_reading(m, reading: str = "offset", ax=None, *, label: str | None = Non
     return ax
 
 
-def plot_readings(m, ax=None, *, readings: Sequence[str] = ("offset", "absolute"), label: str | None = None):
+def plot_readings(m: VocabMapping, ax=None, *, readings: Sequence[str] = ("offset", "absolute"),
+                  label: str | None = None):
     """The readings side by side against t2d (one panel each); returns the Figure.
 
     `ax` may be a sequence of Axes, one per reading.
     """
-    m = as_mapping(m)
+    m = _require_mapping(m, "plot_readings")
     with style():
         if ax is None:
             fig, axes = plt.subplots(1, len(readings), figsize=(5.6 * len(readings), 4.2))
@@ -367,9 +372,9 @@ def plot_readings(m, ax=None, *, readings: Sequence[str] = ("offset", "absolute"
 
 
 # -- the standard set ---------------------------------------------------------------------------
-def mapping_figures(m, *, label: str | None = None) -> dict:
+def mapping_figures(m: VocabMapping, *, label: str | None = None) -> dict:
     """The standard figures of a mapping: name -> Figure (staircase, histograms, coverage, readings)."""
-    m = as_mapping(m)
+    m = _require_mapping(m, "mapping_figures")
     return {
         "staircase": plot_staircase(m, label=label).figure,
         "offset_hist": plot_offset_histogram(m, label=label).figure,
@@ -379,10 +384,10 @@ def mapping_figures(m, *, label: str | None = None) -> dict:
     }
 
 
-def save_mapping_figures(m, out_dir, *, prefix: str | None = None, svg: bool = False, close: bool = True,
-                         label: str | None = None) -> list[Path]:
+def save_mapping_figures(m: VocabMapping, out_dir, *, prefix: str | None = None, svg: bool = False,
+                         close: bool = True, label: str | None = None) -> list[Path]:
     """Draw the standard figures of a mapping and save them with metadata; return the files."""
-    m = as_mapping(m)
+    m = _require_mapping(m, "save_mapping_figures")
     out_dir = Path(out_dir)
     prefix = prefix or Path(mapping_label(m)).name or "mapping"
     verdict = m.verdict()
