@@ -7,6 +7,7 @@ matplotlib.use("Agg")
 
 import datetime as dt
 import hashlib
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -425,6 +426,36 @@ def test_save_figure_with_a_mapping_as_source_and_unreadable_metadata(tmp_path, 
         plots.read_figure_metadata(other)
     with pytest.raises(BadInputError, match="does not exist"):
         plots.save_figure(fig, tmp_path / "x", source=tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match="unsupported format 'doc'"):
+        plots.save_figure(fig, tmp_path / "y", formats=("png", "doc"))
+    assert not (tmp_path / "y.png").exists()  # every format is checked before anything is written
+
+
+def test_logs_plot_is_saved_with_the_log_file_as_its_source(tmp_path, capsys):
+    """`logs --plot` goes through save_figure: the PNG's metadata and caption name the log file."""
+    from PIL import Image
+
+    from helpers.__main__ import main
+
+    log = SAMPLES / "logs" / "sglang.log"
+    out = tmp_path / "accept.png"
+    assert main(["logs", str(log), "--plot", str(out)]) == 0
+    meta = plots.read_figure_metadata(out)
+    assert Path(meta["source"]).resolve() == log.resolve() and len(meta["sources"]) == 1
+    assert meta["source_size"] == log.stat().st_size
+    assert meta["source_sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
+    assert meta["verdict"] is None and meta["kit_version"] == helpers.__version__
+    with Image.open(out) as im:
+        assert meta["source"] in im.text["Description"]  # the caption line drawn under the plot
+    # the suffix still picks the format, and the file is written exactly where asked
+    assert main(["logs", str(log), "--plot", str(tmp_path / "accept.pdf")]) == 0
+    assert (tmp_path / "accept.pdf").read_bytes()[:5] == b"%PDF-"
+    assert main(["logs", str(log), "--plot", str(tmp_path / "UPPER.PNG")]) == 0
+    assert (tmp_path / "UPPER.PNG").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["logs", str(log), "--plot", str(tmp_path / "bare")]) == 0
+    assert plots.read_figure_metadata(tmp_path / "bare.png")["source"] == meta["source"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["UPPER.PNG", "accept.pdf", "accept.png", "bare.png"]
+    capsys.readouterr()
 
 
 def test_style_is_not_applied_at_import_and_set_style_applies_it():

@@ -1,9 +1,10 @@
 """Saving a figure with its provenance, and reading it back.
 
-`save_figure` writes PNG (and SVG on request) with metadata naming the source files (path, size,
-SHA-256), the kit version and the time, and draws a caption line naming the checkpoint and the
-verdict under the figure; `read_figure_metadata` reads the record back from a PNG or SVG.
-`figure_metadata` and `caption_line` are the record and the caption on their own.
+`save_figure` writes PNG (and SVG on request; any other format matplotlib writes, with what
+metadata that format holds) with metadata naming the source files (path, size, SHA-256), the kit
+version and the time, and draws a caption line naming the checkpoint and the verdict under the
+figure; `read_figure_metadata` reads the record back from a PNG or SVG. `figure_metadata` and
+`caption_line` are the record and the caption on their own.
 
 A source file is hashed once per (path, size, mtime), so a multi-GB checkpoint is not hashed
 again for every figure saved from it. This module draws nothing of its own but the caption.
@@ -117,20 +118,34 @@ def caption_line(meta: dict) -> str:
 
 
 # -- writing ------------------------------------------------------------------------------------
-def _file_metadata(fmt: str, fig, meta: dict) -> dict:
-    """What `savefig(metadata=...)` takes for a PNG or an SVG: the whole record, and a caption."""
+def _file_metadata(fmt: str, fig, meta: dict) -> dict | None:
+    """What `savefig(metadata=...)` takes for this format: the whole record where the format
+    holds text (PNG, SVG, SVGZ, PDF), the kit's name where it holds only that (PS, EPS), else None."""
     blob = json.dumps(meta, sort_keys=True)
+    software = f"d2t-lab {meta['kit_version']}"
     if fmt == "png":
         return {
             METADATA_KEY: blob,
             "Title": (fig.axes[0].get_title().splitlines() or [""])[0] if fig.axes else "",
-            "Software": f"d2t-lab {meta['kit_version']} (matplotlib {mpl.__version__})",
+            "Software": f"{software} (matplotlib {mpl.__version__})",
             "Source": meta["source"] or "",
             "Description": caption_line(meta),
         }
-    if fmt == "svg":
-        return {"Description": blob, "Creator": f"d2t-lab {meta['kit_version']}", "Title": caption_line(meta)}
-    raise ValueError(f"unsupported format {fmt!r}; use 'png' or 'svg'")
+    if fmt in ("svg", "svgz"):
+        return {"Description": blob, "Creator": software, "Title": caption_line(meta)}
+    if fmt == "pdf":
+        return {"Subject": blob, "Creator": software, "Title": caption_line(meta)}
+    if fmt in ("ps", "eps"):
+        return {"Creator": software}
+    return None
+
+
+def _out_path(path: Path, fmt: str) -> Path:
+    """The file for one format: `path` itself when its suffix names the format, else its stem + the format."""
+    if path.suffix.lower() == f".{fmt}":
+        return path
+    stem = path.with_suffix("") if path.suffix.lower() in (".png", ".svg") else path
+    return stem.with_suffix(f".{fmt}")
 
 
 def _draw_caption(fig, meta: dict):
@@ -141,26 +156,33 @@ def _draw_caption(fig, meta: dict):
                     ha="left", va="top")
 
 
-def save_figure(fig, path, *, source=None, verdict=None, caption: str | None = None, formats=("png",)) -> list[Path]:
+def save_figure(fig, path, *, source=None, verdict=None, caption: str | None = None, formats=("png",),
+                dpi: float = DPI) -> list[Path]:
     """Write `fig` as PNG (and SVG when 'svg' is in `formats`) with provenance; return the paths.
 
     `source`: the checkpoint folder, a file, a list of files or a `VocabMapping` (its files);
     each file's path, size and SHA-256 are recorded. `verdict`: a string or a `Verdict`. A
     caption line naming the checkpoint and the verdict is drawn under the figure.
+    Other formats matplotlib writes (pdf, jpg, ...) get the caption line and whatever metadata
+    the format holds; `read_figure_metadata` reads PNG and SVG. A `path` whose suffix names a
+    format is written as given for that format.
     """
     if hasattr(fig, "figure") and not isinstance(fig, mpl.figure.Figure):
         fig = fig.figure  # an Axes
+    fmts = [f.lower().lstrip(".") for f in formats]
+    known = fig.canvas.get_supported_filetypes()
+    for fmt in fmts:
+        if fmt not in known:
+            raise ValueError(f"unsupported format {fmt!r}; use 'png', 'svg' or one of {', '.join(sorted(known))}")
     path = Path(path)
-    stem = path.with_suffix("") if path.suffix.lower() in (".png", ".svg") else path
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     meta = figure_metadata(source, verdict, caption)
     text = _draw_caption(fig, meta)
     written = []
     try:
-        for fmt in formats:
-            fmt = fmt.lower().lstrip(".")
-            out = stem.with_suffix(f".{fmt}")
-            fig.savefig(out, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.12,
+        for fmt in fmts:
+            out = _out_path(path, fmt)
+            fig.savefig(out, format=fmt, dpi=dpi, bbox_inches="tight", pad_inches=0.12,
                         metadata=_file_metadata(fmt, fig, meta))
             written.append(out)
     finally:
