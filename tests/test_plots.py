@@ -7,6 +7,7 @@ matplotlib.use("Agg")
 
 import datetime as dt
 import hashlib
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -83,6 +84,50 @@ def test_staircase_marks_entries_above_v_minus_n_only_for_the_misencoded_copy(go
 def test_staircase_on_a_given_axes_returns_it(good):
     fig, ax = plt.subplots()
     assert plots.plot_staircase(good, ax=ax) is ax
+
+
+@pytest.mark.parametrize("fn", ["plot_staircase", "plot_offset_histogram", "plot_gap_histogram", "plot_coverage_strip",
+                                "plot_reading", "plot_readings", "mapping_figures", "reading_stats"])
+def test_mapping_figures_take_a_loaded_mapping_not_a_path(fn):
+    args = ("offset",) if fn == "reading_stats" else ()
+    for given in (GOOD, str(GOOD)):
+        with pytest.raises(TypeError, match=r"takes a VocabMapping.*helpers\.checkpoint\.load_mapping"):
+            getattr(plots, fn)(given, *args)
+    assert not plt.get_fignums()  # refused before drawing anything
+
+
+def test_save_mapping_figures_refuses_a_path_before_writing(tmp_path):
+    with pytest.raises(TypeError, match="save_mapping_figures takes a VocabMapping, not a PosixPath"):
+        plots.save_mapping_figures(GOOD, tmp_path / "figs")
+    assert not (tmp_path / "figs").exists()
+    assert not hasattr(plots, "as_mapping")
+
+
+def test_plots_modules_import_one_way():
+    """Within plots: style <- provenance <- mapping, and style <- accuracy / speculation / findings.
+    Outside: only helpers.mapping, helpers.errors (and the kit version); never the CLI or widgets/report."""
+    import ast
+
+    allowed = {
+        "style": set(), "provenance": {"style"}, "mapping": {"style", "provenance"},
+        "accuracy": {"style"}, "speculation": {"style"}, "findings": {"style"},
+        "__init__": {"style", "provenance", "mapping", "accuracy", "speculation", "findings"},
+    }
+    outside_ok = {"helpers", "helpers.mapping", "helpers.errors", "helpers.checkpoint"}
+    folder = helpers.__path__[0] + "/plots"
+    for name, ok in allowed.items():
+        tree = ast.parse(open(f"{folder}/{name}.py").read())
+        inside, outside = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                inside.add((node.module or "").split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.level == 2:
+                outside.add("helpers" + ("." + node.module if node.module else ""))
+            elif isinstance(node, ast.ImportFrom | ast.Import):
+                mods = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                outside |= {m for m in mods if m.split(".")[0] == "helpers"}
+        assert inside <= ok, (name, inside - ok)
+        assert outside <= outside_ok, (name, outside - outside_ok)
 
 
 # -- histograms ------------------------------------------------------------------------------------
@@ -381,16 +426,50 @@ def test_save_figure_with_a_mapping_as_source_and_unreadable_metadata(tmp_path, 
         plots.read_figure_metadata(other)
     with pytest.raises(BadInputError, match="does not exist"):
         plots.save_figure(fig, tmp_path / "x", source=tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match="unsupported format 'doc'"):
+        plots.save_figure(fig, tmp_path / "y", formats=("png", "doc"))
+    assert not (tmp_path / "y.png").exists()  # every format is checked before anything is written
+
+
+def test_logs_plot_is_saved_with_the_log_file_as_its_source(tmp_path, capsys):
+    """`logs --plot` goes through save_figure: the PNG's metadata and caption name the log file."""
+    from PIL import Image
+
+    from helpers.__main__ import main
+
+    log = SAMPLES / "logs" / "sglang.log"
+    out = tmp_path / "accept.png"
+    assert main(["logs", str(log), "--plot", str(out)]) == 0
+    meta = plots.read_figure_metadata(out)
+    assert Path(meta["source"]).resolve() == log.resolve() and len(meta["sources"]) == 1
+    assert meta["source_size"] == log.stat().st_size
+    assert meta["source_sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
+    assert meta["verdict"] is None and meta["kit_version"] == helpers.__version__
+    with Image.open(out) as im:
+        assert meta["source"] in im.text["Description"]  # the caption line drawn under the plot
+    # the suffix still picks the format, and the file is written exactly where asked
+    assert main(["logs", str(log), "--plot", str(tmp_path / "accept.pdf")]) == 0
+    assert (tmp_path / "accept.pdf").read_bytes()[:5] == b"%PDF-"
+    assert main(["logs", str(log), "--plot", str(tmp_path / "UPPER.PNG")]) == 0
+    assert (tmp_path / "UPPER.PNG").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["logs", str(log), "--plot", str(tmp_path / "bare")]) == 0
+    assert plots.read_figure_metadata(tmp_path / "bare.png")["source"] == meta["source"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["UPPER.PNG", "accept.pdf", "accept.png", "bare.png"]
+    capsys.readouterr()
 
 
 def test_style_is_not_applied_at_import_and_set_style_applies_it():
     import importlib
+    import sys
 
     import matplotlib as mpl
 
     mpl.rcdefaults()
+    for name in ("style", "provenance", "mapping", "accuracy", "speculation", "findings"):  # every module runs again
+        importlib.reload(sys.modules[f"helpers.plots.{name}"])
     importlib.reload(plots)
     assert mpl.rcParams["axes.spines.top"] is True and mpl.rcParams["axes.grid"] is False
+    assert callable(plots.style) and hasattr(plots.style(), "__enter__")  # the context manager, not the module
     ax = plots.plot_throughput(90, 3.0)
     assert not ax.spines["top"].get_visible() and ax.xaxis.get_gridlines()[0].get_visible()  # the kit's style
     assert mpl.rcParams["axes.spines.top"] is True  # ... without touching the global rcParams

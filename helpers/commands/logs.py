@@ -18,7 +18,9 @@ mean accept length, acceptance rate and throughput; lines it does not recognise 
 skipped, and a recognised line whose numbers do not read is counted as garbled and skipped.
 
 --json: the summary plus every parsed row. --plot OUT.png: accept length over time (the suffix
-picks the format: .png, .svg, .pdf, ...; an existing file is replaced).
+picks the format: .png, .svg, .pdf, ...; an existing file is replaced), with a caption line and
+metadata naming the log file (path, size, SHA-256; read a PNG's back with
+helpers.plots.read_figure_metadata).
 Exit 2 with one line when the file has no line this reader understands, or when the plot cannot
 be written there (no such folder, a folder in its place, an unknown suffix)."""
 
@@ -80,16 +82,18 @@ def plot_path(path: str) -> Path:
 
 
 def save_plot(log, path: Path) -> None:
+    """Draw accept length over time and save it with `plots.save_figure`: the caption line and
+    the metadata name the log file (path, size, SHA-256); the suffix of `path` picks the format."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import plot_accept_length_over_time
+    from ..plots import plot_accept_length_over_time, save_figure
 
     ax = plot_accept_length_over_time(log.table, label=f"{', '.join(log.engines)} log")
     try:
-        ax.figure.savefig(path, dpi=120, bbox_inches="tight")
+        save_figure(ax.figure, path, source=log.path, formats=(path.suffix[1:].lower(),), dpi=120)
     except OSError as e:
         raise BadInputError(path, f"cannot write the plot ({e.strerror or e})") from None
     finally:
