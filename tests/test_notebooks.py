@@ -28,18 +28,40 @@ def test_notebook_is_stored_clean(nb):
     assert "sys.path" not in src and "%pip" not in src and "!pip" not in src
 
 
+def _check_02(out):
+    """Notebook 02 saves each figure it shows, with the verdict and source of what it drew."""
+    import hashlib
+
+    from helpers import plots
+
+    verdicts = {p.stem: plots.read_figure_metadata(p)["verdict"] for p in out.glob("readings_*.png")}
+    assert verdicts == {"readings_mapping": "offset", "readings_misencoded": "absolute"}
+    meta = plots.read_figure_metadata(out / "readings_mapping.png")
+    d2t = NOTEBOOKS.parent / "data_samples" / "kimi_k25_mapping" / "d2t.pt"
+    assert meta["source_sha256"] == hashlib.sha256(d2t.read_bytes()).hexdigest()
+
+
+CHECKS = {"02_d2t_offset_histograms": _check_02}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", ALL, ids=[p.stem for p in ALL])
 def test_notebook_executes(nb, tmp_path):
+    """Runs top to bottom; every figure it shows is shown once inline and saved once."""
     import papermill as pm
 
     declared = pm.inspect_notebook(str(nb))
-    params = {"output_dir": str(tmp_path / "out")} if "output_dir" in declared else {}
+    out = tmp_path / "out"
+    params = {"output_dir": str(out)} if "output_dir" in declared else {}
     executed = execute_notebook(nb, tmp_path, params)
-    errors = [
-        o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"
-    ]
-    assert not errors
+    outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    images = sum("image/png" in o.get("data", {}) for o in outputs)
+    assert not [o for o in outputs if "<Axes" in str(o.get("data", {}).get("text/plain", ""))]
+    if params:
+        assert images == len(list(out.glob("*.png"))), f"{images} figures shown, {len(list(out.glob('*.png')))} saved"
+    if nb.stem in CHECKS:
+        CHECKS[nb.stem](out)
 
 
 def test_bad_parameter_shows_one_line_not_a_traceback(tmp_path):

@@ -17,7 +17,7 @@ import torch
 from matplotlib.colors import to_hex
 
 import helpers
-from conftest import NOTEBOOKS, SAMPLES, execute_notebook, run_cli
+from conftest import SAMPLES, run_cli
 from helpers import plots
 from helpers.checkpoint import load_mapping
 from helpers.errors import BadInputError
@@ -493,18 +493,6 @@ def test_figures_command_writes_the_standard_figures_with_metadata(tmp_path):
 
 
 @pytest.mark.slow
-def test_notebook_02_saves_pngs_with_metadata(tmp_path):
-    out = tmp_path / "figs"
-    execute_notebook(NOTEBOOKS / "02_d2t_offset_histograms.ipynb", tmp_path, {"output_dir": str(out)})
-    pngs = sorted(out.glob("*.png"))
-    assert len(pngs) == 2 * len(plots.STANDARD)
-    verdicts = {p.name.split("_")[0]: plots.read_figure_metadata(p)["verdict"] for p in pngs}
-    assert verdicts == {"mapping": "offset", "misencoded": "absolute"}
-    meta = plots.read_figure_metadata(out / "mapping_readings.png")
-    assert meta["source_sha256"] == hashlib.sha256((GOOD / "d2t.pt").read_bytes()).hexdigest()
-    assert meta["kit_version"] == helpers.__version__
-
-
 def test_plot_findings_grid_colours_each_code_by_worst_severity():
     from types import SimpleNamespace as F
 
