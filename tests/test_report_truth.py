@@ -99,6 +99,17 @@ def test_no_bundled_data_in_a_users_bundle(healthy_bundle, samples_dir):
     assert not leaks, leaks
 
 
+def test_figures_name_the_users_files(healthy_bundle, user_files):
+    from helpers.plots import caption_line, read_figure_metadata
+
+    figs = healthy_bundle / "figures"
+    log = read_figure_metadata(figs / "04_accept_length_simulation" / "logs_vs_prediction.png")
+    assert caption_line(log).startswith(f"log: {user_files['log']}")
+    draft = read_figure_metadata(figs / "03_accuracy_with_and_without_mapping" / "03_readings.png")
+    assert caption_line(draft).startswith(f"checkpoint: {user_files['draft']}")
+    assert {r["path"] for r in draft["sources"]} <= {str(p) for p in user_files["draft"].iterdir()}
+
+
 def test_every_figure_shown_once_and_saved_once(healthy_bundle):
     summary = json.loads((healthy_bundle / "summary.json").read_text())
     total = 0
@@ -137,7 +148,7 @@ def test_summary_and_notebooks_agree(healthy_bundle):
     in_nb04 = float(re.search(r"offset: replayed accept length ([\d.]+)", nb04).group(1))
     assert f"{in_nb04:.2f}" == replayed.group(2)
     measured = re.search(r"measured accept length \(serving logs\): \*\*([\d.]+)\*\*", md).group(1)
-    assert f"measured accept length (mean over" in nb04 and f": {measured}" in nb04
+    assert "measured accept length (mean over" in nb04 and f": {measured}" in nb04
     # the conclusion is the same sentence in both
     assert s["accept_length_conclusion"] in nb04 and s["accept_length_conclusion"] in md
 

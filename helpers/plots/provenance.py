@@ -103,12 +103,17 @@ def figure_metadata(source=None, verdict=None, caption: str | None = None) -> di
     }
 
 
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")  # a figure drawn from serving logs names them, not a checkpoint
+
+
 def caption_line(meta: dict) -> str:
     """The one line drawn under a saved figure: checkpoint (and hash), verdict, caption, kit and time."""
     parts = []
     if meta.get("checkpoint"):
         sha = f" (sha256 {meta['source_sha256'][:12]}…)" if meta.get("source_sha256") else ""
-        parts.append(f"checkpoint: {meta['checkpoint']}{sha}")
+        logs = meta.get("sources") and all(str(r["path"]).endswith(LOG_SUFFIXES) for r in meta["sources"])
+        what = ", ".join(r["path"] for r in meta["sources"]) if logs else meta["checkpoint"]
+        parts.append(f"{'log' if logs else 'checkpoint'}: {what}{sha}")
     if meta.get("verdict"):
         parts.append(f"verdict: {str(meta['verdict']).upper()}")
     if meta.get("caption"):
