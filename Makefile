@@ -10,11 +10,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.d2t-installed
 DEMO_OUT ?= reports/demo
 
-.PHONY: setup demo test lab benchmarks samples clean help
+.PHONY: setup demo test test-fast lab benchmarks samples clean help
 
 help:
 	@echo "make demo       set up, then run the report on the bundled samples into $(DEMO_OUT)/"
 	@echo "make test       set up, then run every test (unit, CLI, notebooks, browser)"
+	@echo "make test-fast  the daily subset: no notebook execution, no browser, no report runs"
 	@echo "make lab        open JupyterLab on notebooks/"
 	@echo "make benchmarks run the speed and memory benchmarks (slow; writes GBs to a temp folder)"
 	@echo "make samples    regenerate data_samples/ with the scripts in scripts/"
@@ -35,6 +36,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not browser"
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

@@ -606,6 +606,7 @@ def test_cli_main_refuses_with_exit_2(case, command, corpus):
 SUB_PARAMS = [(c, cmd) for c, cmd in CLI_PARAMS if c.id in SUBPROCESS_IDS and cmd != "doctor"]  # doctor: main() only
 
 
+@pytest.mark.slow  # the same cases run through main() in-process above; this is the real entry point
 @pytest.mark.parametrize("case,command", SUB_PARAMS, ids=[f"{c.id}-{cmd}" for c, cmd in SUB_PARAMS])
 def test_cli_subprocess_refuses_with_exit_2(case, command, corpus, subprocess_results):
     built = corpus

@@ -32,3 +32,19 @@ def test_ci_runs_make_test_and_readme_shows_quick_start():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
+
+
+def test_every_subpackage_ships_in_the_wheel():
+    """pyproject lists the packages by hand (the notebooks are mapped in as helpers._notebooks)."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "helpers").rglob("__init__.py")}
+    assert found | {"helpers._notebooks"} == listed
+
+
+def test_mapping_doctest_runs():
+    import doctest
+
+    import helpers.mapping
+
+    result = doctest.testmod(helpers.mapping)
+    assert result.attempted > 0 and result.failed == 0
