@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import _check_readable_file, torch_load
+from .tensor_files import check_readable_file, torch_load
 from .errors import BadInputError
 
 _DATA = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
@@ -71,7 +71,7 @@ def load_sample(path: str | os.PathLike, expect_aux_width: int | None = None) ->
     """Read and check one sample file."""
     path = Path(path)
     if path.name.endswith(".gz"):
-        _check_readable_file(path)  # refuses FIFOs and devices before anything blocks on them
+        check_readable_file(path)  # refuses FIFOs and devices before anything blocks on them
         try:
             packed = path.read_bytes()
         except OSError as e:
