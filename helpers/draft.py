@@ -30,44 +30,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .checkpoint import Checkpoint, flat_config, load_mapping, open_checkpoint, read_mapping_tensors
+from .devices import (  # noqa: F401  (get_device re-exported: callers import it from here)
+    available_bytes,
+    default_dtype,
+    get_device,
+    resolve_device,
+)
 from .errors import BadInputError
 from .mapping import READINGS, VocabMapping, to_target_ids
 
 ROPE_TYPES = ("default", "linear", "llama3")
-
-
-def get_device() -> torch.device:
-    """cuda, then mps, then cpu."""
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def resolve_device(device=None) -> torch.device:
-    """`device` as a torch.device (None: `get_device()`); a one-line BadInputError when it is not
-    a device name or not present on this machine."""
-    if device is None or device == "":
-        return get_device()
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise BadInputError(None, f"--device {device!r} is not a device name ({e}); use cpu, cuda, cuda:N or mps") from None
-    present = {
-        "cpu": True,
-        "cuda": torch.cuda.is_available() and (dev.index is None or dev.index < torch.cuda.device_count()),
-        "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
-    }.get(dev.type, False)
-    if not present:
-        raise BadInputError(None, f"device {device!r} is not available on this machine (have: {get_device()})")
-    return dev
-
-
-def default_dtype(device) -> torch.dtype:
-    """bf16 on cuda, fp32 elsewhere."""
-    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
 # -- config -----------------------------------------------------------------------------------------
@@ -403,29 +375,6 @@ def estimate_load_bytes(path, dtype=None, embed_from=None) -> int:
         else:
             n += cfg.vocab_size * cfg.hidden_size * dtype.itemsize
     return n + cfg.draft_vocab_size * 8
-
-
-def available_bytes(device) -> int | None:
-    """Free memory on `device` (cuda: mem_get_info; cpu: MemAvailable / psutil), None if unknown."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    if device.type == "cpu":
-        try:
-            import psutil
-
-            return int(psutil.virtual_memory().available)
-        except ImportError:
-            pass
-        try:
-            with open("/proc/meminfo") as f:
-                for line in f:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-    return None
 
 
 def _expected_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:

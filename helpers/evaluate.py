@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from .devices import parse_dtype
 from .errors import BadInputError
 from .mapping import READINGS, to_target_ids
 
@@ -46,23 +47,6 @@ NO_D2T_WARNING = (
     "{ckpt} has no d2t: scored under the 'none' reading only (draft id taken as target id); "
     "this says nothing about the mapping the engines will use"
 )
-
-_DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-}
-
-
-def parse_dtype(dtype) -> torch.dtype | None:
-    """'bf16' / 'float32' / torch.bfloat16 / None -> torch dtype (None keeps the loader's default)."""
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    key = str(dtype).lower().removeprefix("torch.")
-    if key not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPES)}")
-    return _DTYPES[key]
-
 
 # -- the target's own head (final norm + lm_head), for SpecForge-style accuracy ----------------------
 @dataclass

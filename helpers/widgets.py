@@ -31,7 +31,7 @@ from . import plots
 from .checkpoint import find_checkpoints
 from .checkpoint import inspect_path
 from .commands.inspect import format_report
-from .draft import get_device
+from .devices import get_device
 from .errors import BadInputError
 from .evaluate import evaluate, split_folders
 
