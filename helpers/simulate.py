@@ -812,11 +812,12 @@ def replay(checkpoint_or_model, samples_dir, steps: int = 4, reading: str = "off
     each) and pooled. `checkpoint_or_model`: a path (loaded with `helpers.draft.load_draft`) or
     a loaded `Eagle3Draft` (load once, replay under several readings).
     """
-    from .evaluate import _as_model, draft_predictions, split_folders
+    from .predict import as_model, draft_predictions
+    from .samples import split_folders
 
     if int(steps) < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    model = _as_model(checkpoint_or_model, device, dtype, embed_from)
+    model = as_model(checkpoint_or_model, device, dtype, embed_from)
     parts = split_folders(samples_dir) or {"all": samples_dir}
     results = {}
     for split, folder in parts.items():
