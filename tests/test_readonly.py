@@ -139,9 +139,9 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
             assert res.to_dict()
             ran.append("evaluate")
             try:
-                from helpers.simulate import replay
+                from helpers.replay import replay
             except ImportError:
-                skipped.append("replay: helpers.simulate.replay does not exist yet")
+                skipped.append("replay: helpers.replay.replay does not exist yet")
             else:
                 rep = replay(good, samples, steps=2, device="cpu", max_samples=2, progress=False)
                 assert rep is not None
