@@ -9,8 +9,11 @@ import pytest
 import torch
 
 from conftest import ROOT, SAMPLES, run_cli
+from helpers.montecarlo import InverseCdf as _InverseCdf
+from helpers.montecarlo import thresholds as _thresholds
+from helpers.montecarlo import uniform_uint8 as _uint8
+from helpers.montecarlo import uniform_uint32 as _uint32
 from helpers.replay import accept_lengths, replay
-from helpers.simulate import _InverseCdf, _thresholds, _uint8, _uint32
 from helpers.simulate import (
     build_tree,
     chain_expected,
