@@ -154,7 +154,8 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
 
     # 4. the doctor on every checkpoint, and fix into a temporary folder
     try:
-        from helpers.doctor import diagnose, fix_checkpoint
+        from helpers.doctor import diagnose
+        from helpers.fix import fix_checkpoint
     except ImportError:
         skipped.append("doctor: helpers.doctor does not exist yet")
     else:
