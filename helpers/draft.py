@@ -56,7 +56,8 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dt)
 
 
-def _rotate_half(x):
+def rotate_half(x):
+    """RoPE's rotation: the last dimension's halves (a, b) -> (-b, a)."""
     a, b = x.chunk(2, dim=-1)
     return torch.cat((-b, a), dim=-1)
 
@@ -81,8 +82,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.nh, self.d).transpose(1, 2)  # [B, nh, T, d]
         k = self.k_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)  # [B, nkv, T, d]
         v = self.v_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
         rep = self.nh // self.nkv
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # [B, nh, T, d]
