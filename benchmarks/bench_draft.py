@@ -22,7 +22,8 @@ import time
 
 import torch
 
-from helpers.draft import DraftConfig, Eagle3Draft
+from helpers.draft import Eagle3Draft
+from helpers.draft_config import DraftConfig
 
 KIMI = {
     "hidden_size": 7168, "target_hidden_size": 7168, "draft_vocab_size": 32000, "num_attention_heads": 64,

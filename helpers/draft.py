@@ -1,4 +1,4 @@
-"""The EAGLE-3 draft model in plain PyTorch: config, forward, k-step drafting, loading.
+"""The EAGLE-3 draft model in plain PyTorch: forward, k-step drafting, loading.
 
 One Llama decoder layer over the target's hidden states (docs/eagle3-facts.md, 'Draft model'):
 
@@ -17,159 +17,29 @@ chain's steps 1..k, with RoPE position t+k - the pattern SpecForge trains with.
 
 `load_draft` reads SGLang/SpecForge (`midlayer.*`, flat config) and speculators (`layers.0.*`,
 nested `transformer_layer_config`) checkpoints straight onto the device in the target dtype.
+The config (`DraftConfig`, RoPE frequencies) is in `helpers.draft_config`, devices and dtypes in
+`helpers.devices`; both are re-exported here.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checkpoint import Checkpoint, flat_config, load_mapping, open_checkpoint, read_mapping_tensors
+from .checkpoint import Checkpoint, load_mapping, open_checkpoint, read_mapping_tensors
+from .devices import (  # noqa: F401  (get_device re-exported: callers import it from here)
+    available_bytes,
+    default_dtype,
+    get_device,
+    resolve_device,
+)
+from .draft_config import ROPE_TYPES, DraftConfig, rope_inv_freq  # noqa: F401  (re-exported)
 from .errors import BadInputError
 from .mapping import READINGS, VocabMapping, to_target_ids
-
-ROPE_TYPES = ("default", "linear", "llama3")
-
-
-def get_device() -> torch.device:
-    """cuda, then mps, then cpu."""
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def resolve_device(device=None) -> torch.device:
-    """`device` as a torch.device (None: `get_device()`); a one-line BadInputError when it is not
-    a device name or not present on this machine."""
-    if device is None or device == "":
-        return get_device()
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise BadInputError(None, f"--device {device!r} is not a device name ({e}); use cpu, cuda, cuda:N or mps") from None
-    present = {
-        "cpu": True,
-        "cuda": torch.cuda.is_available() and (dev.index is None or dev.index < torch.cuda.device_count()),
-        "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
-    }.get(dev.type, False)
-    if not present:
-        raise BadInputError(None, f"device {device!r} is not available on this machine (have: {get_device()})")
-    return dev
-
-
-def default_dtype(device) -> torch.dtype:
-    """bf16 on cuda, fp32 elsewhere."""
-    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-
-
-# -- config -----------------------------------------------------------------------------------------
-@dataclass
-class DraftConfig:
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    intermediate_size: int
-    draft_vocab_size: int
-    vocab_size: int  # target vocab (rows of embed_tokens)
-    target_hidden_size: int
-    head_dim: int
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    rope_scaling: dict | None = None
-    norm_before_residual: bool = False
-    max_position_embeddings: int = 2048
-    aux_layer_ids: list[int] | None = None
-    architectures: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, cfg: dict, source=None) -> DraftConfig:
-        """Flat SGLang/SpecForge Llama config or speculators' nested one -> DraftConfig."""
-        flat = flat_config(cfg)
-        where = source if source is not None else "draft config"
-
-        def need(key):
-            v = flat.get(key)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise BadInputError(where, f"config lacks a positive integer {key!r} (got {v!r})")
-            return v
-
-        H = need("hidden_size")
-        heads = need("num_attention_heads")
-        kv = flat.get("num_key_value_heads") or heads
-        if not isinstance(kv, int) or kv <= 0 or heads % kv:
-            raise BadInputError(where, f"num_key_value_heads={kv!r} does not divide num_attention_heads={heads}")
-        head_dim = flat.get("head_dim") or H // heads
-        vocab = need("vocab_size")
-        draft_vocab = flat.get("draft_vocab_size") or vocab
-        rope_theta, scaling = _rope_from(flat, where)
-        eagle = flat.get("eagle_config") or {}
-        aux = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
-        aux = aux or flat.get("eagle_aux_hidden_state_layer_ids")  # speculators keeps it at the top
-        return cls(
-            hidden_size=H,
-            num_attention_heads=heads,
-            num_key_value_heads=int(kv),
-            intermediate_size=need("intermediate_size"),
-            draft_vocab_size=int(draft_vocab),
-            vocab_size=vocab,
-            target_hidden_size=int(flat.get("target_hidden_size") or H),
-            head_dim=int(head_dim),
-            rms_norm_eps=float(flat.get("rms_norm_eps", 1e-6)),
-            rope_theta=rope_theta,
-            rope_scaling=scaling,
-            norm_before_residual=bool(flat.get("norm_before_residual", False)),
-            max_position_embeddings=int(flat.get("max_position_embeddings") or 2048),
-            aux_layer_ids=list(aux) if aux else None,
-            architectures=list(cfg.get("architectures") or []),
-        )
-
-
-def _rope_from(flat: dict, where) -> tuple[float, dict | None]:
-    """rope_theta and the scaling dict (None for plain RoPE); unknown types refused by name."""
-    params = flat.get("rope_parameters") if isinstance(flat.get("rope_parameters"), dict) else {}
-    theta = float(flat.get("rope_theta") or params.get("rope_theta") or 10000.0)
-    scaling = flat.get("rope_scaling") or (params if params.get("rope_type", "default") != "default" else None)
-    if not scaling:
-        return theta, None
-    if not isinstance(scaling, dict):
-        raise BadInputError(where, f"rope_scaling is {scaling!r}, expected a dict")
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind not in ROPE_TYPES:
-        raise BadInputError(where, f"rope_scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
-    if kind == "default":
-        return theta, None
-    if not isinstance(scaling.get("factor"), (int, float)) or scaling["factor"] <= 0:
-        raise BadInputError(where, f"rope_scaling type {kind!r} needs a positive 'factor' (got {scaling.get('factor')!r})")
-    return theta, {**scaling, "rope_type": kind}
-
-
-def rope_inv_freq(cfg: DraftConfig) -> torch.Tensor:
-    """[head_dim/2] fp32 inverse frequencies, with linear / llama3 scaling applied."""
-    d = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-    s = cfg.rope_scaling
-    if s is None:
-        return inv
-    factor = float(s["factor"])
-    if s["rope_type"] == "linear":
-        return inv / factor
-    # llama3: long wavelengths divided by factor, short ones kept, the band between interpolated
-    low, high = float(s.get("low_freq_factor", 1.0)), float(s.get("high_freq_factor", 4.0))
-    old_ctx = float(s.get("original_max_position_embeddings", 8192))
-    wavelen = 2 * math.pi / inv
-    out = torch.where(wavelen > old_ctx / low, inv / factor, inv)
-    smooth = (old_ctx / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * out / factor + smooth * out
-    medium = (wavelen >= old_ctx / high) & (wavelen <= old_ctx / low)
-    return torch.where(medium, smoothed, out)
 
 
 # -- model ------------------------------------------------------------------------------------------
@@ -186,7 +56,8 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dt)
 
 
-def _rotate_half(x):
+def rotate_half(x):
+    """RoPE's rotation: the last dimension's halves (a, b) -> (-b, a)."""
     a, b = x.chunk(2, dim=-1)
     return torch.cat((-b, a), dim=-1)
 
@@ -211,8 +82,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.nh, self.d).transpose(1, 2)  # [B, nh, T, d]
         k = self.k_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)  # [B, nkv, T, d]
         v = self.v_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
         rep = self.nh // self.nkv
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # [B, nh, T, d]
@@ -403,29 +274,6 @@ def estimate_load_bytes(path, dtype=None, embed_from=None) -> int:
         else:
             n += cfg.vocab_size * cfg.hidden_size * dtype.itemsize
     return n + cfg.draft_vocab_size * 8
-
-
-def available_bytes(device) -> int | None:
-    """Free memory on `device` (cuda: mem_get_info; cpu: MemAvailable / psutil), None if unknown."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    if device.type == "cpu":
-        try:
-            import psutil
-
-            return int(psutil.virtual_memory().available)
-        except ImportError:
-            pass
-        try:
-            with open("/proc/meminfo") as f:
-                for line in f:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-    return None
 
 
 def _expected_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:

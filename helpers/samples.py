@@ -4,7 +4,8 @@ Layout: `FOLDER/rows_{g}-{g+N}/data_{i}.ckpt` (or `.ckpt.gz`), each a `torch.sav
 `input_ids` [T], `loss_mask` [T], `hidden_state` [1, T, H] (the target's last hidden state) and
 `aux_hidden_state` [1, T, 3H] (three target layers concatenated). Every file is loaded with
 `weights_only=True`; a `.gz` is decompressed in memory first. Anything unusable becomes one
-`BadInputError` naming the file.
+`BadInputError` naming the file. A samples folder may hold a `train/` and a `val/` split as
+subfolders (`split_folders`).
 """
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import _check_readable_file, torch_load
+from .tensor_files import check_readable_file, torch_load
 from .errors import BadInputError
 
 _DATA = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
 _ROWS = re.compile(r"^rows_(\d+)-(\d+)$")
 KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
+SPLIT_NAMES = {"train": ("train",), "val": ("val", "validation", "valid", "eval", "test")}
 
 
 @dataclass
@@ -71,7 +73,7 @@ def load_sample(path: str | os.PathLike, expect_aux_width: int | None = None) ->
     """Read and check one sample file."""
     path = Path(path)
     if path.name.endswith(".gz"):
-        _check_readable_file(path)  # refuses FIFOs and devices before anything blocks on them
+        check_readable_file(path)  # refuses FIFOs and devices before anything blocks on them
         try:
             packed = path.read_bytes()
         except OSError as e:
@@ -151,3 +153,17 @@ def iter_samples(folder, max_samples: int | None = None, expect_aux_width: int |
         if max_samples is not None and i >= max_samples:
             return
         yield load_sample(f, expect_aux_width)
+
+
+def split_folders(samples) -> dict[str, Path]:
+    """{'train': ..., 'val': ...} when `samples` holds both splits as subfolders, else {}."""
+    if not isinstance(samples, (str, os.PathLike)):
+        return {}
+    root = Path(samples)
+    found = {}
+    for key, names in SPLIT_NAMES.items():
+        for n in names:
+            if (root / n).is_dir():
+                found[key] = root / n
+                break
+    return found if len(found) == 2 else {}

@@ -31,9 +31,10 @@ from . import plots
 from .checkpoint import find_checkpoints
 from .checkpoint import inspect_path
 from .commands.inspect import format_report
-from .draft import get_device
+from .devices import get_device
 from .errors import BadInputError
-from .evaluate import evaluate, split_folders
+from .evaluate import evaluate
+from .samples import split_folders
 
 READINGS = ("offset", "absolute", "none")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -54,7 +55,7 @@ def find_sample_folders(root: str | os.PathLike, max_depth: int = 4) -> list[Pat
     """Folders under `root` holding SpecForge hidden-state files (`rows_*/data_*.ckpt`).
 
     Lists the split folder (the parent of the `rows_*` folders, e.g. `.../val`) and, when the
-    folder above holds both a train and a validation split (`evaluate.split_folders`), that one
+    folder above holds both a train and a validation split (`samples.split_folders`), that one
     too: `evaluate` scores both splits side by side.
     """
     root = Path(root)

@@ -55,7 +55,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from helpers.draft import MLP, DraftConfig, Eagle3Draft, RMSNorm, _rotate_half, load_draft, rope_inv_freq
+from helpers.draft import MLP, Eagle3Draft, RMSNorm, load_draft, rotate_half
+from helpers.draft_config import DraftConfig, rope_inv_freq
 from helpers.mapping import build_from_frequencies, to_target_ids
 from helpers.samples import iter_samples
 
@@ -154,7 +155,7 @@ class Block(nn.Module):
         """x [B,T,H]; with `cache` (a list, filled on the first call) x holds only new positions."""
         B, T, _ = x.shape
         q, k, v = self.qkv(self.input_layernorm(x)).view(B, T, 3, HEADS, H // HEADS).permute(2, 0, 3, 1, 4)
-        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         if cache:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
         if cache is not None:

@@ -18,7 +18,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import SAMPLES, run_cli
-from helpers.doctor import _row_chunks, diagnose, fix_checkpoint, has_error
+from helpers.checks_weights import row_chunks as _row_chunks
+from helpers.doctor import diagnose, has_error
+from helpers.fix import fix_checkpoint
 from helpers.__main__ import main
 from helpers.checkpoint import open_checkpoint
 
@@ -202,6 +204,19 @@ def test_each_broken_checkpoint_yields_its_code(code, good, tmp_path, capsys):
     codes = {(d["code"], d["severity"]) for d in json.loads(capsys.readouterr().out)["findings"]}
     assert (code, severity) in codes
     assert rc == (1 if any(s == "error" for _, s in codes) else 0)
+
+
+def test_fixer_names_still_resolve_from_doctor():
+    """The fixer lives in helpers.fix; `from helpers.doctor import plan_fix, fix_checkpoint` still works."""
+    import helpers.doctor
+    import helpers.fix
+    from helpers.doctor import fix_checkpoint as old, plan_fix  # noqa: F401
+
+    assert old is helpers.fix.fix_checkpoint
+    for name in ("plan_fix", "fix_checkpoint", "FixPlan", "FixResult", "CANNOT_REPAIR", "unused_path", "MAX_VOCAB"):
+        assert getattr(helpers.doctor, name) is getattr(helpers.fix, name)
+    with pytest.raises(AttributeError):
+        helpers.doctor.no_such_name  # noqa: B018
 
 
 def test_aux_layers_out_of_range_and_engine_capture(good, target_config, tmp_path):

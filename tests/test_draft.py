@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save_file
 
-from helpers.draft import DraftConfig, Eagle3Draft, estimate_load_bytes, load_draft, rope_inv_freq
+from helpers.draft import Eagle3Draft, estimate_load_bytes, load_draft
+from helpers.draft_config import DraftConfig, rope_inv_freq
 from helpers.errors import BadInputError
 from helpers.mapping import VocabMapping
 

@@ -26,7 +26,9 @@ from safetensors.torch import save_file
 from conftest import SAMPLES, run_cli
 from helpers.draft import load_draft
 from helpers.errors import BadInputError
-from helpers.evaluate import draft_predictions, evaluate, load_target_head
+from helpers.evaluate import evaluate
+from helpers.predict import draft_predictions
+from helpers.target_head import load_target_head
 
 V, N = 48, 16  # target vocab, draft vocab
 D = 2 * V  # draft hidden = target hidden: dims [0, V) hold aux codes, [V, 2V) embeddings

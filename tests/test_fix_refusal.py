@@ -15,7 +15,8 @@ import pytest
 
 from conftest import SAMPLES, run_cli
 from helpers.__main__ import main
-from helpers.doctor import diagnose, fix_checkpoint, has_error, plan_fix
+from helpers.doctor import diagnose, has_error
+from helpers.fix import fix_checkpoint, plan_fix
 from helpers.errors import BadInputError
 
 pytestmark = pytest.mark.skipif(not (SAMPLES / "tiny_draft_sglang").is_dir(), reason="bundled samples missing")

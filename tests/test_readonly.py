@@ -139,9 +139,9 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
             assert res.to_dict()
             ran.append("evaluate")
             try:
-                from helpers.simulate import replay
+                from helpers.replay import replay
             except ImportError:
-                skipped.append("replay: helpers.simulate.replay does not exist yet")
+                skipped.append("replay: helpers.replay.replay does not exist yet")
             else:
                 rep = replay(good, samples, steps=2, device="cpu", max_samples=2, progress=False)
                 assert rep is not None
@@ -154,7 +154,8 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
 
     # 4. the doctor on every checkpoint, and fix into a temporary folder
     try:
-        from helpers.doctor import diagnose, fix_checkpoint
+        from helpers.doctor import diagnose
+        from helpers.fix import fix_checkpoint
     except ImportError:
         skipped.append("doctor: helpers.doctor does not exist yet")
     else:

@@ -9,22 +9,24 @@ import pytest
 import torch
 
 from conftest import ROOT, SAMPLES, run_cli
-from helpers.simulate import _InverseCdf, _thresholds, _uint8, _uint32
+from helpers.montecarlo import InverseCdf as _InverseCdf
+from helpers.montecarlo import thresholds as _thresholds
+from helpers.montecarlo import uniform_uint8 as _uint8
+from helpers.montecarlo import uniform_uint32 as _uint32
+from helpers.replay import accept_lengths, replay
 from helpers.simulate import (
-    accept_lengths,
     build_tree,
     chain_expected,
     expected_accept_length,
     rank_probabilities,
     rate_for_accept_length,
-    replay,
     simulate_chain,
     simulate_chain_loop,
     simulate_tree,
     simulate_tree_loop,
-    throughput_model,
     tree_expected,
 )
+from helpers.throughput import throughput_model
 
 RATES = [0.05, 0.3, 0.6, 0.85, 0.97]
 KS = [1, 3, 7, 16]
@@ -317,6 +319,39 @@ def test_throughput_model_with_the_investigation_numbers():
     assert float(m.speedup(2 * m.step_cost)) == pytest.approx(2.0)
     with pytest.raises(ValueError):
         throughput_model(90, 0.5, 46.7)
+
+
+def test_moved_names_still_resolve_from_simulate():
+    """replay and the throughput model live in their own modules; the old names forward to them."""
+    import helpers.replay
+    import helpers.simulate
+    import helpers.throughput
+
+    for name in ("replay", "ReplayResult", "accept_lengths"):
+        assert getattr(helpers.simulate, name) is getattr(helpers.replay, name)
+    for name in ("ThroughputModel", "throughput_model"):
+        assert getattr(helpers.simulate, name) is getattr(helpers.throughput, name)
+    with pytest.raises(AttributeError):
+        helpers.simulate.no_such_name  # noqa: B018
+
+
+def test_simulate_and_throughput_do_not_import_torch():
+    """Importing the numbers modules loads no torch (the package's own __init__ is skipped here;
+    a large Monte Carlo run may still import torch for its byte counting, on first use)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, types; pkg = types.ModuleType('helpers'); pkg.__path__ = [sys.argv[1]]; "
+        "sys.modules['helpers'] = pkg; import helpers.simulate, helpers.throughput; "
+        "helpers.simulate.chain_expected(0.5, 4); helpers.simulate.build_tree(0.5, 3, 2, 6); "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas') "
+        "or m in ('helpers.replay', 'helpers.predict', 'helpers.evaluate', 'helpers.draft')); "
+        "print(heavy[:5]); sys.exit(1 if heavy else 0)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "helpers")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 # -- replay --------------------------------------------------------------------------------------

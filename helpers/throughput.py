@@ -1,0 +1,57 @@
+"""Throughput from accept length: a speculative step's cost, tokens/s and the break-even point.
+
+A speculative step that emits L tokens costs c plain decode steps; with a baseline decode rate
+B tok/s, the speculative rate is S = B L / c, so one measured (L, S) pair gives c = L B / S,
+tokens/s(L) = B L / c, and the break-even accept length (S = B) is L = c. Plain numbers: no
+torch, so the `throughput` command starts fast.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class ThroughputModel:
+    """Tokens/s as a function of accept length, from a baseline and one measured point.
+
+    step_cost: the cost c of one speculative step (draft + verify) in plain-decode-step units.
+    """
+
+    baseline_tps: float
+    step_cost: float
+
+    @classmethod
+    def from_measurement(cls, baseline_tps: float, accept_length: float, spec_tps: float) -> "ThroughputModel":
+        if not (baseline_tps > 0 and spec_tps > 0 and accept_length >= 1):
+            raise ValueError(
+                f"need baseline and speculative tok/s > 0 and accept length >= 1, got "
+                f"{baseline_tps}, {spec_tps}, {accept_length}"
+            )
+        return cls(baseline_tps=float(baseline_tps), step_cost=accept_length * baseline_tps / spec_tps)
+
+    def tps(self, accept_length):
+        """Speculative tokens/s at an accept length (number or array)."""
+        return self.baseline_tps * np.asarray(accept_length, dtype=np.float64) / self.step_cost
+
+    def speedup(self, accept_length):
+        return np.asarray(accept_length, dtype=np.float64) / self.step_cost
+
+    @property
+    def break_even(self) -> float:
+        """Accept length at which speculation is as fast as plain decoding."""
+        return self.step_cost
+
+    def to_dict(self, accept_length: float | None = None, spec_tps: float | None = None) -> dict:
+        d = {"baseline_tps": self.baseline_tps, "step_cost": self.step_cost, "break_even_accept_length": self.break_even}
+        if accept_length is not None:
+            d["accept_length"] = float(accept_length)
+            d["spec_tps"] = float(spec_tps) if spec_tps is not None else float(self.tps(accept_length))
+            d["speedup"] = float(self.speedup(accept_length))
+        return d
+
+
+def throughput_model(baseline_tps: float, accept_length: float, spec_tps: float) -> ThroughputModel:
+    """`ThroughputModel.from_measurement`: with 90, 1.9, 46.7 the step cost is ~3.66."""
+    return ThroughputModel.from_measurement(baseline_tps, accept_length, spec_tps)
