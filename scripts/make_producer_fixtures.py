@@ -12,8 +12,8 @@ environment:
                            transformers<=5.19, ...
 
 Never install them into the kit's own .venv. Time: about 3-5 minutes the first time (mostly pip;
-torch installs from the local mirror), about 30 seconds once the venvs exist (the two generators
-take ~10 s and ~15 s on one core).
+torch installs from the local mirror), about 40 seconds once the venvs exist (the generators take
+~10 s and ~15 s; the rest is venv probing).
 
 Then it wipes data_samples/producers/ and runs, each in its producer's venv, the plain scripts in
 scripts/producer_fixtures/: make_target.py (the shared tiny target), gen_specforge.py and
