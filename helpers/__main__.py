@@ -17,12 +17,12 @@ from .errors import BadInputError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m helpers",
+        prog="d2t-lab",
         description=(
             "d2t-lab: inspect EAGLE-3 draft checkpoints and their d2t/t2d vocab mapping, score the "
             "draft under each reading of d2t, predict accept length, and bundle bug reports."
         ),
-        epilog="Run 'python -m helpers COMMAND --help' for the options of one command.",
+        epilog="Run 'd2t-lab COMMAND --help' for the options of one command (python -m helpers works too).",
     )
     parser.add_argument("--version", action="version", version=f"d2t-lab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .errors import BadInputError
+from .terms import MAX_VOCAB
 from .mapping import VocabMapping
 from .tensor_files import (  # noqa: F401  (re-exported: where callers have always found them)
     TensorStore,
@@ -32,7 +33,6 @@ from .tensor_files import (  # noqa: F401  (re-exported: where callers have alwa
 )
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-MAX_VOCAB = 2**31 - 1  # token ids are int32 in every engine
 _NPY_NAME = re.compile(r"^(d2t|t2d)(?:[-_](\d+))?\.npy$")
 
 

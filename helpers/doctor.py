@@ -49,7 +49,7 @@ from .engine_rules import (  # noqa: F401  (re-exported: where callers have alwa
     engines_for,
     parse_key,
 )
-from .findings import SEVERITIES, CheckContext, Finding, has_error  # noqa: F401  (Finding re-exported)
+from .findings import CheckContext, Finding, Findings, has_error  # noqa: F401  (Finding re-exported)
 
 
 def findings_table(findings):
@@ -92,16 +92,17 @@ def diagnose_each(path, engine: str = "all", target_config=None, *, check_weight
     """
     main = diagnose(path, engine, target_config, check_weights=check_weights and scanned is None)
     scanned = [f for f in (main if scanned is None else scanned) if f.code in WEIGHT_SCAN_CODES]
-    main = main if not scanned or any(f.code in WEIGHT_SCAN_CODES for f in main) else scanned + main
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    each = {e: sorted(diagnose(path, e, target_config, check_weights=False) + scanned, key=lambda f: order[f.severity])
+    if scanned and not any(f.code in WEIGHT_SCAN_CODES for f in main):
+        main = Findings(scanned + main, path=main.path, engine=engine)
+    each = {e: Findings(diagnose(path, e, target_config, check_weights=False) + scanned, path=main.path, engine=e)
             for e in engines_for(engine)}
     return main, each
 
 
 def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bool = True,
-             progress: bool = False) -> list[Finding]:
-    """All findings for the draft checkpoint at `path`, errors first.
+             progress: bool = False) -> Findings:
+    """All findings for the draft checkpoint at `path`, errors first (a `Findings` list, whose
+    `to_dict()` is the `doctor --json` object and `report()` the doctor's text).
 
     `engine`: 'sglang', 'vllm' or 'all'. `target_config`: the target's config.json (path or dict),
     for the aux-layer and size checks. `check_weights=False` skips the NaN/Inf scan (the only
@@ -130,12 +131,11 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         check_aux(c, tcfg)
         if check_weights:
             check_finite(c, progress)
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(c.findings, key=lambda f: order[f.severity])
+    return Findings(c.findings, path=path if not isinstance(path, Checkpoint) else ck.path, engine=engine)
 
 
 # -- the fixer lives in helpers.fix; its names still resolve here, imported on first use ------------
-_MOVED = ("CANNOT_REPAIR", "FixPlan", "FixResult", "MAX_VOCAB", "fix_checkpoint", "plan_fix", "unused_path")
+_MOVED = ("CANNOT_REPAIR", "FixPlan", "FixResult", "fix_checkpoint", "plan_fix", "unused_path")
 
 
 def __getattr__(name: str):

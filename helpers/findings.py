@@ -33,6 +33,34 @@ class Finding:
         return {"code": self.code, "severity": self.severity, "message": self.message, "fix": self.fix}
 
 
+class Findings(list):
+    """The doctor's findings for one checkpoint and engine, errors first: a list of `Finding`
+    that knows its checkpoint and engine, with the `doctor --json` object and the doctor's text."""
+
+    def __init__(self, findings=(), *, path=None, engine: str | None = None):
+        super().__init__(sorted(findings, key=lambda f: SEVERITIES.index(f.severity)))
+        self.path, self.engine = path, engine
+
+    @property
+    def counts(self) -> dict:
+        return {s: sum(f.severity == s for f in self) for s in SEVERITIES}
+
+    def to_dict(self) -> dict:
+        counts = self.counts
+        return {"path": None if self.path is None else str(self.path), "engine": self.engine, "counts": counts,
+                "ok": counts["error"] == 0, "findings": [f.as_dict() for f in self]}
+
+    def report(self) -> str:
+        lines = [f"{self.path} (engine: {self.engine})"]
+        for f in self:
+            lines.append(f"  {f.severity.upper():<8}{f.code:<28}{f.message}")
+            if f.severity != "info" or f.fix != "nothing to do":
+                lines.append(f"  {'':<8}{'':<28}fix: {f.fix}")
+        c = self.counts
+        lines.append(f"  {c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s)")
+        return "\n".join(lines)
+
+
 def has_error(findings) -> bool:
     """Any finding of severity error."""
     return any(f.severity == "error" for f in findings)

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,27 +31,10 @@ from .checkpoint import (
 from .doctor import diagnose
 from .engine_rules import KeyInfo, engines_for, is_known_param, is_mapping_key, parse_key
 from .errors import BadInputError
-from .findings import Finding, has_error
+from .fix_plan import CANNOT_REPAIR, FixPlan, FixResult  # noqa: F401  (re-exported: the fixer's results)
 from .mapping import VocabMapping, absolute_to_offsets
 from .outputs import new_output_dir
-
-MAX_VOCAB = 1 << 24  # no tokenizer comes near; a larger vocab_size in a config is a typo or hostile
-
-# What each error needs that fix cannot supply (the refusal line names it).
-CANNOT_REPAIR = {
-    "d2t-missing": "needs the producer's d2t tensor",
-    "d2t-arange": "needs the producer's d2t tensor",
-    "d2t-invalid": "needs the producer's d2t tensor",
-    "d2t-identity-reduced-vocab": "needs the producer's d2t tensor",
-    "t2d-mismatch": "needs the t2d exported with this d2t",
-    "vocab-size-mismatch": "needs config.json sizes that match the weights",
-    "key-layout": "needs the missing or unknown weights re-exported",
-    "lm-head-missing": "needs the draft's lm_head re-exported",
-    "fc-shape": "needs the draft trained for this target, or target_hidden_size in config.json",
-    "embed-missing": "needs the draft's own embed_tokens",
-    "aux-layers": "needs aux layer ids the target has",
-    "nonfinite-weights": "needs finite weights (an earlier training checkpoint)",
-}
+from .terms import MAX_BUILT_T2D
 
 
 class _PlannedStore(TensorStore):
@@ -90,61 +73,6 @@ class _PlannedCopy:
     copied: list[Path]  # files and folders of `src` copied as they are
 
 
-@dataclass
-class FixPlan:
-    """What `fix_checkpoint` would change in `src` for `engine`, worked out without writing.
-
-    `changes`: what the copy would differ in; `fixes`: the error codes those changes resolve
-    (judged by running the doctor on the planned copy); `unfixable`: the error findings that
-    would remain. `matters` is False when no error would be resolved: then fix refuses (only
-    cosmetic changes, or none) and `refusal` says why in one line.
-    """
-
-    src: Path
-    engine: str
-    changes: list[str]
-    fixes: list[str]
-    unfixable: list[Finding]
-    before: list[Finding] = field(default_factory=list, repr=False)
-    copy: _PlannedCopy | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def matters(self) -> bool:
-        return bool(self.fixes)
-
-    @property
-    def refusal(self) -> str | None:
-        """Why fix writes nothing (one line, without the path), or None when it would fix something."""
-        if self.matters:
-            return None
-        force = "pass --force to write a copy anyway"
-        codes = list(dict.fromkeys(f.code for f in self.unfixable))
-        if not codes:
-            who = "sglang and vllm" if self.engine == "all" else self.engine
-            return f"nothing to fix for {who}: the doctor finds no error in the keys, mapping or config ({force})"
-        parts = [f"{c} ({CANNOT_REPAIR.get(c, 'not something fix changes')})" for c in codes]
-        return f"cannot repair {', '.join(parts)}; nothing written ({force})"
-
-    def as_dict(self) -> dict:
-        return {"src": str(self.src), "engine": self.engine, "changes": list(self.changes),
-                "fixes": list(self.fixes), "unfixable": list(dict.fromkeys(f.code for f in self.unfixable)),
-                "matters": self.matters, "refusal": self.refusal}
-
-
-@dataclass
-class FixResult:
-    """What `fix_checkpoint` wrote: where, what changed, and the doctor's findings on the copy."""
-
-    dst: Path
-    changes: list[str]
-    findings: list[Finding]  # the doctor on the written copy
-    plan: FixPlan | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not has_error(self.findings)
-
-
 def _target_name(info: KeyInfo, engine: str) -> str:
     """The key a tensor gets in the fixed copy."""
     if not is_known_param(info):
@@ -168,7 +96,7 @@ def _target_vocab(ck: Checkpoint, t2d) -> int | None:
     flat = flat_config(ck.config) if ck.config else {}
     v = flat.get("vocab_size") if isinstance(flat.get("vocab_size"), int) else (
         int(t2d.shape[0]) if t2d is not None else None)
-    if v is not None and not 0 < v <= MAX_VOCAB:
+    if v is not None and not 0 < v <= MAX_BUILT_T2D:
         raise BadInputError(ck.config_path or ck.path, f"vocab_size={v} is not a plausible vocab size; "
                             "refusing to build a t2d of that length (correct config.json first)")
     return v

@@ -263,6 +263,32 @@ class LogTable:
             table[col] = table[col].astype("Int64")
         return table
 
+    def to_json(self) -> dict:
+        """The `logs --json` object: the summary plus every parsed row (times as ISO strings)."""
+        d = self.summary()
+        t = self.table.astype(object).where(self.table.notna(), None)
+        d["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in t.to_dict(orient="records")]
+        return d
+
+    def report(self) -> str:
+        """The `logs` command's text: counts, means and the garbled lines."""
+        s = self.summary()
+
+        def f(x, spec):
+            return "-" if x is None else format(x, spec)
+
+        lines = [
+            f"{s['path']}: {', '.join(s['formats']) or 'no'} lines",
+            f"  lines {s['lines']:,}: parsed {s['parsed']:,}, garbled {s['garbled']:,} (skipped), "
+            f"unrecognised {s['unrecognised']:,}" + (f", engine stats {s['context']:,}" if s["context"] else ""),
+            f"  accept length: mean {f(s['mean_accept_length'], '.3f')}, last {f(s['last_accept_length'], '.2f')}",
+            f"  accept rate:   mean {f(s['mean_accept_rate'], '.3f')}",
+            f"  throughput:    mean {f(s['mean_throughput'], '.1f')} tok/s",
+            f"  time:          {s['first_time'] or '-'} .. {s['last_time'] or '-'}",
+        ]
+        lines += [f"  garbled line {g['line']}: {g['reason']}" for g in s["garbled_lines"][:10]]
+        return "\n".join(lines)
+
     def summary(self) -> dict:
         """Counts and the mean / last accept length, rate and throughput (JSON-ready)."""
         def mean(col):
@@ -288,6 +314,15 @@ class LogTable:
             "first_time": str(min(times)) if times else None,
             "last_time": str(max(times)) if times else None,
         }
+
+
+def _json_value(v):
+    """A table cell as JSON: None for missing, ISO text for times, Python numbers."""
+    if v is None or (isinstance(v, float) and v != v):
+        return None
+    if hasattr(v, "isoformat"):
+        return None if str(v) == "NaT" else v.isoformat()
+    return v.item() if hasattr(v, "item") else v
 
 
 def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogTable:

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from .errors import BadInputError
+from .terms import READINGS, check_reading  # noqa: F401  (READINGS re-exported)
 
-READINGS = ("offset", "absolute", "none")
 VERDICTS = ("offset", "absolute", "identity", "ambiguous", "inconsistent")
 
 
@@ -154,9 +154,8 @@ class VocabMapping:
             return self.d2t + torch.arange(self.draft_vocab_size, dtype=torch.int64)
         if reading == "absolute":
             return self.d2t.clone()
-        if reading == "none":
-            return torch.arange(self.draft_vocab_size, dtype=torch.int64)
-        raise ValueError(f"unknown reading {reading!r}; expected one of {READINGS}")
+        check_reading(reading)
+        return torch.arange(self.draft_vocab_size, dtype=torch.int64)
 
     def reading(self, name: str) -> Reading:
         if name not in self._readings:
@@ -384,14 +383,12 @@ def to_target_ids(draft_ids: torch.Tensor, d2t: torch.Tensor | None, reading: st
 
     `reading='none'` (or `d2t is None`) takes the draft id as the target id.
     """
-    if reading == "none" or d2t is None:
+    if check_reading(reading) == "none" or d2t is None:
         return draft_ids
     d2t = d2t.to(draft_ids.device)
     if reading == "offset":
         return draft_ids + d2t[draft_ids]
-    if reading == "absolute":
-        return d2t[draft_ids]
-    raise ValueError(f"unknown reading {reading!r}; expected one of {READINGS}")
+    return d2t[draft_ids]  # absolute
 
 
 # -- tables for notebooks and reports -------------------------------------------------------------

@@ -22,7 +22,8 @@ import torch
 
 from .devices import parse_dtype
 from .errors import BadInputError
-from .mapping import READINGS, to_target_ids
+from .mapping import to_target_ids
+from .terms import check_reading
 from .target_head import TargetHead
 
 MASK_AT = ("label", "position")  # whose loss_mask decides if step j at position t counts
@@ -296,8 +297,7 @@ def draft_predictions(
     literal choice); a chain from position t is accepted up to the first j where
     `pred[t, j, 0] != labels[t, j]`.
     """
-    if reading not in READINGS:
-        raise ValueError(f"unknown reading {reading!r}; expected one of {READINGS}")
+    check_reading(reading)
     if reading != "none" and draft_d2t(model) is None:
         raise BadInputError(None, f"the draft has no d2t: only the 'none' reading can be used, not {reading!r}")
     for batch, (lengths, preds, labels, mask, tl) in iter_batches(

@@ -173,7 +173,7 @@ def offset_runs(m: VocabMapping) -> dict:
 
 
 # -- what the engines do ------------------------------------------------------------------------
-ENGINES = ("sglang", "vllm", "tensorrt-llm")
+from .terms import ENGINES_READING_D2T as ENGINES  # every engine that reads d2t
 
 
 def engine_propose(draft_logits: torch.Tensor, d2t: torch.Tensor, engine: str, target_vocab_size: int) -> torch.Tensor:

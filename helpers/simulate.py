@@ -246,7 +246,8 @@ def conclude_accept_length(predicted: float | None, drafting_label: str, *, rate
                   "broken or misread - see the d2t verdict and the doctor's findings.")
         return broken if measured is None else f"{broken} Measured {measured:.2f} ({measured_from or 'serving log'})."
     if status == "no-measurement":
-        return (f"Predicted accept length {predicted:.2f} for {drafting_label} (per-token acceptance {rate:.3f}). "
+        at = "" if rate is None else f" (per-token acceptance {rate:.3f})"
+        return (f"Predicted accept length {predicted:.2f} for {drafting_label}{at}. "
                 "No serving measurement was given (pass --log) to compare with.")
     return f"{drafting_label}: " + judge_accept_length(measured, predicted, break_even)
 
@@ -259,6 +260,50 @@ _MOVED = {
     "ReplayResult": "replay", "accept_lengths": "replay", "replay": "replay",
     "ThroughputModel": "throughput", "throughput_model": "throughput",
 }
+
+
+class Simulation(dict):
+    """The `simulate --json` object: exact and Monte Carlo accept length for one setup; `report()`
+    is the command's text."""
+
+    def report(self) -> str:
+        r = self
+        how = ("chain, %d drafted tokens" % r["draft_tokens"]) if r["mode"] == "chain" else (
+            f"tree, steps {r['steps']}, topk {r['topk']}, {r['draft_tokens']} draft tokens "
+            f"({r['tree_nodes']} drafted nodes, per depth {r['nodes_per_depth']})")
+        exact = "closed form" if r["mode"] == "chain" else "exact"
+        return "\n".join([
+            f"accept rate {r['accept_rate']}, {how}",
+            f"  expected accept length: {r['expected_accept_length']:.4f}   ({exact})",
+            f"  Monte Carlo:            {r['monte_carlo_mean']:.4f} ± {r['monte_carlo_stderr']:.4f} "
+            f"(1 s.e., {r['trials']:,} trials, z = {r['z']:+.2f})",
+            "  distribution: " + ", ".join(f"{k}: {v:.3f}" for k, v in r["distribution"].items() if v > 0),
+        ])
+
+
+def simulation(accept_rate, draft_tokens: int, topk: int | None = None, steps: int | None = None,
+               trials: int = 100_000) -> Simulation:
+    """Expected accept length of a chain (no topk/steps) or an SGLang tree, exactly and by Monte Carlo."""
+    if trials < 2:
+        raise ValueError("--trials must be at least 2")
+    extra = {}
+    if topk is not None or steps is not None:
+        topk = 1 if topk is None else topk
+        if steps is None:
+            raise ValueError("tree drafting needs --steps (SGLang --speculative-num-steps)")
+        t = build_tree(accept_rate, steps, topk, draft_tokens)
+        mc = simulate_tree(accept_rate, steps, topk, draft_tokens, trials=trials)
+        exact, kind = t.expected(), "tree"
+        extra = {"tree_nodes": t.nodes, "tree_depth": int(t.depth.max()),
+                 "nodes_per_depth": [int((t.depth == d).sum()) for d in range(1, steps + 1)]}
+    else:
+        exact, kind = chain_expected(accept_rate, draft_tokens), "chain"
+        mc = simulate_chain(accept_rate, draft_tokens, trials=trials)
+    return Simulation(
+        mode=kind, accept_rate=accept_rate, draft_tokens=draft_tokens, topk=topk, steps=steps,
+        expected_accept_length=exact, monte_carlo_mean=mc.mean, monte_carlo_stderr=mc.stderr, trials=mc.trials,
+        z=mc.z, distribution={str(k): v for k, v in mc.to_dict()["distribution"].items()}, **extra,
+    )
 
 
 def __getattr__(name: str):

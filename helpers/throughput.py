@@ -52,6 +52,29 @@ class ThroughputModel:
         return d
 
 
+class ThroughputSummary(dict):
+    """The `throughput --json` object; `report()` is the command's text."""
+
+    def report(self) -> str:
+        d = self
+        verdict = "slower than" if d["speedup"] < 1 else "faster than"
+        return "\n".join([
+            f"baseline {d['baseline_tps']:g} tok/s; measured accept length {d['accept_length']:g} at "
+            f"{d['spec_tps']:g} tok/s ({d['speedup']:.2f}x, {verdict} no speculation)",
+            f"  step cost:                {d['step_cost']:.2f} decode steps per speculative step",
+            f"  break-even accept length: {d['break_even_accept_length']:.2f}",
+            "  tok/s at accept length:   " + ", ".join(f"{k}: {v:.1f}" for k, v in d["tps_at"].items()),
+        ])
+
+
+def throughput_summary(baseline_tps: float, accept_length: float, spec_tps: float) -> ThroughputSummary:
+    """Step cost, break-even accept length and tok/s at accept lengths 1..6 from one measured pair."""
+    m = throughput_model(baseline_tps, accept_length, spec_tps)
+    d = ThroughputSummary(m.to_dict(accept_length, spec_tps))
+    d["tps_at"] = {str(L): float(m.tps(L)) for L in (1, 2, 3, 4, 5, 6)}
+    return d
+
+
 def throughput_model(baseline_tps: float, accept_length: float, spec_tps: float) -> ThroughputModel:
     """`ThroughputModel.from_measurement`: with 90, 1.9, 46.7 the step cost is ~3.66."""
     return ThroughputModel.from_measurement(baseline_tps, accept_length, spec_tps)

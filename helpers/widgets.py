@@ -29,14 +29,12 @@ import torch
 
 from . import plots
 from .checkpoint import find_checkpoints
-from .checkpoint import inspect_path
-from .commands.inspect import format_report
 from .devices import get_device
 from .errors import BadInputError
 from .evaluate import evaluate
 from .samples import split_folders
 
-READINGS = ("offset", "absolute", "none")
+from .terms import READINGS
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "data_samples"
 _SAMPLE_SUFFIXES = (".ckpt", ".ckpt.gz")
@@ -218,7 +216,9 @@ class Dashboard:
             self.summary.value = ""
             return
         try:
-            self.summary.value = _as_html_pre(format_report(inspect_path(path)))
+            from .inspection import inspect
+
+            self.summary.value = _as_html_pre(inspect(path).report())
         except BadInputError as e:
             self.summary.value = f"<span style='color:#b00'>{html.escape(e.one_line())}</span>"
 

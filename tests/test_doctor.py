@@ -213,7 +213,7 @@ def test_fixer_names_still_resolve_from_doctor():
     from helpers.doctor import fix_checkpoint as old, plan_fix  # noqa: F401
 
     assert old is helpers.fix.fix_checkpoint
-    for name in ("plan_fix", "fix_checkpoint", "FixPlan", "FixResult", "CANNOT_REPAIR", "unused_path", "MAX_VOCAB"):
+    for name in ("plan_fix", "fix_checkpoint", "FixPlan", "FixResult", "CANNOT_REPAIR", "unused_path"):
         assert getattr(helpers.doctor, name) is getattr(helpers.fix, name)
     with pytest.raises(AttributeError):
         helpers.doctor.no_such_name  # noqa: B018

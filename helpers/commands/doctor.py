@@ -27,31 +27,10 @@ def add_arguments(p) -> None:
     _options.json_flag(p, "print one JSON object: path, engine, counts and findings [{code, severity, message, fix}]")
 
 
-def format_findings(path, engine: str, findings) -> str:
-    lines = [f"{path} (engine: {engine})"]
-    for f in findings:
-        lines.append(f"  {f.severity.upper():<8}{f.code:<28}{f.message}")
-        if f.severity != "info" or f.fix != "nothing to do":
-            lines.append(f"  {'':<8}{'':<28}fix: {f.fix}")
-    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
-    lines.append(f"  {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} note(s)")
-    return "\n".join(lines)
-
-
-def doctor_json(path, engine: str, findings) -> dict:
-    """The `doctor --json` object."""
-    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
-    return {"path": str(path), "engine": engine, "counts": counts, "ok": counts["error"] == 0,
-            "findings": [f.as_dict() for f in findings]}
-
-
 def run(args) -> int:
     from ..doctor import diagnose, has_error
 
     findings = diagnose(args.checkpoint, args.engine, args.target_config, check_weights=not args.no_weights,
                         progress=_options.show_progress(args))
-    if args.json:
-        print(json.dumps(doctor_json(args.checkpoint, args.engine, findings), indent=2))
-    else:
-        print(format_findings(args.checkpoint, args.engine, findings))
+    print(json.dumps(findings.to_dict(), indent=2) if args.json else findings.report())
     return 1 if has_error(findings) else 0

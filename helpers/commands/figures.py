@@ -1,10 +1,12 @@
 """`figures PATH -o OUTDIR [--svg]`: the standard mapping figures, saved with provenance."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..errors import BadInputError
 from ..outputs import output_dir
+from . import _options
 
 HELP = "draw the standard d2t figures of a mapping (staircase, histograms, coverage, readings) as PNG"
 DESCRIPTION = """\
@@ -25,8 +27,10 @@ cannot be written (an existing file, a path through a file, a read-only folder).
 
 
 def add_arguments(p) -> None:
-    p.add_argument("path", help="checkpoint folder or mapping file")
-    p.add_argument("-o", "--output", "--out-dir", dest="out_dir", required=True, help="folder for the figures")
+    _options.checkpoint(p)
+    _options.out(p, "folder for the figures (--output and --out-dir are older names)", required=True,
+                 aliases=("--output", "--out-dir"), dest="out_dir", metavar="OUTDIR")
+    _options.json_flag(p, "print one JSON object: the verdict and the files written")
     p.add_argument("--svg", action="store_true", help="also write SVG files")
     p.add_argument("--prefix", default=None, help="file name prefix (default: the checkpoint folder's name)")
     p.add_argument("--label", default=None, help="name shown in the figure titles (default: the folder)")
@@ -42,12 +46,15 @@ def run(args) -> int:
     out_dir = output_dir(args.out_dir, "figures folder", create=False)  # created when the figures are saved
     if args.prefix is not None and (Path(args.prefix).name != args.prefix or args.prefix in (".", "..")):
         raise BadInputError(None, f"--prefix {args.prefix!r}: must be a file name prefix, not a path")
-    m = load_mapping(args.path)
-    prefix = args.prefix or Path(args.path).resolve().name
+    m = load_mapping(args.checkpoint)
+    prefix = args.prefix or Path(args.checkpoint).resolve().name
     try:
         written = save_mapping_figures(m, out_dir, prefix=prefix, svg=args.svg, label=args.label)
     except OSError as e:
         raise BadInputError(e.filename or out_dir, f"cannot write the figure ({e.strerror or e})") from None
-    for f in written:
-        print(f)
+    if args.json:
+        print(json.dumps({"checkpoint": str(args.checkpoint), "verdict": m.verdict().encoding,
+                          "files": [str(f) for f in written]}, indent=2))
+    else:
+        print(*written, sep="\n")
     return 0

@@ -10,7 +10,6 @@ import json
 from ..errors import BadInputError
 from ..outputs import new_output_dir
 from . import _options
-from .doctor import format_findings
 
 HELP = "write a corrected copy of a draft checkpoint when that fixes an error (SRC is never modified)"
 DESCRIPTION = """\
@@ -53,50 +52,21 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (plan, written, findings)")
 
 
-def fix_json(plan, dst, *, written: bool, dry_run: bool, findings=None) -> dict:
-    """The `fix --json` object."""
-    d = plan.as_dict()
-    return {
-        "src": d["src"], "dst": str(dst), "engine": d["engine"], "changes": d["changes"], "fixes": d["fixes"],
-        "unfixable": d["unfixable"], "written": written, "refusal": d["refusal"], "dry_run": dry_run,
-        "findings": None if findings is None else [f.as_dict() for f in findings],
-    }
-
-
-def format_plan(plan, dst, will_write: bool) -> str:
-    lines = [f"dry run: {plan.src} -> {dst} (engine: {plan.engine}); nothing written"]
-    lines += [f"  - {c}" for c in plan.changes] or ["  - (no changes)"]
-    lines.append(f"  resolves: {', '.join(plan.fixes) or '(no error)'}")
-    left = list(dict.fromkeys(f.code for f in plan.unfixable))
-    lines.append(f"  left: {', '.join(left) or '(no error)'}")
-    lines.append("  fix would write the copy" if will_write else "  fix would refuse: " + plan.refusal)
-    return "\n".join(lines)
-
-
 def run(args) -> int:
-    from ..doctor import fix_checkpoint, plan_fix
+    from ..fix import fix_checkpoint, plan_fix
 
     dst = new_output_dir(args.dst, "fixed copy")
     plan = plan_fix(args.src, args.engine, args.target_config)
     will_write = plan.matters or args.force
     if args.dry_run or not will_write:
         if args.json:
-            print(json.dumps(fix_json(plan, dst, written=False, dry_run=args.dry_run), indent=2))
+            print(json.dumps(plan.to_json(dst, written=False, dry_run=args.dry_run), indent=2))
         elif args.dry_run:
-            print(format_plan(plan, dst, will_write))
+            print(plan.report(dst, will_write))
         if not will_write:
             raise BadInputError(plan.src, plan.refusal)
         return 0
     r = fix_checkpoint(args.src, dst, args.engine, args.target_config, force=args.force)
-    if args.json:
-        print(json.dumps(fix_json(r.plan, r.dst, written=True, dry_run=False, findings=r.findings), indent=2))
-        return 0 if r.ok else 1
-    print(f"wrote {r.dst}")
-    for c in r.changes:
-        print(f"  - {c}")
-    print(f"  resolves: {', '.join(r.plan.fixes) or '(no error; written because of --force)'}")
-    print(format_findings(r.dst, args.engine, r.findings))
-    if not r.ok:
-        print("the fixed copy still has errors (see above); fix cannot repair those")
-        return 1
-    return 0
+    print(json.dumps(r.plan.to_json(r.dst, written=True, dry_run=False, findings=r.findings), indent=2)
+          if args.json else r.report())
+    return 0 if r.ok else 1

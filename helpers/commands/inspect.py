@@ -22,36 +22,9 @@ def add_arguments(p) -> None:
     _options.json_flag(p)
 
 
-def format_report(r: dict) -> str:
-    def fmt(x):
-        return "unknown" if x is None else f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
-
-    lines = [
-        f"{r['path']}",
-        f"  verdict: {r['verdict'].upper()}",
-        f"  draft vocab {fmt(r['draft_vocab_size'])}, target vocab {fmt(r['target_vocab_size'])}, "
-        f"t2d: {'%s True' % fmt(r['t2d_true']) if r['has_t2d'] else 'absent'}, key layout: {r['key_layout']}",
-        f"  d2t: {fmt(r['nonzero_entries'])} non-zero of {fmt(r['draft_vocab_size'])}, leading zeros {fmt(r['leading_zero_run'])}, "
-        f"distinct values {fmt(r['distinct_values'])}, non-decreasing: {'yes' if r['non_decreasing'] else 'no'}",
-        "",
-        f"  {'reading':<10}{'distinct targets':>18}{'in range':>10}{'= t2d':>8}{'max id':>10}",
-    ]
-    for name in ("offset", "absolute"):
-        rr = r[f"{name}_reading"]
-        yn = {True: "yes", False: "NO", None: "-"}
-        lines.append(
-            f"  {name:<10}{fmt(rr['distinct_targets']):>18}{yn[rr['in_range']]:>10}{yn[rr['matches_t2d']]:>8}{fmt(rr['max_id']):>10}"
-        )
-    lines.append("")
-    lines += [f"  - {e}" for e in r["evidence"]]
-    lines += [f"  ! {e}" for e in r["reasons"]]
-    lines.append("  read: " + ", ".join(r["sources"]))
-    return "\n".join(lines)
-
-
 def run(args) -> int:
-    from ..checkpoint import inspect_path
+    from ..inspection import inspect
 
-    r = inspect_path(args.checkpoint)
-    print(json.dumps(r, indent=2) if args.json else format_report(r))
+    r = inspect(args.checkpoint)
+    print(json.dumps(r, indent=2) if args.json else r.report())
     return 0

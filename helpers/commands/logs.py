@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from ..errors import BadInputError
 from ..logs import read_log
 from ..outputs import output_file
+from . import _options
 
 HELP = "read SGLang 'Decode batch' / vLLM 'SpecDecoding metrics' lines: accept length over time"
 DESCRIPTION = """\
@@ -26,46 +26,10 @@ be written there (no such folder, a folder in its place, an unknown suffix)."""
 
 
 def add_arguments(p) -> None:
-    p.add_argument("file", help="server log file")
-    p.add_argument("--json", action="store_true", help="print one JSON object (summary and rows)")
-    p.add_argument("--plot", metavar="OUT.png", default=None, help="write a plot of accept length over time")
-
-
-def _clean(v):
-    if v is None:
-        return None
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if hasattr(v, "isoformat"):
-        return None if str(v) == "NaT" else v.isoformat()
-    if hasattr(v, "item"):
-        return v.item()
-    return v
-
-
-def logs_json(log) -> dict:
-    """The `logs --json` object: summary plus rows."""
-    d = log.summary()
-    t = log.table.astype(object).where(log.table.notna(), None)
-    d["rows"] = [{k: _clean(v) for k, v in row.items()} for row in t.to_dict(orient="records")]
-    return d
-
-
-def format_report(s: dict) -> str:
-    def f(x, spec):
-        return "-" if x is None else format(x, spec)
-
-    lines = [
-        f"{s['path']}: {', '.join(s['formats']) or 'no'} lines",
-        f"  lines {s['lines']:,}: parsed {s['parsed']:,}, garbled {s['garbled']:,} (skipped), "
-        f"unrecognised {s['unrecognised']:,}" + (f", engine stats {s['context']:,}" if s["context"] else ""),
-        f"  accept length: mean {f(s['mean_accept_length'], '.3f')}, last {f(s['last_accept_length'], '.2f')}",
-        f"  accept rate:   mean {f(s['mean_accept_rate'], '.3f')}",
-        f"  throughput:    mean {f(s['mean_throughput'], '.1f')} tok/s",
-        f"  time:          {s['first_time'] or '-'} .. {s['last_time'] or '-'}",
-    ]
-    lines += [f"  garbled line {g['line']}: {g['reason']}" for g in s["garbled_lines"][:10]]
-    return "\n".join(lines)
+    p.add_argument("file", metavar="LOG", help="an SGLang or vLLM server log file")
+    _options.json_flag(p, "print one JSON object (summary and rows)")
+    _options.out(p, "write a plot of accept length over time (the suffix picks the format; --plot is the older name)",
+                 aliases=("--plot",), dest="plot", metavar="OUT.png")
 
 
 def plot_path(path: str) -> Path:
@@ -105,5 +69,5 @@ def run(args) -> int:
     log = read_log(args.file)
     if plot is not None:
         save_plot(log, plot)
-    print(json.dumps(logs_json(log), indent=2) if args.json else format_report(log.summary()))
+    print(json.dumps(log.to_json(), indent=2) if args.json else log.report())
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..simulate import build_tree, chain_expected, simulate_chain, simulate_tree
+from . import _options
 
 HELP = "expected accept length for chain or tree drafting (closed form / exact, and Monte Carlo)"
 DESCRIPTION = """\
@@ -20,7 +20,7 @@ Tree (--topk T --steps S, SGLang's --speculative-eagle-topk / --speculative-num-
 A may be one rate or a comma-separated list: per drafted position (chain, K values) or per depth
 (tree, S values).
 
-Example: python -m helpers simulate --accept-rate 0.21 --draft-tokens 16 --topk 4 --steps 5
+Example: d2t-lab simulate --accept-rate 0.21 --draft-tokens 16 --topk 4 --steps 5
 (the investigation's serving setup: accept length ~1.9)."""
 
 
@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
     p.add_argument("--topk", type=int, default=None, help="tree drafting: siblings per expanded node (SGLang eagle-topk)")
     p.add_argument("--steps", type=int, default=None, help="tree drafting: depth (SGLang num-steps)")
     p.add_argument("--trials", type=int, default=100_000, help="Monte Carlo trials (default 100,000)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _options.json_flag(p)
 
 
 def _rates(text: str):
@@ -43,50 +43,13 @@ def _rates(text: str):
     return vals[0] if len(vals) == 1 else vals
 
 
-def simulate_args(accept_rate, draft_tokens: int, topk: int | None, steps: int | None, trials: int) -> dict:
-    """The `simulate --json` object."""
-    tree = topk is not None or steps is not None
-    if trials < 2:
-        raise ValueError("--trials must be at least 2")
-    if tree:
-        topk = 1 if topk is None else topk
-        if steps is None:
-            raise ValueError("tree drafting needs --steps (SGLang --speculative-num-steps)")
-        t = build_tree(accept_rate, steps, topk, draft_tokens)
-        mc = simulate_tree(accept_rate, steps, topk, draft_tokens, trials=trials)
-        exact, kind = t.expected(), "tree"
-        extra = {"tree_nodes": t.nodes, "tree_depth": int(t.depth.max()), "nodes_per_depth":
-                 [int((t.depth == d).sum()) for d in range(1, steps + 1)]}
-    else:
-        exact, kind = chain_expected(accept_rate, draft_tokens), "chain"
-        mc = simulate_chain(accept_rate, draft_tokens, trials=trials)
-        extra = {}
-    return {
-        "mode": kind, "accept_rate": accept_rate, "draft_tokens": draft_tokens, "topk": topk, "steps": steps,
-        "expected_accept_length": exact, "monte_carlo_mean": mc.mean, "monte_carlo_stderr": mc.stderr,
-        "trials": mc.trials, "z": mc.z,
-        "distribution": {str(k): v for k, v in mc.to_dict()["distribution"].items()}, **extra,
-    }
-
-
-def format_report(r: dict) -> str:
-    how = ("chain, %d drafted tokens" % r["draft_tokens"]) if r["mode"] == "chain" else (
-        f"tree, steps {r['steps']}, topk {r['topk']}, {r['draft_tokens']} draft tokens "
-        f"({r['tree_nodes']} drafted nodes, per depth {r['nodes_per_depth']})")
-    lines = [
-        f"accept rate {r['accept_rate']}, {how}",
-        f"  expected accept length: {r['expected_accept_length']:.4f}   ({'closed form' if r['mode'] == 'chain' else 'exact'})",
-        f"  Monte Carlo:            {r['monte_carlo_mean']:.4f} ± {r['monte_carlo_stderr']:.4f} (1 s.e., {r['trials']:,} trials, z = {r['z']:+.2f})",
-        "  distribution: " + ", ".join(f"{k}: {v:.3f}" for k, v in r["distribution"].items() if v > 0),
-    ]
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     try:
-        r = simulate_args(_rates(args.accept_rate), args.draft_tokens, args.topk, args.steps, args.trials)
+        from ..simulate import simulation
+
+        r = simulation(_rates(args.accept_rate), args.draft_tokens, args.topk, args.steps, args.trials)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(r, indent=2) if args.json else format_report(r))
+    print(json.dumps(r, indent=2) if args.json else r.report())
     return 0
