@@ -8,7 +8,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from helpers.checkpoint import find_checkpoints, key_layout, load_mapping, open_checkpoint
+from helpers.checkpoint import (
+    find_checkpoints,
+    key_layout,
+    load_mapping,
+    open_checkpoint,
+)
 from helpers.errors import BadInputError
 
 N, V, H = 6, 20, 8

@@ -17,12 +17,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import SAMPLES, run_cli
+from helpers.__main__ import main
+from helpers.checkpoint import open_checkpoint
 from helpers.checks_weights import row_chunks as _row_chunks
 from helpers.doctor import diagnose, has_error
 from helpers.fix import fix_checkpoint
-from helpers.__main__ import main
-from helpers.checkpoint import open_checkpoint
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 GOOD_SAMPLE = SAMPLES / "tiny_draft_sglang"
 TARGET_SAMPLE = SAMPLES / "tiny_target"
@@ -177,11 +178,11 @@ CASES = {
 
 
 # -- the doctor ---------------------------------------------------------------------------------
-def test_cli_good_checkpoint_has_no_error(good, target_config):
+def test_cli_good_checkpoint_has_no_error(good, target_config, cli):
     for engine in ("sglang", "vllm", "all"):
         findings = diagnose(good, engine, target_config)
         assert not has_error(findings), [f for f in findings if f.severity == "error"]
-    r = run_cli("doctor", good, "--json", "--target-config", target_config)
+    r = cli("doctor", good, "--json", "--target-config", target_config)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["path"] == str(good) and data["engine"] == "all" and data["ok"] is True
@@ -210,7 +211,7 @@ def test_fixer_names_still_resolve_from_doctor():
     """The fixer lives in helpers.fix; `from helpers.doctor import plan_fix, fix_checkpoint` still works."""
     import helpers.doctor
     import helpers.fix
-    from helpers.doctor import fix_checkpoint as old, plan_fix  # noqa: F401
+    from helpers.doctor import fix_checkpoint as old  # noqa: F401
 
     assert old is helpers.fix.fix_checkpoint
     for name in ("plan_fix", "fix_checkpoint", "FixPlan", "FixResult", "CANNOT_REPAIR", "unused_path"):
@@ -279,14 +280,14 @@ def test_negative_d2t_is_a_finding_not_a_crash(good, tmp_path):
     assert any(f.code == "d2t-invalid" and "negative" in f.message for f in findings)
 
 
-def test_cli_unreadable_input_exits_2_with_one_line(good, tmp_path):
+def test_cli_unreadable_input_exits_2_with_one_line(good, tmp_path, cli):
     bad = tmp_path / "corrupt"
     shutil.copytree(good, bad)
     _weights_file(bad).write_bytes(b"\x00garbage" * 10)
-    r = run_cli("doctor", bad)
+    r = cli("doctor", bad)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "model.safetensors" in r.stderr
-    r = run_cli("doctor", tmp_path / "nope")
+    r = cli("doctor", tmp_path / "nope")
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
@@ -340,13 +341,13 @@ def _assert_same_weights(a: Path, b: Path):
 
 
 @pytest.mark.parametrize("case,engine", [("absolute", "all"), ("layers0", "sglang"), ("layers0", "all")])
-def test_fix_gives_the_good_checkpoint_back(case, engine, good, tmp_path):
+def test_fix_gives_the_good_checkpoint_back(case, engine, good, tmp_path, cli):
     src = variant(good, tmp_path / "src", _to_absolute if case == "absolute" else _to_layers0)
     before = _hashes(src)
     assert has_error(diagnose(src, engine))
     dst = tmp_path / "fixed"
     if case == "absolute":  # once through the real command line
-        r = run_cli("fix", src, dst, "--engine", engine)
+        r = cli("fix", src, dst, "--engine", engine)
         assert r.returncode == 0, r.stdout + r.stderr
     else:
         assert fix_checkpoint(src, dst, engine).ok
@@ -431,16 +432,16 @@ def test_fix_adds_draft_vocab_size_to_config(good, tmp_path):
     assert res.ok
 
 
-def test_cli_fix_refuses_existing_dst_and_reports_unfixable(good, tmp_path):
+def test_cli_fix_refuses_existing_dst_and_reports_unfixable(good, tmp_path, cli):
     src = variant(good, tmp_path / "arange", _arange_d2t)
     dst = tmp_path / "exists"
     dst.mkdir()
     (dst / "keep.txt").write_text("mine")
-    r = run_cli("fix", src, dst)
+    r = cli("fix", src, dst)
     assert r.returncode == 2 and "already exists" in r.stderr
     assert [p.name for p in dst.iterdir()] == ["keep.txt"]
-    r = run_cli("fix", src, tmp_path / "still_bad")  # nothing fix can repair: refused, nothing written
+    r = cli("fix", src, tmp_path / "still_bad")  # nothing fix can repair: refused, nothing written
     assert r.returncode == 2 and "cannot repair d2t-arange" in r.stderr and r.stderr.count("\n") == 1
     assert not (tmp_path / "still_bad").exists()
-    r = run_cli("fix", src, tmp_path / "still_bad", "--force")  # written anyway; the doctor still objects
+    r = cli("fix", src, tmp_path / "still_bad", "--force")  # written anyway; the doctor still objects
     assert r.returncode == 1 and "d2t-arange" in r.stdout and (tmp_path / "still_bad").is_dir()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from helpers.draft_config import DraftConfig, rope_inv_freq
 from helpers.errors import BadInputError
 from helpers.mapping import VocabMapping
 
-from conftest import SAMPLES
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
+
 
 V, VD, H, HT = 64, 24, 32, 48
 
@@ -49,7 +51,10 @@ def hf_reference_logits(m: Eagle3Draft, aux, next_ids):
     """The same layer composed from transformers' Llama pieces, q/k/v widened to 2H inputs."""
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import (
-        LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding,
+        LlamaAttention,
+        LlamaMLP,
+        LlamaRMSNorm,
+        LlamaRotaryEmbedding,
     )
 
     c = m.config

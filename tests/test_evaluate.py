@@ -23,12 +23,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import SAMPLES, run_cli
 from helpers.draft import load_draft
 from helpers.errors import BadInputError
 from helpers.evaluate import evaluate
 from helpers.predict import draft_predictions
 from helpers.target_head import load_target_head
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 V, N = 48, 16  # target vocab, draft vocab
 D = 2 * V  # draft hidden = target hidden: dims [0, V) hold aux codes, [V, 2V) embeddings
@@ -435,8 +436,8 @@ def _main(capsys, *args):
     return code, out.out, out.err
 
 
-def test_cli_json_contract(hand):
-    p = run_cli("evaluate", hand["embed"], "--samples", hand["samples"], "--steps", "2", "--topk", "3",
+def test_cli_json_contract(hand, cli):
+    p = cli("evaluate", hand["embed"], "--samples", hand["samples"], "--steps", "2", "--topk", "3",
                 "--device", "cpu", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
@@ -468,12 +469,12 @@ def _one_line_error(code, err, must_name):
     return lines[0]
 
 
-def test_bad_input_one_line_naming_the_file(hand, world, tmp_path, capsys):
+def test_bad_input_one_line_naming_the_file(hand, world, tmp_path, capsys, cli):
     # hidden width that does not match the checkpoint (in a subprocess, as a user runs it)
     wide = tmp_path / "wide"
     _save_sample(wide, 0, [1, 2, 3, 4], [1, 1, 1, 1], aux=torch.zeros(4, 3 * (D + 8)), hidden=torch.zeros(4, D + 8))
     bad = wide / "rows_0-100" / "data_0.ckpt"
-    p = run_cli("evaluate", hand["embed"], "--samples", wide)
+    p = cli("evaluate", hand["embed"], "--samples", wide)
     line = _one_line_error(p.returncode, p.stderr, bad)
     assert "width" in line
     with pytest.raises(BadInputError, match="data_0.ckpt"):

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLES, run_cli
 from helpers.__main__ import main
 from helpers.doctor import diagnose, has_error
-from helpers.fix import fix_checkpoint, plan_fix
 from helpers.errors import BadInputError
+from helpers.fix import fix_checkpoint, plan_fix
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 pytestmark = pytest.mark.skipif(not (SAMPLES / "tiny_draft_sglang").is_dir(), reason="bundled samples missing")
 
@@ -80,9 +81,9 @@ def test_no_d2t_is_refused_naming_the_error(sample, tmp_path, capsys):
     assert _hashes(src) == before
 
 
-def test_refusal_through_a_real_subprocess(sample, tmp_path):
+def test_refusal_through_a_real_subprocess(sample, tmp_path, cli_subprocess):
     src, before = sample("tiny_draft_no_d2t")
-    r = run_cli("fix", src, tmp_path / "dst", "--engine", "sglang")
+    r = cli_subprocess("fix", src, tmp_path / "dst", "--engine", "sglang")
     assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
     assert r.stderr.count("\n") == 1 and "d2t-missing" in r.stderr
     _only_src_left(tmp_path)

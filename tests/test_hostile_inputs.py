@@ -39,9 +39,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import ROOT, run_cli
 from helpers.checkpoint import load_mapping
 from helpers.errors import BadInputError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # -- payloads: pickles that run code when loaded without weights_only ---------------------------
 
@@ -514,14 +515,14 @@ def corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def subprocess_results(corpus):
+def subprocess_results(corpus, cli_subprocess):
     """`python -m helpers ...` on the SUBPROCESS_IDS cases, two at a time: {(id, command): result}."""
     jobs = [
         (c.id, label, argv) for c in CASES if c.id in SUBPROCESS_IDS
         for label, argv in cli_commands(c, corpus[c.id][0]) if label != "doctor"
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        outs = pool.map(lambda j: run_cli(*j[2], timeout=300), jobs)
+        outs = pool.map(lambda j: cli_subprocess(*j[2], timeout=300), jobs)
         return {(i, label): r for (i, label, _), r in zip(jobs, outs)}
 
 
@@ -746,9 +747,9 @@ def test_too_big_draft_is_refused_before_reading(tmp_path):
     assert grew < 512 * 2**20, f"peak memory grew by {grew / 2**20:.0f} MiB: tensors were read"
 
 
-def test_cli_never_prints_a_traceback_for_bad_input():
+def test_cli_never_prints_a_traceback_for_bad_input(cli_subprocess):
     """The dispatcher turns a BadInputError raised deep inside any command into one line, exit 2."""
-    r = run_cli("inspect", str(ROOT / "does" / "not" / "exist"))
+    r = cli_subprocess("inspect", str(ROOT / "does" / "not" / "exist"))
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr + r.stdout
     assert r.stdout == ""
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import ROOT, SAMPLES, run_cli
 from helpers.errors import BadInputError
 from helpers.logs import Garbled, parse_line, parse_lines, read_log
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "data_samples"
 
 LOGS = SAMPLES / "logs"
 
@@ -174,9 +177,9 @@ def test_read_log_bad_input(tmp_path):
 
 
 # -- CLI -----------------------------------------------------------------------------------------
-def test_cli_logs_json_and_plot(tmp_path):
+def test_cli_logs_json_and_plot(tmp_path, cli):
     out = tmp_path / "accept.png"
-    p = run_cli("logs", str(LOGS / "sglang.log"), "--json", "--plot", str(out))
+    p = cli("logs", str(LOGS / "sglang.log"), "--json", "--plot", str(out))
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["parsed"] == len(d["rows"]) and d["garbled"] == 3
@@ -184,10 +187,10 @@ def test_cli_logs_json_and_plot(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_logs_report_and_bad_file(tmp_path):
-    p = run_cli("logs", str(LOGS / "vllm.log"))
+def test_cli_logs_report_and_bad_file(tmp_path, cli):
+    p = cli("logs", str(LOGS / "vllm.log"))
     assert p.returncode == 0 and "garbled 2" in p.stdout and "accept length: mean 2.6" in p.stdout
     f = tmp_path / "x.log"
     f.write_text("nothing here\n")
-    p = run_cli("logs", str(f))
+    p = cli("logs", str(f))
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "x.log" in p.stderr

@@ -6,10 +6,12 @@ Notebooks run on their default parameters (the bundled samples). A notebook that
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from conftest import NOTEBOOKS, execute_notebook
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
 
 ALL = sorted(p for p in NOTEBOOKS.glob("*.ipynb"))
 
@@ -46,14 +48,14 @@ CHECKS = {"02_d2t_offset_histograms": _check_02}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", ALL, ids=[p.stem for p in ALL])
-def test_notebook_executes(nb, tmp_path):
+def test_notebook_executes(nb, tmp_path, run_notebook):
     """Runs top to bottom; every figure it shows is shown once inline and saved once."""
     import papermill as pm
 
     declared = pm.inspect_notebook(str(nb))
     out = tmp_path / "out"
     params = {"output_dir": str(out)} if "output_dir" in declared else {}
-    executed = execute_notebook(nb, tmp_path, params)
+    executed = run_notebook(nb, tmp_path, params)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     images = sum("image/png" in o.get("data", {}) for o in outputs)
@@ -64,13 +66,13 @@ def test_notebook_executes(nb, tmp_path):
         CHECKS[nb.stem](out)
 
 
-def test_bad_parameter_shows_one_line_not_a_traceback(tmp_path):
+def test_bad_parameter_shows_one_line_not_a_traceback(tmp_path, run_notebook):
     """A wrong path in a parameters cell fails the run with one readable line."""
     import papermill as pm
 
     nb = NOTEBOOKS / "01_mapping_inspection.ipynb"
     with pytest.raises(pm.PapermillExecutionError) as e:
-        execute_notebook(nb, tmp_path, {"mapping_path": str(tmp_path / "no_such_ckpt")})
+        run_notebook(nb, tmp_path, {"mapping_path": str(tmp_path / "no_such_ckpt")})
     assert e.value.ename == "BadInputError"
     assert "no_such_ckpt: no such file or folder" in e.value.evalue
     executed = json.loads((tmp_path / nb.name).read_text())

@@ -19,9 +19,9 @@ from html.parser import HTMLParser
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from test_browser import CHROMIUM_ARGS, _chromium
 
 from helpers.html_export import OFFLINE_WIDGET_NOTE, notebook_html, write_notebook_html
-from test_browser import CHROMIUM_ARGS, _chromium
 
 CELLS = [
     "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('first')\nplt.show()",

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLES
 from helpers.__main__ import main
 from helpers.errors import BadInputError
 from helpers.outputs import new_output_dir, output_dir, output_file
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 LOG = SAMPLES / "logs" / "sglang.log"
 DRAFT = SAMPLES / "tiny_draft_sglang"

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path
 
-from conftest import ROOT
+ROOT = Path(__file__).resolve().parents[1]
+
 
 CONDA_NAMES = {"torch": "pytorch"}
 

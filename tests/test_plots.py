@@ -17,10 +17,11 @@ import torch
 from matplotlib.colors import to_hex
 
 import helpers
-from conftest import SAMPLES, run_cli
 from helpers import plots
 from helpers.checkpoint import load_mapping
 from helpers.errors import BadInputError
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 GOOD = SAMPLES / "kimi_k25_mapping"
 BAD = SAMPLES / "kimi_k25_mapping_absolute"
@@ -479,8 +480,8 @@ def test_style_is_not_applied_at_import_and_set_style_applies_it():
 
 
 # -- the figures command and notebook 02 ----------------------------------------------------------------
-def test_figures_command_writes_the_standard_figures_with_metadata(tmp_path):
-    r = run_cli("figures", BAD, "-o", tmp_path, "--prefix", "kimi_absolute")
+def test_figures_command_writes_the_standard_figures_with_metadata(tmp_path, cli):
+    r = cli("figures", BAD, "-o", tmp_path, "--prefix", "kimi_absolute")
     assert r.returncode == 0, r.stderr
     files = sorted(p.name for p in tmp_path.glob("*.png"))
     assert files == sorted(f"kimi_absolute_{n}.png" for n in plots.STANDARD)
@@ -488,7 +489,7 @@ def test_figures_command_writes_the_standard_figures_with_metadata(tmp_path):
         meta = plots.read_figure_metadata(p)
         assert meta["verdict"] == "absolute" and meta["source"] == str(BAD / "d2t.pt")
         assert 10_000 < p.stat().st_size < 250_000
-    bad = run_cli("figures", tmp_path / "nope", "-o", tmp_path)
+    bad = cli("figures", tmp_path / "nope", "-o", tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nope" in bad.stderr
 
 

@@ -5,13 +5,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
-from conftest import NOTEBOOKS, SAMPLES, execute_notebook
 from helpers import primer
 from helpers.checkpoint import load_mapping
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 TOY = primer.TOY
 
@@ -122,8 +126,8 @@ def _stdout(nb) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("solutions", [False, True])
-def test_primer_notebook_runs_with_and_without_solutions(tmp_path, solutions):
-    nb = execute_notebook(NOTEBOOKS / "00_offset_encoding_primer.ipynb", tmp_path, {"solutions": solutions})
+def test_primer_notebook_runs_with_and_without_solutions(tmp_path, solutions, run_notebook):
+    nb = run_notebook(NOTEBOOKS / "00_offset_encoding_primer.ipynb", tmp_path, {"solutions": solutions})
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     out = _stdout(nb)

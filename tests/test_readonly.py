@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import SAMPLES, run_cli
 from helpers.checkpoint import find_checkpoints, load_mapping, open_checkpoint
 from helpers.errors import BadInputError
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, str]]:
@@ -81,7 +82,7 @@ def _embed_from() -> Path | None:
     return p if p.exists() else None
 
 
-def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
+def test_pipeline_on_readonly_samples(readonly_samples, tmp_path, cli):
     before = readonly_samples
     assert before, "data_samples/ is empty"
     if os.geteuid() != 0:  # permissions are enforced for ordinary users: prove the folder is read-only
@@ -104,7 +105,7 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
     kimi = SAMPLES / "kimi_k25_mapping"
     assert load_mapping(kimi).verdict().encoding == "offset"
     for path in (kimi, SAMPLES / "kimi_k25_mapping_absolute"):
-        r = run_cli("inspect", "--json", str(path))
+        r = cli("inspect", "--json", str(path))
         assert r.returncode == 0, r.stderr
     ran.append(f"inspect ({len(found)} checkpoints)")
 
@@ -146,7 +147,7 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
                 rep = replay(good, samples, steps=2, device="cpu", max_samples=2, progress=False)
                 assert rep is not None
                 ran.append("replay")
-            r = run_cli("evaluate", str(good), "--samples", str(samples), "--device", "cpu", "--steps", "1", "--max-samples", "2", "--json")
+            r = cli("evaluate", str(good), "--samples", str(samples), "--device", "cpu", "--steps", "1", "--max-samples", "2", "--json")
             assert r.returncode == 0, r.stderr
             ran.append("evaluate CLI")
     else:
@@ -168,7 +169,7 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path):
             fix_checkpoint(src, tmp_path / "fixed")
             assert (tmp_path / "fixed").exists()
             ran.append("fix")
-        r = run_cli("doctor", str(kimi), "--json")
+        r = cli("doctor", str(kimi), "--json")
         assert r.returncode in (0, 1), r.stderr
         ran.append("doctor CLI")
 

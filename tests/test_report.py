@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLES
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
+
 
 
 @pytest.mark.slow

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import gzip
 import io
+from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import SAMPLES
 from helpers.errors import BadInputError
 from helpers.samples import iter_samples, load_sample, sample_files
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 HID = 8
 

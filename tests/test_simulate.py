@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, SAMPLES, run_cli
 from helpers.montecarlo import InverseCdf as _InverseCdf
 from helpers.montecarlo import thresholds as _thresholds
 from helpers.montecarlo import uniform_uint8 as _uint8
@@ -27,6 +27,9 @@ from helpers.simulate import (
     tree_expected,
 )
 from helpers.throughput import throughput_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "data_samples"
 
 RATES = [0.05, 0.3, 0.6, 0.85, 0.97]
 KS = [1, 3, 7, 16]
@@ -410,8 +413,8 @@ def test_replay_counts_the_positions_whose_window_fits():
 
 
 # -- CLI -----------------------------------------------------------------------------------------
-def test_cli_simulate_chain_json():
-    p = run_cli("simulate", "--accept-rate", "0.7", "--draft-tokens", "7", "--trials", "50000", "--json")
+def test_cli_simulate_chain_json(cli):
+    p = cli("simulate", "--accept-rate", "0.7", "--draft-tokens", "7", "--trials", "50000", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["mode"] == "chain"
@@ -420,32 +423,32 @@ def test_cli_simulate_chain_json():
     assert d["trials"] == 50000
 
 
-def test_cli_simulate_tree_json_and_report():
-    p = run_cli("simulate", "--accept-rate", "0.6", "--draft-tokens", "32", "--topk", "4", "--steps", "8", "--json")
+def test_cli_simulate_tree_json_and_report(cli):
+    p = cli("simulate", "--accept-rate", "0.6", "--draft-tokens", "32", "--topk", "4", "--steps", "8", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["mode"] == "tree" and d["tree_nodes"] == 31
     assert d["expected_accept_length"] == pytest.approx(tree_expected(0.6, 8, 4, 32))
     assert abs(d["monte_carlo_mean"] - d["expected_accept_length"]) <= 3 * d["monte_carlo_stderr"]
-    p = run_cli("simulate", "--accept-rate", "0.21", "--draft-tokens", "16", "--topk", "4", "--steps", "5")
+    p = cli("simulate", "--accept-rate", "0.21", "--draft-tokens", "16", "--topk", "4", "--steps", "5")
     assert p.returncode == 0 and "expected accept length: 1.91" in p.stdout
 
 
-def test_cli_throughput():
-    p = run_cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "46.7", "--json")
+def test_cli_throughput(cli):
+    p = cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "46.7", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["step_cost"] == pytest.approx(3.66, abs=0.01)
     assert d["break_even_accept_length"] == pytest.approx(3.66, abs=0.01)
     assert d["tps_at"]["1"] == pytest.approx(90 / d["step_cost"])
-    p = run_cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "46.7")
+    p = cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "46.7")
     assert "break-even accept length: 3.66" in p.stdout
 
 
-def test_cli_simulate_bad_rate_is_one_line():
-    p = run_cli("simulate", "--accept-rate", "1.5", "--draft-tokens", "4")
+def test_cli_simulate_bad_rate_is_one_line(cli):
+    p = cli("simulate", "--accept-rate", "1.5", "--draft-tokens", "4")
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
-    p = run_cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "0")
+    p = cli("throughput", "--baseline-tps", "90", "--accept-length", "1.9", "--spec-tps", "0")
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 

@@ -6,13 +6,15 @@ the `Output` widget's `outputs` (what the browser renders). Runs on the bundled 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import SAMPLES
 from helpers.samples import load_sample, sample_files
 from helpers.widgets import Dashboard, available_devices, find_sample_folders
+
+SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 CKPT = SAMPLES / "tiny_draft_sglang"
 HS = SAMPLES / "tiny_hidden_states"
@@ -215,7 +217,9 @@ def test_draft_without_embed_tokens_needs_embed_from(dash):
 
 
 def test_memory_estimate_refusal_shows_one_line(dash, tmp_path):
-    from test_hostile_inputs import sparse_huge_draft  # ~257 GiB declared, sparse on disk
+    from test_hostile_inputs import (
+        sparse_huge_draft,  # ~257 GiB declared, sparse on disk
+    )
 
     huge = sparse_huge_draft(tmp_path)
     dash.checkpoint.value = str(huge)
