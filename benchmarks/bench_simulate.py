@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import torch  # noqa: F401  (loaded, so the Monte Carlo counts large uint8 batches with torch, as in a notebook)
+
 from helpers.simulate import (
     chain_expected,
     simulate_chain,
