@@ -93,3 +93,64 @@ def execute_notebook(path: Path, out_dir: Path, parameters: dict | None = None):
 @pytest.fixture(scope="session")
 def run_notebook():
     return execute_notebook
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+def chromium_path() -> str | None:
+    """Debian's Chromium (or $D2T_CHROMIUM); browser tests skip, saying why, when there is none."""
+    import shutil
+
+    for p in (os.environ.get("D2T_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
+        if p and Path(p).is_file() and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def open_offline(path: Path) -> dict:
+    """Open a local HTML file in headless Chromium with the network off (every request that is not
+    a file: or data: URL is aborted and counted). Returns img widths (0 = not rendered), the
+    blocked URLs, the page errors and the page's text."""
+    from playwright.sync_api import sync_playwright
+
+    blocked: list[str] = []
+
+    def only_files(route):
+        if route.request.url.startswith(("file:", "data:")):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(offline=True)
+            context.route("**/*", only_files)
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(Path(path).as_uri(), wait_until="load", timeout=30_000)
+            page.wait_for_load_state("networkidle", timeout=30_000)
+            widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+            text = page.inner_text("body")
+        finally:
+            browser.close()
+    return {"widths": widths, "blocked": blocked, "errors": errors, "text": text}
+
+
+@pytest.fixture
+def chromium() -> dict:
+    """{"path", "args"} of the headless Chromium to drive, or a skip naming what is missing."""
+    if chromium_path() is None:
+        pytest.skip("Chromium not found (/usr/bin/chromium); install the Debian package `chromium` to run this test")
+    pytest.importorskip("playwright", reason="the Python package `playwright` is not installed")
+    return {"path": chromium_path(), "args": list(CHROMIUM_ARGS)}
+
+
+@pytest.fixture
+def offline_browser(chromium):
+    """`open_offline` (skipped, saying why, without Chromium or playwright)."""
+    return open_offline

@@ -33,17 +33,7 @@ SAMPLES = ROOT / "data_samples"
 
 
 NOTEBOOK = "05_live_forward_pass.ipynb"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-dev-shm-usage"]
 BUDGET_S = 125  # browser work; with the server start (<= 40 s) the test stays under 3 minutes
-
-
-def _chromium() -> str | None:
-    for p in (os.environ.get("D2T_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
-        if p and Path(p).is_file() and os.access(p, os.X_OK):
-            return p
-    return None
 
 
 def _free_port() -> int:
@@ -180,21 +170,16 @@ def _run_and_wait(page, dash, reading: str, dl: Deadline) -> str:
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_dashboard_in_jupyterlab(tmp_path, request):
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("Chromium not found (/usr/bin/chromium); install the Debian package `chromium` to run this test")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the Python package `playwright` is not installed")
+def test_dashboard_in_jupyterlab(tmp_path, request, chromium):
+    from playwright.sync_api import sync_playwright
+
     lab = request.getfixturevalue("lab_server")
     dl = Deadline(BUDGET_S)
     shots = tmp_path / "screenshots"
     shots.mkdir()
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=chromium["path"], headless=True, args=chromium["args"])
         page = None
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1300})

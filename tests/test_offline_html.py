@@ -19,7 +19,6 @@ from html.parser import HTMLParser
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-from test_browser import CHROMIUM_ARGS, _chromium
 
 from helpers.html_export import OFFLINE_WIDGET_NOTE, notebook_html, write_notebook_html
 
@@ -125,45 +124,12 @@ def test_without_widgets_there_is_no_note_and_without_state_a_bar_is_dropped(exe
 
 
 @pytest.mark.browser
-def test_offline_export_renders_in_chromium_without_network(executed, tmp_path):
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("Chromium not found (/usr/bin/chromium); install the Debian package `chromium` to run this test")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the Python package `playwright` is not installed")
+def test_offline_export_renders_in_chromium_without_network(executed, tmp_path, offline_browser):
     path = write_notebook_html(executed, tmp_path / "offline.html")
-    blocked: list[str] = []
-
-    def only_files(route):
-        url = route.request.url
-        if url.startswith(("file:", "data:")):
-            route.continue_()
-        else:
-            blocked.append(url)
-            route.abort()
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(offline=True)
-            context.route("**/*", only_files)
-            page = context.new_page()
-            page_errors: list[str] = []
-            page.on("pageerror", lambda e: page_errors.append(str(e)))
-            page.goto(path.as_uri(), wait_until="load", timeout=30_000)
-            page.wait_for_load_state("networkidle", timeout=30_000)
-            widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
-            note = page.locator(".d2t-offline-note")
-            note_visible, note_text = note.is_visible(), note.inner_text()
-            bar_visible = page.get_by_text(re.compile(r"steps: 100%.*16/16")).is_visible()
-        finally:
-            browser.close()
-
-    assert blocked == [], f"the page tried the network: {blocked}"
-    assert len(widths) == _png_outputs(executed) == 2, widths
-    assert all(w > 0 for w in widths), widths
-    assert note_visible and note_text.strip() == OFFLINE_WIDGET_NOTE
-    assert bar_visible
-    assert page_errors == []
+    seen = offline_browser(path)
+    assert seen["blocked"] == [], f"the page tried the network: {seen['blocked']}"
+    assert len(seen["widths"]) == _png_outputs(executed) == 2, seen["widths"]
+    assert all(w > 0 for w in seen["widths"]), seen["widths"]
+    assert OFFLINE_WIDGET_NOTE in seen["text"]
+    assert re.search(r"steps: 100%.*16/16", seen["text"])
+    assert seen["errors"] == []

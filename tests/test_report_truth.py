@@ -194,3 +194,12 @@ def test_the_bundle_notebooks_run_again_from_their_injected_values(healthy_bundl
     injected = [c for c in src["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     assert "window_start" in "".join(injected[0]["source"])
     assert pm.inspect_notebook(str(nb)) == {}  # no defaults left to inspect
+
+
+@pytest.mark.browser
+def test_the_bundle_html_renders_offline(healthy_bundle, offline_browser):
+    """Every notebook page of a user's bundle shows every figure with the network off."""
+    for run in json.loads((healthy_bundle / "summary.json").read_text())["notebooks"]:
+        seen = offline_browser(Path(run["html"]))
+        assert seen["blocked"] == [], (run["name"], seen["blocked"])
+        assert len(seen["widths"]) == len(run["figures"]) and all(w > 0 for w in seen["widths"]), (run["name"], seen)
