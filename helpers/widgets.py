@@ -133,7 +133,34 @@ class Dashboard:
         self.result = None  # last EvalResult, or None
         self.error: str | None = None  # last one-line error, or None
         self.figure_png: bytes | None = None  # last figure, as PNG bytes
-        root = Path(root) if root is not None else DEFAULT_ROOT
+        self._make_inputs(Path(root) if root is not None else DEFAULT_ROOT, device, dtype, reading, max_samples, steps,
+                          embed_from)
+        self._make_outputs()
+        self.root.observe(lambda _: self.rescan(), names="value")
+        self.checkpoint.observe(lambda _: self.show_summary(), names="value")
+        self.run_button.on_click(lambda _: self.run())
+
+        controls = W.VBox([
+            self.root, self.checkpoint, self.embed_from, self.samples,
+            W.HBox([self.device, self.dtype]),
+            self.reading,
+            W.HBox([self.max_samples, self.steps]),
+            W.HBox([self.run_button, self.status]),
+        ])
+        self.widget = W.VBox([
+            W.HTML("<b>EAGLE-3 draft: live forward pass</b>"),
+            W.HBox([controls, self.summary]),
+            self.progress,
+            self.output,
+        ])
+        self.widget.add_class("d2t-dashboard")
+
+        self.rescan()  # nothing is preselected unless asked: the first folder found may be no draft
+        self.checkpoint.value = "" if checkpoint is None else str(checkpoint)
+        self.samples.value = "" if samples is None else str(samples)
+
+    def _make_inputs(self, root: Path, device, dtype, reading, max_samples, steps, embed_from) -> None:
+        """The pickers and settings (left column)."""
         style = {"description_width": "110px"}
         wide = W.Layout(width="460px")
 
@@ -162,6 +189,9 @@ class Dashboard:
                                             tooltip="0 = every sample in the folder")
         self.steps = W.IntSlider(value=steps, min=1, max=8, description="draft steps",
                                  style={"description_width": "80px"}, layout=W.Layout(width="300px"))
+
+    def _make_outputs(self) -> None:
+        """The Run button, status, inspect summary, progress and output area."""
         self.run_button = W.Button(description="Run", button_style="primary", icon="play",
                                    tooltip="load the draft, run it on the samples, show accuracy")
         self.status = W.Label(value="")
@@ -172,29 +202,6 @@ class Dashboard:
                        (self.summary, "d2t-summary"), (self.status, "d2t-status"),
                        (self.progress, "d2t-progress")):
             w.add_class(cls)
-
-        self.root.observe(lambda _: self.rescan(), names="value")
-        self.checkpoint.observe(lambda _: self.show_summary(), names="value")
-        self.run_button.on_click(lambda _: self.run())
-
-        controls = W.VBox([
-            self.root, self.checkpoint, self.embed_from, self.samples,
-            W.HBox([self.device, self.dtype]),
-            self.reading,
-            W.HBox([self.max_samples, self.steps]),
-            W.HBox([self.run_button, self.status]),
-        ])
-        self.widget = W.VBox([
-            W.HTML("<b>EAGLE-3 draft: live forward pass</b>"),
-            W.HBox([controls, self.summary]),
-            self.progress,
-            self.output,
-        ])
-        self.widget.add_class("d2t-dashboard")
-
-        self.rescan()  # nothing is preselected unless asked: the first folder found may be no draft
-        self.checkpoint.value = "" if checkpoint is None else str(checkpoint)
-        self.samples.value = "" if samples is None else str(samples)
 
     def _ipython_display_(self):  # `dash` alone in a cell shows the dashboard
         from IPython.display import display
