@@ -247,3 +247,39 @@ def test_cli_evaluates_a_qwen3_draft_and_refuses_an_unmodelled_layer_in_one_line
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "_norm.weight" in r.stderr
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr
+
+
+# -- the doctor: what each engine does with the producer options ------------------------------------
+EXPECTED_FINDINGS = {
+    "specforge_fc_norm": {"variant-fc-norm"},
+    "specforge_fc_norm_no_norm_output": {"variant-fc-norm", "variant-norm-output"},
+    "speculators_attention_bias": {"variant-attention-bias"},
+    "speculators_defaults": {"variant-norm-before-fc", "variant-norm-before-residual", "variant-norm-output",
+                             "variant-sliding-window"},
+    "speculators_fc_norm": {"variant-fc-norm"},
+    "speculators_norm_before_fc": {"variant-norm-before-fc"},
+    "speculators_norm_output": {"variant-norm-output"},
+    "speculators_qwen3": {"variant-qk-norm"},
+    "speculators_sliding_window": {"variant-sliding-window"},
+}
+
+
+@pytest.mark.parametrize("name", FIXTURES + ["../tiny_draft_sglang", "../tiny_draft_speculators",
+                                             "../tiny_draft_absolute", "../tiny_draft_no_d2t"])
+def test_doctor_reports_each_engine_on_each_producer_option(name):
+    from helpers.doctor import diagnose
+
+    fs = [f for f in diagnose(PRODUCERS / name, "all", check_weights=False) if f.code.startswith("variant-")]
+    assert {f.code for f in fs} == EXPECTED_FINDINGS.get(name, set())
+    for f in fs:
+        assert ("llama_eagle3.py @ 03d5a777" in f.message) or ("llama_eagle3.py @ 00bd1493" in f.message)
+    by = {(f.code, f.message.split()[0]): f for f in fs}
+    if "variant-fc-norm" in EXPECTED_FINDINGS.get(name, ()):
+        assert by["variant-fc-norm", "SGLang"].severity == "error"
+        assert "would serve with these weights missing" in by["variant-fc-norm", "SGLang"].message
+        assert "vLLM will not start" in by["variant-fc-norm", "vLLM"].message
+    if name == "speculators_qwen3":
+        assert "vLLM will not start" in by["variant-qk-norm", "vLLM"].message
+    if name == "speculators_attention_bias":
+        assert by["variant-attention-bias", "vLLM"].severity == "info"
+        assert by["variant-attention-bias", "SGLang"].severity == "error"
