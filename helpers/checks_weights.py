@@ -20,6 +20,7 @@ from .engine_rules import (
     is_known_param,
     is_mapping_key,
     parse_key,
+    variant_of_key,
     text_config,
 )
 from .errors import BadInputError
@@ -31,7 +32,8 @@ CHUNK_BYTES = 32 << 20  # rows read at once by the NaN/Inf scan
 
 def check_keys(c: CheckContext) -> None:
     """key-layout: the decoder layer complete, and every key loaded (not skipped, not fatal) by each engine."""
-    keys = [k for k in c.ck.tensors.keys() if not is_mapping_key(k)]
+    # keys of a producer option are reported by helpers.checks_variants, per engine
+    keys = [k for k in c.ck.tensors.keys() if not is_mapping_key(k) and not variant_of_key(k)]
     infos = [parse_key(k) for k in keys]
     layouts = sorted({i.layout for i in infos if i.layout})
     present = {i.canonical for i in infos}

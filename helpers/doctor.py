@@ -23,7 +23,9 @@ fix it. The rules mirror what the engines' loaders do, read in their public sour
   both size `lm_head` from `draft_vocab_size`, falling back to `vocab_size` when it is absent.
 
 The checks live beside this module: `helpers.checks_mapping` (vocab sizes, d2t/t2d) and
-`helpers.checks_weights` (keys, shapes, aux layers, NaN/Inf), on the rules in
+`helpers.checks_weights` (keys, shapes, aux layers, NaN/Inf) and `helpers.checks_variants`
+(what each engine does with the producers' options: fc_norm, input_norm, norm_output,
+norm_before_residual, q_norm/k_norm, attention bias, sliding window), on the rules in
 `helpers.engine_rules`; findings are `helpers.findings.Finding`. The fixer (`plan_fix`,
 `fix_checkpoint`: a corrected copy, planned first, checked after) is `helpers.fix`; its names
 still resolve here, imported on first use.
@@ -35,6 +37,7 @@ import torch
 
 from .checkpoint import Checkpoint, flat_config, open_checkpoint, read_config, read_mapping_tensors
 from .checks_mapping import check_mapping, check_vocab
+from .checks_variants import check_variants
 from .checks_weights import CHUNK_BYTES, check_aux, check_finite, check_keys, check_shapes  # noqa: F401  (CHUNK_BYTES)
 from .engine_rules import (  # noqa: F401  (re-exported: where callers have always found them)
     ENGINE_NAMES,
@@ -127,6 +130,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     check_mapping(c, n, v, d2t, t2d, used)
     if ck.tensors.keys():
         check_keys(c)
+        check_variants(c)
         check_shapes(c, tcfg)
         check_aux(c, tcfg)
         if check_weights:

@@ -38,115 +38,23 @@ from .devices import (  # noqa: F401  (get_device re-exported: callers import it
     resolve_device,
 )
 from .draft_config import ROPE_TYPES, DraftConfig, rope_inv_freq  # noqa: F401  (re-exported)
+from .draft_keys import canonical_keys, check_keys, expected_shapes
+from .draft_layer import MLP, Attention, DecoderLayer, RMSNorm, rotate_half  # noqa: F401  (re-exported)
 from .errors import BadInputError
 from .mapping import READINGS, VocabMapping, to_target_ids
 
 
 # -- model ------------------------------------------------------------------------------------------
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        dt = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dt)
-
-
-def rotate_half(x):
-    """RoPE's rotation: the last dimension's halves (a, b) -> (-b, a)."""
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
-
-class Attention(nn.Module):
-    def __init__(self, cfg: DraftConfig):
-        super().__init__()
-        H, d = cfg.hidden_size, cfg.head_dim
-        self.nh, self.nkv, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, d
-        self.q_proj = nn.Linear(2 * H, self.nh * d, bias=False)
-        self.k_proj = nn.Linear(2 * H, self.nkv * d, bias=False)
-        self.v_proj = nn.Linear(2 * H, self.nkv * d, bias=False)
-        self.o_proj = nn.Linear(self.nh * d, H, bias=False)
-
-    def forward(self, x, cos, sin, cache: list, key_mask):
-        """x [B,T,2H]; cos/sin [T,d]; cache: list of (k, v) from earlier steps, appended to.
-
-        Step 0 (empty cache): causal attention over positions. Step k: the query at t sees the
-        step-0 keys of positions <= t plus the keys of its own chain's steps 1..k (diagonal).
-        """
-        B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.nh, self.d).transpose(1, 2)  # [B, nh, T, d]
-        k = self.k_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)  # [B, nkv, T, d]
-        v = self.v_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        rep = self.nh // self.nkv
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # [B, nh, T, d]
-        cache.append((k, v))
-        k0, v0 = cache[0]
-        scale = 1.0 / math.sqrt(self.d)
-        s0 = (q @ k0.transpose(-1, -2)).float() * scale  # [B, nh, T, T]
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        allowed = causal if key_mask is None else causal & key_mask[:, None, None, :].bool()
-        s0 = s0.masked_fill(~allowed, torch.finfo(torch.float32).min)
-        if len(cache) == 1:
-            p = torch.softmax(s0, dim=-1).to(v0.dtype)
-            out = p @ v0
-        else:
-            diag = torch.stack([(q * kj).sum(-1) for kj, _ in cache[1:]], dim=-1).float() * scale  # [B,nh,T,k]
-            p = torch.softmax(torch.cat([s0, diag], dim=-1), dim=-1).to(v0.dtype)
-            out = p[..., :T] @ v0
-            for j, (_, vj) in enumerate(cache[1:]):
-                out = out + p[..., T + j, None] * vj
-        out = out.transpose(1, 2).reshape(B, T, self.nh * self.d)
-        return self.o_proj(out)
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg: DraftConfig):
-        super().__init__()
-        H, I = cfg.hidden_size, cfg.intermediate_size
-        self.gate_proj = nn.Linear(H, I, bias=False)
-        self.up_proj = nn.Linear(H, I, bias=False)
-        self.down_proj = nn.Linear(I, H, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class DecoderLayer(nn.Module):
-    """The draft's one Llama layer (`midlayer`), q/k/v over cat(embed, hidden) = 2H."""
-
-    def __init__(self, cfg: DraftConfig):
-        super().__init__()
-        H, eps = cfg.hidden_size, cfg.rms_norm_eps
-        self.norm_before_residual = cfg.norm_before_residual
-        self.hidden_norm = RMSNorm(H, eps)
-        self.input_layernorm = RMSNorm(H, eps)
-        self.self_attn = Attention(cfg)
-        self.post_attention_layernorm = RMSNorm(H, eps)
-        self.mlp = MLP(cfg)
-
-    def forward(self, h, emb, cos, sin, cache, key_mask):
-        hn = self.hidden_norm(h)
-        residual = hn if self.norm_before_residual else h
-        x = torch.cat([self.input_layernorm(emb), hn], dim=-1)  # [B, T, 2H]
-        h = residual + self.self_attn(x, cos, sin, cache, key_mask)
-        return h + self.mlp(self.post_attention_layernorm(h))  # [B, T, H], pre-norm output
-
-
 class Eagle3Draft(nn.Module):
     def __init__(self, cfg: DraftConfig):
         super().__init__()
         self.config = cfg
         H = cfg.hidden_size
         self.embed_tokens = nn.Embedding(cfg.vocab_size, H)
-        self.fc = nn.Linear(3 * cfg.target_hidden_size, H, bias=False)
+        Ht = cfg.target_hidden_size
+        self.fc_norm = nn.ModuleList(RMSNorm(Ht, cfg.rms_norm_eps) for _ in range(3)) if cfg.fc_norm else None
+        self.input_norm = RMSNorm(3 * Ht, cfg.rms_norm_eps) if cfg.norm_before_fc else None
+        self.fc = nn.Linear(3 * Ht, H, bias=False)
         self.midlayer = DecoderLayer(cfg)
         self.norm = RMSNorm(H, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
@@ -171,6 +79,14 @@ class Eagle3Draft(nn.Module):
         if next_ids.shape != aux_hidden.shape[:2]:
             raise ValueError(f"next_ids has shape {list(next_ids.shape)}, expected {list(aux_hidden.shape[:2])}")
 
+    def project(self, aux):
+        """aux [B,T,3Ht] -> h [B,T,H]: fc, after fc_norm (per chunk) or input_norm (whole) if set."""
+        if self.fc_norm is not None:
+            aux = torch.cat([n(c) for n, c in zip(self.fc_norm, aux.chunk(3, dim=-1))], dim=-1)
+        elif self.input_norm is not None:
+            aux = self.input_norm(aux)
+        return self.fc(aux)
+
     def forward(self, aux_hidden, next_ids, attention_mask=None):
         """aux_hidden [B,T,3Ht], next_ids [B,T] (target id of token t+1) -> logits [B,T,draft_vocab]."""
         return self.draft_steps(aux_hidden, next_ids, steps=1, attention_mask=attention_mask)[0]
@@ -189,7 +105,7 @@ class Eagle3Draft(nn.Module):
         self._check(aux_hidden, next_ids)
         B, T = next_ids.shape
         dt = self.fc.weight.dtype
-        h = self.fc(aux_hidden.to(dt))  # [B, T, H]
+        h = self.project(aux_hidden.to(dt))  # [B, T, H]
         ids = next_ids
         pos = torch.arange(T, device=h.device)
         cache: list = []
@@ -197,7 +113,9 @@ class Eagle3Draft(nn.Module):
         for j in range(steps):
             cos, sin = self._rope(pos + j, dt)
             h = self.midlayer(h, self.embed_tokens(ids), cos, sin, cache, attention_mask)
-            logits = self.lm_head(self.norm(h))  # [B, T, draft_vocab]
+            normed = self.norm(h) if self.config.final_norm or self.config.feed_normed else h
+            logits = self.lm_head(normed)  # [B, T, draft_vocab]
+            h = normed if self.config.feed_normed else h  # speculators norm_output: feed norm(h)
             out.append(logits)
             if j + 1 < steps:
                 if teacher_forcing:
@@ -211,43 +129,12 @@ class Eagle3Draft(nn.Module):
 
 
 # -- loading ----------------------------------------------------------------------------------------
-_TOP = ("fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight")
-
-
-def _canonical_keys(ck: Checkpoint) -> dict[str, str]:
-    """canonical name (`midlayer.*`, `fc.weight`, ...) -> key in the file; prefixes stripped."""
-    where = ck.tensors.files[0] if ck.tensors.files else ck.path
-    out: dict[str, str] = {}
-    for k in ck.tensors.keys():
-        parts = k.split(".")
-        canon = None
-        for i, p in enumerate(parts):
-            if p == "midlayer":
-                canon = "midlayer." + ".".join(parts[i + 1:])
-                break
-            if p == "layers" and i + 1 < len(parts) and parts[i + 1].isdigit():
-                if parts[i + 1] != "0":
-                    raise BadInputError(
-                        ck.tensors.file_of(k),
-                        f"holds {k!r}: a draft with more than one decoder layer is not supported",
-                    )
-                canon = "midlayer." + ".".join(parts[i + 2:])
-                break
-        if canon is None and ".".join(parts[-2:]) in _TOP:
-            canon = ".".join(parts[-2:])
-        if canon is not None:
-            if canon in out:
-                raise BadInputError(where, f"holds both {out[canon]!r} and {k!r} for {canon}")
-            out[canon] = k
-    return out
-
-
 def _open(path) -> tuple[Checkpoint, DraftConfig, dict[str, str]]:
     ck = open_checkpoint(path)
     if ck.config is None:
         raise BadInputError(path, "has no config.json next to the weights: the draft's shapes are needed")
     cfg = DraftConfig.from_dict(ck.config, source=ck.config_path)
-    return ck, cfg, _canonical_keys(ck)
+    return ck, cfg, canonical_keys(ck)
 
 
 def _embed_source(embed_from) -> tuple[Checkpoint, str]:
@@ -276,27 +163,6 @@ def estimate_load_bytes(path, dtype=None, embed_from=None) -> int:
     return n + cfg.draft_vocab_size * 8
 
 
-def _expected_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
-    H, d, I = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
-    m = "midlayer."
-    return {
-        "fc.weight": (H, 3 * cfg.target_hidden_size),
-        "norm.weight": (H,),
-        "lm_head.weight": (cfg.draft_vocab_size, H),
-        "embed_tokens.weight": (cfg.vocab_size, H),
-        m + "hidden_norm.weight": (H,),
-        m + "input_layernorm.weight": (H,),
-        m + "post_attention_layernorm.weight": (H,),
-        m + "self_attn.q_proj.weight": (cfg.num_attention_heads * d, 2 * H),
-        m + "self_attn.k_proj.weight": (cfg.num_key_value_heads * d, 2 * H),
-        m + "self_attn.v_proj.weight": (cfg.num_key_value_heads * d, 2 * H),
-        m + "self_attn.o_proj.weight": (H, cfg.num_attention_heads * d),
-        m + "mlp.gate_proj.weight": (I, H),
-        m + "mlp.up_proj.weight": (I, H),
-        m + "mlp.down_proj.weight": (H, I),
-    }
-
-
 def load_draft(path, device=None, dtype=None, embed_from=None) -> Eagle3Draft:
     """Load an EAGLE-3 draft (SGLang/SpecForge or speculators layout) onto `device` in `dtype`.
 
@@ -308,9 +174,14 @@ def load_draft(path, device=None, dtype=None, embed_from=None) -> Eagle3Draft:
     dtype = dtype or default_dtype(device)
     ck, cfg, keys = _open(path)
     wfile = ck.tensors.files[0] if ck.tensors.files else ck.path
+    if cfg.tie_word_embeddings and "lm_head.weight" not in keys:
+        raise BadInputError(wfile, "has no lm_head.weight and the config ties it to embed_tokens "
+                            "(tie_word_embeddings): neither SpecForge nor speculators makes such a draft; "
+                            "not supported")
     for name, what in (("fc.weight", "fc (the 3*H_target -> H projection)"), ("lm_head.weight", "lm_head")):
         if name not in keys:
             raise BadInputError(wfile, f"has no {what} weight: not a complete EAGLE-3 draft checkpoint")
+    keys, ones = check_keys(ck, cfg, keys)
     sources = {k: (ck, v) for k, v in keys.items()}
     if "embed_tokens.weight" not in keys:
         if embed_from is None:
@@ -320,8 +191,10 @@ def load_draft(path, device=None, dtype=None, embed_from=None) -> Eagle3Draft:
                 "embed_from=<target folder or file holding embed_tokens.weight> (CLI: --embed-from)",
             )
         sources["embed_tokens.weight"] = _embed_source(embed_from)
-    expected = _expected_shapes(cfg)
+    expected = expected_shapes(cfg)
     for name, shape in expected.items():
+        if name in ones:
+            continue
         if name not in sources:
             raise BadInputError(wfile, f"has no {name} (layout {ck.key_layout}): not a complete EAGLE-3 draft")
         src, k = sources[name]
@@ -340,6 +213,7 @@ def load_draft(path, device=None, dtype=None, embed_from=None) -> Eagle3Draft:
     with torch.device("meta"):
         model = Eagle3Draft(cfg)
     state = {name: src.tensors.get(k, device, dtype) for name, (src, k) in sources.items()}
+    state.update({name: torch.ones(expected[name], device=device, dtype=dtype) for name in ones})
     model.load_state_dict(state, assign=True, strict=True)
     model.eval()
     d2t, _, _ = read_mapping_tensors(ck)

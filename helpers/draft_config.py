@@ -3,7 +3,15 @@
 `DraftConfig.from_dict` reads SGLang/SpecForge's flat Llama config and speculators' nested one
 (`transformer_layer_config`), refusing missing or inconsistent sizes with one `BadInputError`;
 `rope_inv_freq` gives the rotary inverse frequencies with linear / llama3 scaling. Plain data and
-arithmetic: the model itself is in `helpers.draft`.
+arithmetic: the model itself is in `helpers.draft` and `helpers.draft_layer`.
+
+The producer options (docs/producer-variants.md) are read per producer, recorded in `producer`:
+a nested config (`transformer_layer_config` / `speculators_model_type`) is speculators', a flat
+one SpecForge's (SGLang's and EAGLE's flat configs read the same way). `norm_output` means two
+things: SpecForge's switches the final norm before lm_head (`final_norm`, default true);
+speculators' feeds the normed state back between steps (`feed_normed`). Switches the forward
+does not model are refused with one `BadInputError` when they would change it; those a
+producer ignores are collected in `ignored` (load_draft warns about each).
 """
 from __future__ import annotations
 
@@ -35,6 +43,16 @@ class DraftConfig:
     max_position_embeddings: int = 2048
     aux_layer_ids: list[int] | None = None
     architectures: list[str] = field(default_factory=list)
+    producer: str = "specforge"  # "specforge" (flat config) or "speculators" (nested config)
+    fc_norm: bool = False  # one RMSNorm per aux chunk before fc (fc_norm.{0,1,2}.weight [Ht])
+    norm_before_fc: bool = False  # one RMSNorm over the 3Ht concatenation (input_norm.weight)
+    final_norm: bool = True  # logits = lm_head(norm(h)); SpecForge norm_output=false: lm_head(h)
+    feed_normed: bool = False  # speculators norm_output: norm(h) is fed to the next step
+    layer_kind: str = "llama"  # "llama" or "qwen3" (q_norm / k_norm)
+    attention_bias: bool = False  # q/k/v/o_proj biases
+    sliding_window: int | None = None  # the decoder layer's window (speculators layer_types)
+    tie_word_embeddings: bool = False
+    ignored: list[str] = field(default_factory=list)  # switches set but without effect on the forward
 
     @classmethod
     def from_dict(cls, cfg: dict, source=None) -> DraftConfig:
@@ -76,7 +94,59 @@ class DraftConfig:
             max_position_embeddings=int(flat.get("max_position_embeddings") or 2048),
             aux_layer_ids=list(aux) if aux else None,
             architectures=list(cfg.get("architectures") or []),
+            **_variant_fields(cfg, flat, where),
         )
+
+
+def is_speculators(cfg: dict) -> bool:
+    """A speculators config (nested `transformer_layer_config`), not a flat SpecForge/SGLang one."""
+    return isinstance(cfg.get("transformer_layer_config"), dict) or "speculators_model_type" in cfg
+
+
+def _variant_fields(cfg: dict, flat: dict, where) -> dict:
+    """The producer and its options, as `DraftConfig` fields; unmodelled switches refused by name."""
+    act = flat.get("hidden_act", "silu")
+    if act not in ("silu", None):
+        raise BadInputError(where, f"hidden_act {act!r} is not modelled (the draft's MLP is SwiGLU with silu)")
+    if flat.get("mlp_bias"):
+        raise BadInputError(where, "mlp_bias: true is not modelled (the draft's MLP has no biases)")
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    if is_speculators(cfg):
+        return _speculators_fields(cfg, flat, where) | {"tie_word_embeddings": tie}
+    ignored = []
+    for key in ("norm_before_fc", "attention_bias", "use_sliding_window"):
+        if flat.get(key):
+            ignored.append(f"{key}: true (SpecForge's LlamaForCausalLMEagle3 does not read it)")
+    if any(t != "full_attention" for t in flat.get("layer_types") or []):
+        ignored.append("layer_types with sliding layers (SpecForge's draft always attends fully)")
+    return {"producer": "specforge", "fc_norm": bool(flat.get("fc_norm", False)),
+            "final_norm": bool(flat.get("norm_output", True)), "tie_word_embeddings": tie, "ignored": ignored}
+
+
+def _speculators_fields(cfg: dict, flat: dict, where) -> dict:
+    """speculators' Eagle3DraftModel options (models/eagle3/core.py, model_definitions.py)."""
+    layer = cfg.get("transformer_layer_config") or {}
+    kind = layer.get("model_type", "llama")
+    if kind not in ("llama", "qwen3"):
+        raise BadInputError(where, f"transformer_layer_config.model_type {kind!r} is not modelled (llama, qwen3)")
+    fc_norm, before_fc = bool(cfg.get("fc_norm", False)), bool(cfg.get("norm_before_fc", False))
+    if fc_norm and before_fc:
+        raise BadInputError(where, "sets both fc_norm and norm_before_fc, which speculators refuses")
+    types = layer.get("layer_types")
+    if types is None and layer.get("use_sliding_window"):
+        raise BadInputError(where, "use_sliding_window: true without layer_types: which layers slide is unknown")
+    types = list(types or ["full_attention"])
+    bad = [t for t in types if t not in ("full_attention", "sliding_attention")]
+    if bad:
+        raise BadInputError(where, f"layer_types entry {bad[0]!r} is not modelled (full_attention, sliding_attention)")
+    window = None
+    if types[0] == "sliding_attention":
+        window = layer.get("sliding_window")
+        if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+            raise BadInputError(where, f"layer 0 is sliding_attention but sliding_window is {window!r}")
+    return {"producer": "speculators", "fc_norm": fc_norm, "norm_before_fc": before_fc, "final_norm": True,
+            "feed_normed": bool(cfg.get("norm_output", False)), "layer_kind": kind,
+            "attention_bias": bool(layer.get("attention_bias", False)), "sliding_window": window}
 
 
 def _rope_from(flat: dict, where) -> tuple[float, dict | None]:

@@ -123,3 +123,98 @@ def captured_layers(engine: str, ids: list[int] | None, num_layers: int) -> list
     if engine == "sglang":
         return [i + 1 for i in ids]
     return list(ids)
+
+
+# -- producer options (docs/producer-variants.md, 'Engines') -----------------------------------------
+# The engine files and commits the rules below were read in.
+ENGINE_FILES = {
+    "sglang": "SGLang python/sglang/srt/models/llama_eagle3.py @ 03d5a777",
+    "vllm": "vLLM vllm/model_executor/models/llama_eagle3.py @ 00bd1493",
+}
+_DROPS = "drops names it has no parameter for without a word: would serve with these weights missing"
+_REFUSES = "its loader raises on names it has no parameter for: vLLM will not start"
+
+
+def variant_of_key(key: str) -> str | None:
+    """The producer option a stored tensor belongs to (its finding code), or None for a plain key."""
+    name = parse_key(key).name
+    if name.startswith("fc_norm."):
+        return "variant-fc-norm"
+    if name == "input_norm.weight":
+        return "variant-norm-before-fc"
+    if name in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
+        return "variant-qk-norm"
+    if name in LAYER_OPTIONAL:
+        return "variant-attention-bias"
+    return None
+
+
+def _speculators(cfg: dict) -> bool:
+    return isinstance(cfg.get("transformer_layer_config"), dict) or "speculators_model_type" in cfg
+
+
+def _layer(cfg: dict) -> dict:
+    return cfg.get("transformer_layer_config") if _speculators(cfg) else cfg
+
+
+def variant_rules(cfg: dict, keys: list[str]) -> list[tuple[str, dict[str, tuple[str, str]]]]:
+    """[(code, {engine: (severity, what the engine does)})] for each producer option the draft uses.
+
+    `cfg` is the draft's raw config.json (nested for speculators), `keys` its stored tensor names.
+    """
+    cfg = cfg or {}
+    used = {variant_of_key(k) for k in keys} - {None}
+    out = []
+    if "variant-fc-norm" in used or cfg.get("fc_norm"):
+        out.append(("variant-fc-norm", {
+            "sglang": ("error", f"has no fc_norm and {_DROPS}; it runs fc(g) on un-normed aux states"),
+            "vllm": ("error", f"has no fc_norm module; {_REFUSES}")}))
+    if "variant-norm-before-fc" in used or cfg.get("norm_before_fc"):
+        out.append(("variant-norm-before-fc", {
+            "sglang": ("error", f"has no input_norm and {_DROPS}; it runs fc(g) without the norm over the aux states"),
+            "vllm": ("error", f"has no input_norm module; {_REFUSES} (a later vLLM reads norm_before_fc, "
+                     "release note #42143; that version was not read)")}))
+    out += _norm_rules(cfg)
+    if "variant-qk-norm" in used:
+        out.append(("variant-qk-norm", {
+            "sglang": ("error", f"maps the draft onto its Llama layer, which has no q_norm/k_norm, and {_DROPS}"),
+            "vllm": ("error", f"maps the draft onto LlamaAttention, which has no q_norm/k_norm; {_REFUSES}")}))
+    if "variant-attention-bias" in used:
+        on = bool(_layer(cfg).get("attention_bias"))
+        out.append(("variant-attention-bias", {
+            "sglang": ("error", f"hard-codes q/k/v bias off and {_DROPS}"),
+            "vllm": ("info", "gives q/k/v and o_proj biases from attention_bias: true; loads them") if on else
+                    ("error", f"builds no biases without attention_bias: true in the config; {_REFUSES}")}))
+    out += _window_rules(cfg)
+    return out
+
+
+def _norm_rules(cfg: dict) -> list:
+    out = []
+    if _speculators(cfg) and cfg.get("norm_output"):
+        out.append(("variant-norm-output", {e: ("warning", "feeds the pre-norm state back between drafting steps; "
+                    "this speculators draft was trained on the normed one (norm_output: true): step 0 is "
+                    "unchanged, steps >= 1 differ from training") for e in ENGINES}))
+    elif not _speculators(cfg) and cfg.get("norm_output") is False:
+        out.append(("variant-norm-output", {e: ("error", "always applies the final norm before lm_head; this "
+                    "SpecForge draft was trained without it (norm_output: false): every step's logits differ")
+                    for e in ENGINES}))
+    if cfg.get("norm_before_residual"):
+        out.append(("variant-norm-before-residual", {
+            "sglang": ("error", "does not read norm_before_residual (its residual is always the un-normed h): "
+                       "every step's logits differ from training"),
+            "vllm": ("info", "reads norm_before_residual from the config and applies it")}))
+    return out
+
+
+def _window_rules(cfg: dict) -> list:
+    layer = _layer(cfg)
+    types = layer.get("layer_types") or []
+    if not _speculators(cfg) or "sliding_attention" not in types:
+        return []
+    w = layer.get("sliding_window")
+    return [("variant-sliding-window", {
+        "sglang": ("warning", f"applies no sliding window: the draft attends fully, while it was trained with a "
+                   f"window of {w} tokens; the same only while the context stays within {w}"),
+        "vllm": ("info", f"applies per-layer sliding windows (window {w}) from layer_types (read from the code's "
+                 "comment and a derivative, not line by line)")})]
