@@ -16,9 +16,9 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 LAYERS = [  # lowest first; a module not listed fails the test (add it to the doc and here)
     ("types", {"terms", "errors", "mapping", "outputs"}),
     ("files", {"tensor_files", "checkpoint", "samples", "logs"}),
-    ("model", {"devices", "draft_config", "draft", "target_head"}),
+    ("model", {"devices", "draft_config", "draft_keys", "draft_layer", "draft", "target_head"}),
     ("numbers", {"predict", "scores", "evaluate", "replay", "engine_rules", "findings", "checks_mapping",
-                 "checks_weights", "doctor", "fix_plan", "fix", "inspection", "montecarlo", "draft_tree",
+                 "checks_weights", "checks_variants", "doctor", "fix_plan", "fix", "inspection", "montecarlo", "draft_tree",
                  "simulate", "throughput", "settings", "primer"}),
     ("figures", {"plots"}),
     ("front ends", {"notebook", "html_export", "summary", "report", "widgets", "commands", "__main__", "__init__"}),

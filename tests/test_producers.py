@@ -101,7 +101,7 @@ def _write_sample(tmp_path, ref, loss_mask):
     """One SpecForge-layout sample file (helpers.samples) from the fixture's raw inputs."""
     ids, aux = ref["input_ids"][0], ref["aux_hidden_states"]
     T = ids.shape[0]
-    folder = tmp_path / "samples" / f"rows_0-1"
+    folder = tmp_path / "samples" / "rows_0-1"
     folder.mkdir(parents=True)
     torch.save({"input_ids": ids, "loss_mask": loss_mask, "hidden_state": torch.zeros(1, T, aux.shape[-1] // 3),
                 "aux_hidden_state": aux}, folder / "data_0.ckpt")
