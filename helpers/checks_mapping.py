@@ -54,7 +54,7 @@ def check_vocab(c: CheckContext, d2t, t2d, target_cfg: dict | None) -> tuple[int
             "vocab-size-mismatch", "error",
             f"config.json has no draft_vocab_size: SGLang and vLLM then size lm_head from vocab_size "
             f"({_fmt(cfg_target)}) but it has {_fmt(lm[0])} rows, so loading fails or the head is not loaded",
-            f"set draft_vocab_size = {lm[0]} in config.json (python -m helpers fix SRC DST does it)",
+            f"set draft_vocab_size = {lm[0]} in config.json (d2t-lab fix SRC DST does it)",
         )
     if n is not None and v is not None and n > v:
         c.add("vocab-size-mismatch", "error", f"draft vocab {_fmt(n)} is larger than the target vocab {_fmt(v)}", fix_cfg)
@@ -85,7 +85,7 @@ def check_mapping(c: CheckContext, n: int | None, v: int | None, d2t, t2d, used:
             "d2t-absolute", "error",
             "d2t holds absolute target ids, but every engine reads offsets (target = i + d2t[i]): "
             + verdict.evidence[-1],
-            "convert to offsets (d2t - arange(N)): python -m helpers fix SRC DST",
+            "convert to offsets (d2t - arange(N)): d2t-lab fix SRC DST",
         )
     elif verdict.encoding == "inconsistent":
         _d2t_inconsistent(c, m, v, verdict, off)
@@ -122,7 +122,7 @@ def _d2t_beside_weights(c: CheckContext, used: list[str]) -> None:
         "d2t-missing", "error",
         f"d2t is only in {Path(used[0]).name}, beside the weights: SGLang and vLLM read d2t only from the "
         "weight files, so they would serve with an identity mapping",
-        "move d2t/t2d into the weights: python -m helpers fix SRC DST",
+        "move d2t/t2d into the weights: d2t-lab fix SRC DST",
     )
 
 
@@ -180,7 +180,7 @@ def _d2t_ambiguous(c: CheckContext, m: VocabMapping) -> None:
             "d2t-absolute", "warning",
             "no t2d to decide, and d2t is strictly increasing with no repeated value: that is what absolute ids "
             "look like (offsets of a frequency-built vocab repeat wherever kept ids are adjacent)",
-            "check with python -m helpers inspect; if absolute, convert: python -m helpers fix SRC DST",
+            "check with d2t-lab inspect; if absolute, convert: d2t-lab fix SRC DST",
         )
     else:
         c.add("d2t-unverified", "info", "no t2d: both readings of d2t give distinct in-range ids; the offset "

@@ -75,7 +75,7 @@ def _sglang_skips(c: CheckContext, rejected: list[str]) -> None:
             "key-layout", "error",
             f"SGLang would silently skip {', '.join(head_skips)}: it looks a name up as NAME or model.NAME "
             "and its head is lm_head.weight, so the draft-vocab head would keep random weights",
-            "rename model.lm_head.weight to lm_head.weight: python -m helpers fix SRC DST",
+            "rename model.lm_head.weight to lm_head.weight: d2t-lab fix SRC DST",
         )
     if layer_skips:
         c.add(
@@ -83,14 +83,14 @@ def _sglang_skips(c: CheckContext, rejected: list[str]) -> None:
             f"SGLang: {len(layer_skips)} decoder-layer keys are layers.0.* (e.g. {layer_skips[0]}); SGLang's "
             "EAGLE-3 loader only knows model.midlayer.* and skips other names silently, so the layer "
             "would serve with random weights",
-            "rename layers.0.* to midlayer.*: python -m helpers fix SRC DST --engine sglang",
+            "rename layers.0.* to midlayer.*: d2t-lab fix SRC DST --engine sglang",
         )
     if others:
         c.add(
             "key-layout", "warning",
             f"SGLang would silently skip {len(others)} key(s) it has no parameter for: "
             + ", ".join(others[:4]),
-            "check whether these tensors matter; drop or rename them (python -m helpers fix renames known ones)",
+            "check whether these tensors matter; drop or rename them (d2t-lab fix renames known ones)",
         )
 
 
@@ -104,7 +104,7 @@ def _vllm_rejects(c: CheckContext, rejected: list[str]) -> None:
     c.add(
         "key-layout", "error",
         f"vLLM: {len(rejected)} key(s) would make loading fail at start-up (e.g. {rejected[0]}): {why}",
-        "strip the model. prefix / drop unknown keys: python -m helpers fix SRC DST --engine vllm"
+        "strip the model. prefix / drop unknown keys: d2t-lab fix SRC DST --engine vllm"
         if prefixed else "drop or rename the unknown keys before serving with vLLM",
     )
 
@@ -113,7 +113,7 @@ def _layout_summary(c: CheckContext, layouts: list[str]) -> None:
     """One layout (info: which producers use it, which engines load it) or a split one (warning)."""
     if len(layouts) > 1:
         c.add("key-layout", "warning", "the layer is split across midlayer.* and layers.0.* keys",
-              "rename to one layout: python -m helpers fix SRC DST")
+              "rename to one layout: d2t-lab fix SRC DST")
     else:
         who = "SGLang/SpecForge/EAGLE" if layouts[0] == "midlayer" else "speculators/vLLM"
         ok = [ENGINE_NAMES[e] for e in c.engines if not (e == "sglang" and layouts[0] == "layers.0")]
@@ -175,8 +175,8 @@ def check_shapes(c: CheckContext, target_cfg: dict | None) -> None:
         else:
             c.add("embed-missing", "info",
                   "no embed_tokens: the engine borrows the target's embedding (fine when the draft was trained with "
-                  "the target's frozen embedding; the kit's own loader needs embed_from=TARGET)",
-                  "nothing to do for serving; pass embed_from to helpers.draft.load_draft")
+                  "the target's frozen embedding; the kit's own commands need --embed-from TARGET)",
+                  "nothing to do for serving; pass --embed-from TARGET to d2t-lab evaluate / report")
 
 
 def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
