@@ -3,8 +3,13 @@
 Producers keep `d2t`/`t2d` in many places (docs/eagle3-facts.md, 'Where producers keep the
 mapping'): tensors beside the weights in `model.safetensors` (single or sharded) or
 `pytorch_model.bin`; one `.pt` dict `{"d2t","t2d"}` (SpecForge's cache, EAGLE's `cache.pt`); separate `d2t.pt` + `t2d.pt`; speculators' `d2t.npy` /
-`t2d.npy` (newer: `d2t-32000.npy`). `open_checkpoint` works out which files a path holds and
-reads no tensor data; `read_mapping_tensors` / `load_mapping` then read only d2t and t2d. The
+`t2d.npy` (newer: `d2t-32000.npy`); SpecForge 0.2.0's `training_state.pt` (weights and d2t/t2d
+under `draft_state_dict`; per-rank `training_state_rank*.pt` hold only optimizer/RNG state).
+A `.pt` is weights or a mapping by its content (`pt_kind`), never by its name: optimizer states,
+per-rank files and other foreign `.pt` files go to `Checkpoint.ignored`. No d2t with a draft
+vocab equal to the target vocab (speculators writes none then) is the identity mapping.
+`open_checkpoint` works out which files a path holds and reads no tensor data (a `.pt` is
+unpickled, weights_only, with its storages memory-mapped); `read_mapping_tensors` / `load_mapping` then read only d2t and t2d. The
 file readers themselves (`torch_load`, `load_npy`, safetensors headers, the lazy `TensorStore`)
 live in `helpers.tensor_files` and are re-exported here.
 Every problem with a file becomes one `BadInputError` naming the file.
