@@ -3,8 +3,13 @@
 Producers keep `d2t`/`t2d` in many places (docs/eagle3-facts.md, 'Where producers keep the
 mapping'): tensors beside the weights in `model.safetensors` (single or sharded) or
 `pytorch_model.bin`; one `.pt` dict `{"d2t","t2d"}` (SpecForge's cache, EAGLE's `cache.pt`); separate `d2t.pt` + `t2d.pt`; speculators' `d2t.npy` /
-`t2d.npy` (newer: `d2t-32000.npy`). `open_checkpoint` works out which files a path holds and
-reads no tensor data; `read_mapping_tensors` / `load_mapping` then read only d2t and t2d. The
+`t2d.npy` (newer: `d2t-32000.npy`); SpecForge 0.2.0's `training_state.pt` (weights and d2t/t2d
+under `draft_state_dict`; per-rank `training_state_rank*.pt` hold only optimizer/RNG state).
+A `.pt` is weights or a mapping by its content (`pt_kind`), never by its name: optimizer states,
+per-rank files and other foreign `.pt` files go to `Checkpoint.ignored`. No d2t with a draft
+vocab equal to the target vocab (speculators writes none then) is the identity mapping.
+`open_checkpoint` works out which files a path holds and reads no tensor data (a `.pt` is
+unpickled, weights_only, with its storages memory-mapped); `read_mapping_tensors` / `load_mapping` then read only d2t and t2d. The
 file readers themselves (`torch_load`, `load_npy`, safetensors headers, the lazy `TensorStore`)
 live in `helpers.tensor_files` and are re-exported here.
 Every problem with a file becomes one `BadInputError` naming the file.
@@ -30,6 +35,7 @@ from .tensor_files import (  # noqa: F401  (re-exported: where callers have alwa
     read_safetensors_header,
     short_message,
     torch_load,
+    unwrap_state_dict,
 )
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -106,6 +112,7 @@ class Checkpoint:
     config_path: Path | None = None
     tensors: TensorStore = field(default_factory=TensorStore)
     mapping_files: dict[str, Path] = field(default_factory=dict)  # "d2t"/"t2d"/"dict" -> file
+    ignored: dict[str, str] = field(default_factory=dict)  # file beside the checkpoint -> why it was not used
 
     @property
     def sources(self) -> list[str]:
@@ -145,6 +152,7 @@ def _weight_files(folder: Path) -> list[Path]:
 
 
 def _mapping_side_files(folder: Path) -> dict[str, Path]:
+    """The mapping files a folder holds BY NAME: d2t/t2d .npy (any size suffix) and d2t.pt / t2d.pt."""
     found: dict[str, Path] = {}
     for p in sorted(folder.iterdir()):
         m = _NPY_NAME.match(p.name)
@@ -152,16 +160,125 @@ def _mapping_side_files(folder: Path) -> dict[str, Path]:
             found.setdefault(m.group(1), p)
         elif p.name in ("d2t.pt", "t2d.pt", "d2t.pth", "t2d.pth"):
             found.setdefault(p.stem, p)
-    if "d2t" not in found:
-        for name in ("cache.pt", "vocab_mapping.pt"):
-            if (folder / name).exists():
-                found["dict"] = folder / name
-                break
-        else:
-            pts = sorted(p for p in folder.glob("*.pt") if p.name not in ("training_state.pt", "optimizer.pt"))
-            if len(pts) == 1:
-                found["dict"] = pts[0]
     return found
+
+
+# -- what a .pt file holds -----------------------------------------------------------------------------
+_MAPPING_NAMES = ("cache.pt", "vocab_mapping.pt")  # tie-breakers only: the content decides
+
+
+def _is_int_vector(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() == 1 and not t.dtype.is_floating_point \
+        and not t.dtype.is_complex and t.dtype != torch.bool
+
+
+def pt_kind(obj) -> tuple[str, str]:
+    """(kind, what it holds) of a loaded `.pt`: 'mapping', 'weights', 'optimizer', 'rank' or 'other'.
+
+    Decided by content, never by file name:
+    - 'mapping': a dict whose tensors are `d2t` (a 1-D integer tensor) and optionally `t2d` (a 1-D
+      bool or integer tensor), nothing else (SpecForge's vocab-mapping cache, EAGLE's `cache.pt`);
+    - 'weights': a dict of tensors with at least one `*.weight`, at the top level or under
+      `state_dict` / `draft_state_dict` (SpecForge 0.2.0's `training_state.pt`); may hold d2t/t2d;
+    - 'optimizer': `optimizer.state_dict()` (`state` + `param_groups`; speculators'
+      `optimizer_state_dict.pt`), or a list of them;
+    - 'rank': SpecForge's per-rank `training_state_rank<r>.pt` (`optimizer` + `rng`, no weights);
+    - 'other': anything else (the second item says what).
+    """
+    if isinstance(obj, list) and obj and all(isinstance(o, dict) and {"state", "param_groups"} <= set(o) for o in obj):
+        return "optimizer", f"a list of {len(obj)} optimizer states (state, param_groups)"
+    if not isinstance(obj, dict):
+        return "other", f"a {type(obj).__name__}, not a dict of tensors"
+    keys = set(map(str, obj))
+    if {"state", "param_groups"} <= keys:
+        return "optimizer", "an optimizer state (state, param_groups)"
+    if {"optimizer", "rng"} & keys and not any(isinstance(v, torch.Tensor) for v in obj.values()) \
+            and not any(isinstance(obj.get(k), dict) for k in ("state_dict", "draft_state_dict")):
+        return "rank", f"a per-rank training state ({', '.join(sorted(keys))}), no weights"
+    inner = unwrap_state_dict(obj)
+    tensors = {str(k): v for k, v in inner.items() if isinstance(v, torch.Tensor)}
+    if any(k.endswith("weight") for k in tensors):
+        where = next((f" under {k!r}" for k in ("draft_state_dict", "state_dict") if inner is obj.get(k)), "")
+        return "weights", f"{len(tensors)} tensors{where}"
+    if "d2t" in tensors and set(tensors) <= {"d2t", "t2d"}:
+        d2t, t2d = tensors["d2t"], tensors.get("t2d")
+        if not _is_int_vector(d2t):
+            return "other", f"a dict whose d2t is not a 1-D integer tensor ({d2t.dtype}, shape {list(d2t.shape)})"
+        if t2d is not None and not (t2d.dim() == 1 and (t2d.dtype == torch.bool or _is_int_vector(t2d))):
+            return "other", f"a dict whose t2d is not a 1-D bool tensor ({t2d.dtype}, shape {list(t2d.shape)})"
+        return "mapping", "a mapping dict {'d2t'" + (", 't2d'}" if t2d is not None else "}")
+    shown = sorted(keys)[:6]
+    return "other", f"a dict without a d2t mapping or draft weights (keys: {shown})"
+
+
+def _scan_pts(folder: Path, skip: set[Path]) -> list[tuple[Path, str, str, object]]:
+    """(file, kind, what, content or the BadInputError) for each .pt/.pth in `folder` not in `skip`."""
+    out = []
+    for p in sorted(folder.iterdir()):
+        if p.suffix not in (".pt", ".pth") or p in skip or not p.is_file():
+            continue
+        try:
+            obj = torch_load(p)
+        except BadInputError as e:
+            out.append((p, "unreadable", e.problem, e))
+            continue
+        kind, what = pt_kind(obj)
+        out.append((p, kind, what, obj))
+    return out
+
+
+def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
+    """Weights and the mapping from the folder's .pt files, by content; the rest go to `ck.ignored`.
+
+    Only when needed: weights when the folder has no safetensors / .bin, a mapping when neither the
+    weights nor a d2t file named as such hold d2t. Foreign files (optimizer states, per-rank
+    training states, unreadable or refused pickles) never become the weights or the mapping.
+    """
+    need_weights = not ck.tensors.keys()
+    if not need_weights and (ck.tensors.find("d2t") is not None or "d2t" in side):
+        return
+    scanned = _scan_pts(folder, set(side.values()))
+    used: set[Path] = set()
+    if need_weights:
+        owner: dict[str, Path] = {}
+        for p, kind, _, obj in scanned:
+            if kind != "weights":
+                continue
+            for k, v in unwrap_state_dict(obj).items():
+                if isinstance(v, torch.Tensor) and str(k) in owner:
+                    raise BadInputError(folder, f"tensor {k!r} is in both {owner[str(k)].name} and {p.name}")
+                if isinstance(v, torch.Tensor):
+                    owner[str(k)] = p
+            ck.tensors.add_torch(p, obj)
+            used.add(p)
+    if ck.tensors.find("d2t") is None and "d2t" not in side:
+        maps = [p for p, kind, _, _ in scanned if kind == "mapping"]
+        if len(maps) > 1:
+            named = [p for p in maps if p.name in _MAPPING_NAMES]
+            if len(named) != 1:
+                raise BadInputError(
+                    folder, f"holds {len(maps)} mapping files ({', '.join(p.name for p in maps)}): point at the one to use"
+                )
+            maps = named
+        if maps:
+            ck.mapping_files["dict"] = maps[0]
+            used.add(maps[0])
+    for p, kind, what, obj in scanned:
+        if p not in used:
+            ck.ignored[str(p)] = what if kind != "unreadable" else f"unreadable: {what}"
+    if not ck.tensors.keys() and not ck.mapping_files and not side:
+        others = [(p, kind, what, obj) for p, kind, what, obj in scanned]
+        if len(others) == 1:
+            p, kind, what, obj = others[0]
+            if kind == "unreadable":
+                raise obj
+            raise BadInputError(p, f"is not a mapping dict {{'d2t', 't2d'}} nor draft weights: it holds {what}")
+
+
+def _follow_latest(folder: Path) -> Path | None:
+    """SpecForge's `<run_id>-latest` symlink in a trainer output folder, when there is exactly one."""
+    links = [p for p in folder.iterdir() if p.name.endswith("-latest") and p.is_symlink() and p.is_dir()]
+    return links[0] if len(links) == 1 else None
 
 
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
@@ -189,12 +306,21 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
             ck.config = read_config(ck.config_path)
         for f in _weight_files(path):
             _add_weights(ck.tensors, f)
-        ck.mapping_files = _mapping_side_files(path)
+        side = _mapping_side_files(path)
+        ck.mapping_files = dict(side)
+        _add_pt_files(ck, path, side)
         if not ck.tensors.keys() and not ck.mapping_files:
+            latest = _follow_latest(path) if ck.config is None else None
+            if latest is not None:  # a SpecForge trainer output folder: its latest save, as its exporter does
+                return open_checkpoint(latest)
+            subs = [p.name for p in find_checkpoints(path, max_depth=1) if p != path]
+            ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
             raise BadInputError(
                 path,
-                "holds no checkpoint: no model.safetensors, pytorch_model.bin, d2t/t2d (.pt/.npy) "
-                "or mapping .pt file",
+                "holds no checkpoint: no model.safetensors, pytorch_model.bin, d2t/t2d (.pt/.npy), "
+                "mapping .pt or training_state.pt with draft weights"
+                + (f" (ignored {ign})" if ign else "")
+                + (f"; it holds checkpoint folders {', '.join(subs[:8])}: point at one" if subs else ""),
             )
         return ck
     # a single file
@@ -213,6 +339,12 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
             side = _mapping_side_files(path.parent)
             ck.mapping_files = {k: v for k, v in side.items() if k in ("d2t", "t2d")}
             ck.mapping_files[path.stem] = path
+        elif path.suffix in (".pt", ".pth"):
+            obj = torch_load(path)
+            kind, what = pt_kind(obj)
+            if kind in ("optimizer", "rank"):
+                raise BadInputError(path, f"holds {what}: not draft weights or a d2t mapping")
+            ck.tensors.add_torch(path, obj)
         else:
             _add_weights(ck.tensors, path)
     else:
@@ -283,9 +415,17 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
     """Read `d2t`/`t2d` (only those tensors) and the vocab sizes from wherever they are kept."""
     ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     d2t, t2d, used = read_mapping_tensors(ck)
-    if d2t is None:
-        raise BadInputError(ck.path, "has no d2t tensor (looked in the weights and for d2t/t2d .pt/.npy files)")
     draft_cfg, target_cfg = vocab_sizes(ck.config, ck.config_path)
+    if d2t is None:
+        full = full_vocab_size(ck)
+        if full is not None:  # speculators writes no d2t when the draft keeps the full target vocab
+            return VocabMapping(torch.zeros(full, dtype=torch.int64), t2d, target_vocab_size=full,
+                                sources=used or [str(ck.config_path)])
+        ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
+        raise BadInputError(
+            ck.path, "has no d2t tensor (looked in the weights and for d2t/t2d .pt/.npy files and mapping .pt dicts)"
+            + (f"; ignored {ign}" if ign else ""),
+        )
     where = used[0] if used else str(ck.path)
     if (
         target_cfg is None and isinstance(d2t, torch.Tensor) and isinstance(t2d, torch.Tensor)
@@ -308,6 +448,19 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
     return VocabMapping(d2t, t2d, target_vocab_size=target_cfg, sources=used)
 
 
+def full_vocab_size(ck: Checkpoint) -> int | None:
+    """N when the checkpoint states a draft vocab equal to its target vocab (no d2t needed), else None.
+
+    The draft vocab is `draft_vocab_size`, or `lm_head`'s rows when the config has none (the
+    engines then size lm_head from `vocab_size`); the target vocab is the config's `vocab_size`.
+    """
+    draft, target = vocab_sizes(ck.config)
+    if draft is None:
+        k = ck.tensors.find("lm_head.weight")
+        draft = ck.tensors.shape(k)[0] if k is not None and len(ck.tensors.shape(k)) == 2 else None
+    return target if target is not None and draft == target else None
+
+
 def find_checkpoints(root: str | os.PathLike, max_depth: int = 3) -> list[Path]:
     """Folders (and lone mapping files) under `root` that `open_checkpoint` can read."""
     root = Path(root)
@@ -323,7 +476,7 @@ def find_checkpoints(root: str | os.PathLike, max_depth: int = 3) -> list[Path]:
             "config.json" in names
             or any(n.endswith(".safetensors") or n.endswith(".index.json") or n == "pytorch_model.bin" for n in names)
             or any(_NPY_NAME.match(n) for n in names)
-            or {"d2t.pt", "t2d.pt"} & names
+            or {"d2t.pt", "t2d.pt", "training_state.pt"} & names
         ):
             found.append(d)
             return
@@ -350,5 +503,9 @@ def inspect_path(path) -> dict:
     out = m.summary()
     out["key_layout"] = ck.key_layout
     out["sources"] = m.sources
+    out["ignored"] = dict(ck.ignored)
+    if read_mapping_tensors(ck)[0] is None:
+        out["evidence"] = [f"no d2t: the draft keeps the full target vocab ({m.draft_vocab_size:,} ids), "
+                           "so the engines' identity mapping is right"] + list(out["evidence"])
     out["path"] = str(path)
     return out

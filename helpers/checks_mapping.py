@@ -107,6 +107,13 @@ def _d2t_absent(c: CheckContext, n: int | None, v: int | None) -> None:
             f"{_fmt(n - 1)} are ever drafted (the accept length falls towards 1)",
             "add the d2t (and t2d) the draft was trained with to the weights; never rebuild it from guesses",
         )
+    elif n is not None and n == v:
+        c.add(
+            "d2t-absent-full-vocab", "info",
+            f"no d2t, and the draft keeps the full target vocab ({_fmt(n)} ids): the engines' identity mapping "
+            "(draft id = target id) is right (speculators writes no d2t in this case)",
+            "nothing to do",
+        )
     elif n is None or v is None:
         c.add(
             "d2t-missing", "warning",

@@ -32,6 +32,8 @@ still resolve here, imported on first use.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -121,6 +123,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     if ck.config is None:
         c.add("config-missing", "warning", "no config.json beside the weights: sizes cannot be checked",
               "copy the draft's config.json into the checkpoint folder")
+    _trainer_files(c)
     d2t, t2d, used = read_mapping_tensors(ck)
     if d2t is not None and not isinstance(d2t, torch.Tensor):
         d2t = torch.as_tensor(np.asarray(d2t))
@@ -136,6 +139,22 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         if check_weights:
             check_finite(c, progress)
     return Findings(c.findings, path=path if not isinstance(path, Checkpoint) else ck.path, engine=engine)
+
+
+def _trainer_files(c: CheckContext) -> None:
+    """A trainer's own save (weights in a .pt training state) and the .pt files set aside as foreign."""
+    pts = [f for f in c.ck.tensors.files if f.suffix in (".pt", ".pth")]
+    if any(f.name.startswith("training_state") for f in pts):
+        c.add(
+            "training-checkpoint", "warning",
+            f"the weights are a trainer's training state ({pts[0].name}, weights under draft_state_dict): "
+            "SGLang and vLLM cannot load this file",
+            "export it for serving: python -m specforge.export.to_sglang --checkpoint STEP_DIR "
+            "--draft-config CONFIG --output-dir OUT",
+        )
+    for f, why in c.ck.ignored.items():
+        c.add("foreign-file", "info", f"{Path(f).name} is not part of the draft and was not read as one: it holds {why}",
+              "nothing to do")
 
 
 # -- the fixer lives in helpers.fix; its names still resolve here, imported on first use ------------

@@ -48,13 +48,17 @@ from .predict import (  # noqa: F401  (MASK_AT, Predictions, draft_predictions r
 )
 from .samples import SPLIT_NAMES, split_folders  # noqa: F401  (re-exported)
 from .scores import ReadingScores, ScoreCounter, SplitScores, merge_counters, vocab_sets
-from .target_head import TargetHead, load_target_head
+from .target_head import HIDDEN_NORMED, TargetHead, detect_hidden_normed, load_target_head
 
 ENGINE_READING = "offset"  # SGLang, vLLM and TensorRT-LLM all read d2t as offsets
 NEAR_ZERO = 0.05  # top-1 at or below this on trained-on data: "scores nothing"
 GOOD = 0.30  # a reading at or above this is "the working one" when the engines' one scores
 # at most max(NEAR_ZERO, a quarter of it)
 GAP = 0.10  # train top-1 this far above validation: a generalisation gap
+FULL_VOCAB_NOTE = (
+    "{ckpt} has no d2t and its draft vocab is the full target vocab ({n:,} ids): scored under the "
+    "engines' identity mapping (the offset reading with d2t = 0), as speculators intends"
+)
 NO_D2T_WARNING = (
     "{ckpt} has no d2t: scored under the 'none' reading only (draft id taken as target id); "
     "this says nothing about the mapping the engines will use"
@@ -79,6 +83,9 @@ class EvalResult:
     has_d2t: bool = True
     mask_at: str = "label"
     target_head: str | None = None
+    full_vocab: bool = False  # no d2t because the draft keeps the full target vocab: identity is right
+    hidden_normed: str | None = None  # with a target head: "yes" (lm_head only) or "no" (norm, then lm_head)
+    hidden_normed_how: str | None = None  # "stated", or the auto rule's evidence
 
     # the numbers the conclusion rests on
     def reference(self) -> tuple[str, SplitScores]:
@@ -112,7 +119,7 @@ class EvalResult:
         if not scored:
             return "no_data", "No label was scored (no loss_mask positions): nothing to conclude."
         best = max(scored, key=lambda r: scored[r].top1)
-        if not self.has_d2t:
+        if not self.has_d2t and not self.full_vocab:
             return _no_mapping(name, scored["none"])
         eng = scored.get(ENGINE_READING)
         tr, va = self.splits.get("train"), self.splits.get("val")
@@ -131,7 +138,8 @@ class EvalResult:
             "checkpoint": self.checkpoint, "samples": self.samples, "device": self.device,
             "dtype": self.dtype, "steps": self.steps, "topk": self.topk,
             "engine_reading": ENGINE_READING, "has_d2t": self.has_d2t, "target_head": self.target_head,
-            "mask_at": self.mask_at,
+            "mask_at": self.mask_at, "full_vocab": self.full_vocab,
+            "hidden_normed": self.hidden_normed, "hidden_normed_how": self.hidden_normed_how,
             "warnings": list(self.warnings),
         }
         d.update(self.overall.to_dict())
@@ -291,24 +299,53 @@ def evaluate(
     progress: bool = True,
     batch_size: int = 8,
     mask_at: str = "label",
+    hidden_normed: str = "auto",
 ) -> EvalResult:
     """Score a draft (path or loaded `Eagle3Draft`) over a samples folder under each reading.
 
     `samples` may hold `train/` and `val/` subfolders: each is scored (up to `max_samples`
     samples each) and reported side by side, and pooled at the top level. `target_head` (a target
     model folder with final norm + lm_head, or a `TargetHead`) adds scores against the target's
-    own argmax. A draft without d2t is scored under 'none' only, with a warning. `mask_at`:
-    'label' (default) scores step j at t where loss_mask[t+2+j] is 1; 'position' where
-    loss_mask[t+j] is 1, as SpecForge's trainer masks (it shifts loss_mask once per step only).
+    own argmax. A draft without d2t is scored under 'none' only, with a warning - unless its draft
+    vocab is the full target vocab (speculators then writes no d2t): then the identity mapping is
+    the engines' one, and it is scored as the 'offset' reading (d2t = 0).
+
+    `mask_at`: 'label' (default) scores step j at t where loss_mask[t+2+j] is 1; 'position' where
+    loss_mask[t+j] is 1, as SpecForge's trainer masks (it shifts loss_mask once per step only),
+    but only where the label exists; 'specforge' is SpecForge 0.2.0's exact count
+    (`algorithms/eagle3/model.py: _acc_and_loss`, `acc_j = sum(correct * loss_mask_j) /
+    sum(loss_mask_j)`): every t with loss_mask[t+j] = 1, including the last 1+j positions of a
+    sample, whose label lies past the end and is the pad id 0 (SpecForge pads the shifted target
+    with zeros, whose argmax is 0; its loss_mask is not shifted by the first shift). With a target
+    head, the 'vs target argmax' figures then equal SpecForge's acc_j to the token.
+
+    `hidden_normed` ('yes' | 'no' | 'auto', with a target head): whether the samples'
+    `hidden_state` is already after the target's final norm. SpecForge stores it after the norm
+    and its target head is lm_head only, so 'yes' scores against argmax(lm_head(h)) and 'no'
+    against argmax(lm_head(norm(h))). 'auto' (default) decides from the first samples (up to 4):
+    a normed state is h = w * x / rms(x), so RMS(h / w) = 1 at every position; 90 % or more of
+    the positions within 2 % of 1 means normed, 10 % or less means not normed, anything between
+    is refused (say which). The result records what was used (`hidden_normed`,
+    `hidden_normed_how`). See docs/eagle3-facts.md, 'Offline hidden states'.
     """
     readings = _checked_readings(readings, steps, topk, samples, mask_at)
+    if hidden_normed not in HIDDEN_NORMED:
+        raise ValueError(f"hidden_normed={hidden_normed!r}; expected one of {HIDDEN_NORMED}")
     model = as_model(checkpoint, device, dtype, embed_from)
     dev, dt = model_info(model)
     head = _target_head_for(target_head, model)
+    how = None
+    if head is not None:
+        head, how = _head_normed(head, samples, hidden_normed)
     notes = []
     has_d2t = draft_d2t(model) is not None
-    if not has_d2t:
-        name = str(getattr(model, "source", None) or checkpoint)
+    _, vocab, draft_vocab = draft_sizes(model)
+    full_vocab = not has_d2t and vocab == draft_vocab
+    name = str(getattr(model, "source", None) or checkpoint)
+    if full_vocab:
+        notes.append(FULL_VOCAB_NOTE.format(ckpt=name, n=vocab))
+        readings = ["offset"]
+    elif not has_d2t:
         notes.append(NO_D2T_WARNING.format(ckpt=name))
         warnings.warn(notes[-1], stacklevel=2)
         readings = ["none"]
@@ -322,7 +359,32 @@ def evaluate(
         readings=readings, steps=steps, topk=topk, device=str(dev), dtype=str(dt).removeprefix("torch."),
         overall=overall.scores(), splits={k: c.scores() for k, c in counters.items()},
         warnings=notes, has_d2t=has_d2t, target_head=None if head is None else head.path, mask_at=mask_at,
+        full_vocab=full_vocab, hidden_normed=None if head is None else ("yes" if head.hidden_normed else "no"),
+        hidden_normed_how=how,
     )
+
+
+def _head_normed(head: TargetHead, samples, hidden_normed: str) -> tuple[TargetHead, str]:
+    """A copy of `head` set for the samples' states (see `evaluate`), and how that was decided."""
+    import dataclasses
+
+    if hidden_normed != "auto":
+        if hidden_normed == "no" and head.norm_weight is None:
+            raise BadInputError(head.path, "has no final norm weight: hidden_normed='no' cannot be applied")
+        return dataclasses.replace(head, hidden_normed=hidden_normed == "yes"), "stated"
+    first = []
+    if isinstance(samples, (str, os.PathLike)):
+        from .samples import iter_samples
+
+        folder = next(iter(split_folders(samples).values()), samples)
+        first = [s.hidden_state for s in iter_samples(folder, max_samples=4)]
+    elif isinstance(samples, (list, tuple)):
+        first = [s.hidden_state for s in samples[:4]]
+    if not first:
+        return dataclasses.replace(head, hidden_normed=True), (
+            "assumed (the samples cannot be read twice to check): after the final norm, SpecForge's layout")
+    normed, how = detect_hidden_normed(head, first)
+    return dataclasses.replace(head, hidden_normed=normed), how
 
 
 def _checked_readings(readings, steps: int, topk: int, samples, mask_at: str) -> list:

@@ -37,6 +37,7 @@ class Inspection(dict):
         lines += [f"  - {e}" for e in r["evidence"]]
         lines += [f"  ! {e}" for e in r["reasons"]]
         lines.append("  read: " + ", ".join(r["sources"]))
+        lines += [f"  ignored: {f} ({why})" for f, why in r.get("ignored", {}).items()]
         return "\n".join(lines)
 
     __str__ = report

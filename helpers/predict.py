@@ -9,7 +9,11 @@ reading of d2t at once; `as_model` loads a draft from a path (or takes a loaded 
 
 Alignment (docs/eagle3-facts.md, 'Alignment'): step j at position t drafts token t+2+j; by default a label
 counts where `loss_mask` is 1 at the label's own position (`mask_at="label"`), or, as
-SpecForge's trainer masks, where loss_mask[t+j] is 1 (`mask_at="position"`).
+SpecForge's trainer masks, where loss_mask[t+j] is 1 (`mask_at="position"`, dropping the
+positions whose label lies past the end). `mask_at="specforge"` is SpecForge 0.2.0's exact
+count (`algorithms/eagle3/model.py: _acc_and_loss`): every t with loss_mask[t+j] = 1 counts,
+including the last 1+j positions of a sample, whose label lies past the end and is the pad id 0
+there (SpecForge pads the shifted target with zeros, whose argmax is id 0).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from .mapping import to_target_ids
 from .terms import check_reading
 from .target_head import TargetHead
 
-MASK_AT = ("label", "position")  # whose loss_mask decides if step j at position t counts
+MASK_AT = ("label", "position", "specforge")  # whose loss_mask decides if step j at position t counts
 
 
 @dataclass
@@ -130,22 +134,26 @@ def _padded(batch: list, lengths: list[int], device, dtype):
 
 def _labels_and_mask(ids, lmask, valid, steps: int, mask_at: str):
     """labels [B, T, K] (token t+2+j, -1 past the end) and mask [B, T, K] (where step j counts)."""
-    padded_ids = ids.masked_fill(~valid, -1)
-    labels = torch.stack([_shifted(padded_ids, 2 + j, -1) for j in range(steps)], -1)  # [B, T, K]
+    pad = 0 if mask_at == "specforge" else -1  # SpecForge scores a label past the end as the pad id 0
+    padded_ids = ids.masked_fill(~valid, pad)
+    labels = torch.stack([_shifted(padded_ids, 2 + j, pad) for j in range(steps)], -1)  # [B, T, K]
     at = 2 if mask_at == "label" else 0  # loss_mask of the label t+2+j, or of the position t+j
     mask = torch.stack([_shifted(lmask & valid, at + j, False) for j in range(steps)], -1)  # [B, T, K]
     mask &= labels >= 0
     return labels, mask
 
 
-def _target_labels(head: TargetHead, batch: list, lengths: list[int], valid, steps: int, device, dtype):
-    """[B, T, K] the target's own argmax at t+1+j (-1 past the end), from the samples' hidden states."""
+def _target_labels(head: TargetHead, batch: list, lengths: list[int], valid, steps: int, device, dtype,
+                   mask_at: str = "label"):
+    """[B, T, K] the target's own argmax at t+1+j (-1 past the end; 0 with mask_at='specforge'),
+    from the samples' hidden states."""
     B, T = valid.shape
+    pad = 0 if mask_at == "specforge" else -1
     hid = torch.zeros(B, T, head.hidden_size, dtype=dtype, device=device)  # [B, T, H]
     for b, s in enumerate(batch):
         hid[b, : lengths[b]] = s.hidden_state.to(device=device, dtype=dtype)
-    targ = head.argmax(hid).cpu().masked_fill(~valid, -1)  # [B, T] target's choice after t
-    return torch.stack([_shifted(targ, 1 + j, -1) for j in range(steps)], -1)  # [B, T, K]
+    targ = head.argmax(hid).cpu().masked_fill(~valid, pad)  # [B, T] target's choice after t
+    return torch.stack([_shifted(targ, 1 + j, pad) for j in range(steps)], -1)  # [B, T, K]
 
 
 def _draft_ids(model, aux, next_ids, valid, steps: int, readings, topk: int) -> dict:
@@ -182,7 +190,7 @@ def predict_batch(model, batch: list, steps: int, readings, topk: int, head: Tar
     ids, lmask, valid, aux = _padded(batch, lengths, device, dtype)
     next_ids = _shifted(ids, 1, 0)  # [B, T] token t+1 (0 past the end: never scored)
     labels, mask = _labels_and_mask(ids, lmask, valid, steps, mask_at)
-    tlabels = None if head is None else _target_labels(head, batch, lengths, valid, steps, device, dtype)
+    tlabels = None if head is None else _target_labels(head, batch, lengths, valid, steps, device, dtype, mask_at)
     preds = _draft_ids(model, aux, next_ids, valid, steps, readings, topk)
     return lengths, preds, labels, mask, tlabels
 
@@ -293,8 +301,9 @@ def draft_predictions(
     or an iterable of `helpers.samples.Sample`. Step j >= 1 feeds back the step j-1 draft mapped
     to a target id under `reading`. Yields `Predictions` (on the CPU) with `pred [T, steps, topk]`,
     `labels [T, steps]` (token t+2+j, -1 past the end) and `mask [T, steps]` (where the label
-    exists and its loss_mask is 1; `mask_at="position"`: where loss_mask[t+j] is 1, SpecForge's
-    literal choice); a chain from position t is accepted up to the first j where
+    exists and its loss_mask is 1; `mask_at="position"`: where loss_mask[t+j] is 1;
+    `mask_at="specforge"`: SpecForge's exact count, as "position" but also where the label lies
+    past the end, scored as id 0); a chain from position t is accepted up to the first j where
     `pred[t, j, 0] != labels[t, j]`.
     """
     check_reading(reading)

@@ -107,6 +107,18 @@ def load_npy(path: str | os.PathLike) -> np.ndarray:
         raise BadInputError(path, f"not a readable .npy file ({short_message(str(e))})") from None
 
 
+STATE_DICT_KEYS = ("state_dict", "draft_state_dict")  # containers a torch file may keep its tensors in
+
+
+def unwrap_state_dict(obj):
+    """The dict of tensors inside a loaded torch file: `obj[k]` for a container key, else `obj`."""
+    if isinstance(obj, dict):
+        for k in STATE_DICT_KEYS:
+            if isinstance(obj.get(k), dict):
+                return obj[k]
+    return obj
+
+
 class TensorStore:
     """The tensors of one checkpoint, by name, read lazily from one or more files."""
 
@@ -125,10 +137,14 @@ class TensorStore:
             self._meta[k] = (shape, dtype)
         self.files.append(path)
 
-    def add_torch(self, path: Path) -> None:
-        obj = torch_load(path)
-        if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
-            obj = obj["state_dict"]
+    def add_torch(self, path: Path, obj=None) -> None:
+        """Add the tensors of a torch file (`obj`: its content, when already loaded).
+
+        A dict of tensors, or one holding them under `state_dict` or `draft_state_dict` (SpecForge's
+        `training_state.pt`); non-tensor entries (step counters, ids) are skipped.
+        """
+        obj = torch_load(path) if obj is None else obj
+        obj = unwrap_state_dict(obj)
         if isinstance(obj, torch.Tensor):
             obj = {Path(path).stem: obj}
         if not isinstance(obj, dict):

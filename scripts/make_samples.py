@@ -15,9 +15,14 @@ files come out byte-identical on the same machine. About 3-4 minutes on one CPU 
    repeats its few likeliest tokens under greedy decoding (about 60 distinct tokens over all
    samples); one that has learnt to repeat continues a real prompt with varied real text, so the
    draft vocab is built from a Zipf-like token distribution, as it is for a real model.
-   Its final RMSNorm weight is fixed at 1, so `hidden_state` (stored after the final norm, as
-   SpecForge stores it: its target head is `lm_head` only) gives the same logits whether or not a
-   reader applies `norm.weight` again.
+   It is trained with its final RMSNorm weight fixed at 1; once saved, `fold_final_norm` gives
+   that norm a non-trivial weight w (powers of two, 1/16..16, seeded) and folds 1/w into lm_head's
+   columns, and multiplies the stored `hidden_state` by w (see step 4). The target computes the
+   same logits (lm_head/w applied to w * rmsnorm(x)), bit for bit in bf16 since w is a power of
+   two, so the draft, aux states and every accuracy figure stay the same - but a reader that
+   applies `norm.weight` again to the stored (already normed) `hidden_state` now gets other
+   argmaxes, as with a real target. lm_head is then no longer the embedding: the saved config
+   says `tie_word_embeddings: false`.
 4. Samples: prompt = a 24-token chunk + blank line, continued greedily by the target to 50
    tokens (the target's argmax at t+1 is token t+2 on every generated position). Aux hidden
    states: inputs of target layers 2, 4, 5 (SpecForge's default 2, L//2, L-3 for L = 8), i.e.
@@ -371,6 +376,59 @@ def save_target(out: Path, target: TinyTarget, tok: Tokenizer) -> None:
     (folder / "vocab.json").write_text(json.dumps(tok.tokens, ensure_ascii=False) + "\n")
 
 
+NORM_SEED = 20240607  # the seed of the folded final-norm weight (independent of everything else)
+
+
+def final_norm_weight() -> torch.Tensor:
+    """The tiny target's final-norm weight w [H]: powers of two 2^k, k in -4..4, seeded (bf16-exact)."""
+    g = torch.Generator().manual_seed(NORM_SEED)
+    return (2.0 ** torch.randint(-4, 5, (H,), generator=g).float()).to(torch.bfloat16)
+
+
+def _rewrite_sample(path: Path, w: torch.Tensor) -> None:
+    """hidden_state *= w in one sample file, written back as `write_samples` writes it."""
+    from helpers.tensor_files import torch_load
+
+    raw = path.read_bytes()
+    gz = path.suffix == ".gz"
+    item = torch_load(path, data=gzip.decompress(raw) if gz else raw)
+    item = {k: v.clone() for k, v in item.items()}
+    item["hidden_state"] = (item["hidden_state"] * w).contiguous()  # exact in bf16: w is a power of two
+    buf = io.BytesIO()
+    torch.save(item, buf)
+    path.write_bytes(gzip.compress(buf.getvalue(), compresslevel=9, mtime=0) if gz else buf.getvalue())
+
+
+def fold_final_norm(out: Path) -> bool:
+    """Give tiny_target a non-trivial final norm without changing what it computes; False if done already.
+
+    norm.weight: 1 -> w; lm_head[:, i] -> lm_head[:, i] / w[i]; each sample's hidden_state (stored
+    after the final norm, h = 1 * rmsnorm(x)) -> w * h. Then lm_head'(h') = lm_head(h) exactly,
+    while lm_head'(norm'(h')) = lm_head'(w * w * rmsnorm(x)) differs: the norm applied twice.
+    The config's tie_word_embeddings becomes false (lm_head is no longer embed_tokens).
+    Idempotent: a target whose norm.weight already is w is left alone.
+    """
+    from safetensors.torch import load_file
+
+    folder = out / "tiny_target"
+    tensors = load_file(str(folder / "model.safetensors"))
+    w = final_norm_weight()
+    if torch.equal(tensors["norm.weight"], w):
+        return False
+    if not bool((tensors["norm.weight"] == 1).all()):
+        raise SystemExit(f"{folder}: norm.weight is neither 1 nor the folded w: regenerate with make_samples.py")
+    tensors["norm.weight"] = w.clone()
+    tensors["lm_head.weight"] = (tensors["lm_head.weight"] / w).contiguous()  # exact: w is a power of two
+    save_file({k: tensors[k] for k in ("embed_tokens.weight", "norm.weight", "lm_head.weight")},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["tie_word_embeddings"] = False
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    for f in sorted((out / "tiny_hidden_states").rglob("data_*.ckpt*")):
+        _rewrite_sample(f, w)
+    return True
+
+
 # -- scoring (the kit's evaluate module does this in full; this is the script's own check) ----------
 @torch.no_grad()
 def quick_accuracy(draft_dir: Path, samples: Path, target_dir: Path) -> dict[str, float]:
@@ -458,6 +516,7 @@ def main() -> None:
     draft = train_draft(target, train, kept, args.draft_epochs)
     save_drafts(out, draft, mapping)
     save_target(out, target, tok)
+    fold_final_norm(out)
     for split in ("train", "val"):
         acc = quick_accuracy(out / "tiny_draft_sglang", hs / split, out / "tiny_target")
         print(f"{split}: top-1 (offset reading) {acc['top1_token']:.2%} vs token t+2, "

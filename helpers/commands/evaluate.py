@@ -21,7 +21,7 @@ Near-zero accuracy under 'offset' on trained-on data while another reading score
 mapping bug; train far above validation is a generalisation gap.
 
 JSON (--json): fractions in 0..1. Top level (all samples pooled): checkpoint, samples, device,
-dtype, steps, topk, mask_at, has_d2t, warnings, samples_scored, tokens, coverage (share of labels
+dtype, steps, topk, mask_at, has_d2t, full_vocab, hidden_normed, hidden_normed_how, warnings, samples_scored, tokens, coverage (share of labels
 in the draft vocab), readings{READING: {top1, topk, step_top1[], step_topk[], coverage,
 covered_top1, covered_topk, tokens, target_top1, target_step_top1}}, splits{train, val: same
 shape}, diagnosis, conclusion.
@@ -41,9 +41,17 @@ def add_arguments(p) -> None:
     _options.embed_from(p)
     p.add_argument("--target-head", default=None,
                    help="target folder with final norm + lm_head: also score against the target's argmax")
-    p.add_argument("--mask-at", choices=("label", "position"), default="label",
-                   help="whose loss_mask counts step j at position t: the label's (t+2+j, default) or "
-                        "the position's (t+j, as SpecForge's trainer masks)")
+    p.add_argument("--mask-at", choices=("label", "position", "specforge"), default="label",
+                   help="whose loss_mask counts step j at position t: the label's (t+2+j, default), "
+                        "the position's (t+j, as SpecForge's trainer masks, where the label exists), or "
+                        "'specforge': SpecForge 0.2.0's exact count - t+j, also the last 1+j positions of "
+                        "each sample, whose label lies past the end and is scored as the pad id 0; with "
+                        "--target-head the 'vs target argmax' figures then match SpecForge's acc_j to the token")
+    p.add_argument("--hidden-normed", choices=("yes", "no", "auto"), default="auto",
+                   help="with --target-head: are the samples' hidden_state already after the target's final "
+                        "norm (SpecForge stores them so: lm_head only) - 'yes', 'no' (apply the norm, then "
+                        "lm_head) or 'auto' (default: normed when RMS(hidden_state / norm.weight) is within 2 %% "
+                        "of 1 on 90 %% of the first samples' positions; the JSON says which was used)")
     _options.json_flag(p)
 
 
@@ -83,7 +91,7 @@ def run(args) -> int:
             args.checkpoint, args.samples, readings=readings, steps=args.steps, topk=args.topk,
             device=args.device, dtype=args.dtype, max_samples=args.max_samples, embed_from=args.embed_from,
             target_head=args.target_head, progress=_options.show_progress(args),
-            batch_size=args.batch_size, mask_at=args.mask_at,
+            batch_size=args.batch_size, mask_at=args.mask_at, hidden_normed=args.hidden_normed,
         )
     print(json.dumps(r.to_dict(), indent=2) if args.json else format_report(r))
     return 0

@@ -12,7 +12,13 @@ Read only the d2t/t2d tensors of a draft checkpoint or mapping file and report b
   absolute target_id = d2t[i]       (a common bug in hand-written tests)
 PATH may be a checkpoint folder (config.json + model.safetensors / sharded index /
 pytorch_model.bin), a single .safetensors/.bin/.pt file, a SpecForge/EAGLE mapping .pt dict,
-separate d2t.pt + t2d.pt, or speculators' d2t.npy / t2d.npy (also d2t-32000.npy).
+separate d2t.pt + t2d.pt, or speculators' d2t.npy / t2d.npy (also d2t-32000.npy); a SpecForge
+trainer folder (<run>-step<N>/training_state.pt, weights under draft_state_dict; the trainer's
+output folder follows its <run>-latest link) or a speculators epoch folder. A .pt is taken as
+the mapping only when it holds d2t (and optionally t2d) tensors; optimizer states, per-rank
+training states and other .pt files beside a checkpoint are listed as ignored. A checkpoint
+without d2t whose draft vocab equals the target vocab (speculators writes none then) reads as
+the identity mapping.
 
 Exit 0 on a readable mapping whatever the verdict; 2 with one line on unreadable input."""
 
