@@ -162,12 +162,19 @@ class EvalResult:
                     "top-1 %": _pct(s.top1), f"top-{self.topk} %": _pct(s.topk),
                     "coverage %": _pct(s.coverage), "covered top-1 %": _pct(s.covered_top1),
                 }
-                for j, v in enumerate(s.step_top1):
-                    row[f"step {j + 1} top-1 %"] = _pct(v)
+                for j, v in enumerate(s.step_top1):  # step 0 = the first drafted token (token t+2)
+                    row[f"step {j} top-1 %"] = _pct(v)
                 if s.target_top1 is not None:
                     row["vs target argmax top-1 %"] = _pct(s.target_top1)
                 rows.append(row)
         return pd.DataFrame(rows).set_index(["split", "reading"])
+
+    def report(self) -> str:
+        """The `evaluate` command's text: settings, warnings, the table, the conclusion."""
+        head = (f"{self.checkpoint} on {self.samples} ({self.device}, {self.dtype}, {self.steps} step(s), "
+                f"top-{self.topk}, mask at {self.mask_at})")
+        return "\n".join([head, *[f"  ! {w}" for w in self.warnings], self.table().to_string(), "",
+                          self.conclusion()])
 
 
 # -- the conclusion, case by case (EvalResult._diagnose tries them in this order) -----------------
@@ -193,7 +200,7 @@ def _misread(name: str, scored: dict, best: str, eng: ReadingScores | None) -> t
         return None
     what = {
         "absolute": "this checkpoint's d2t holds absolute target ids where SGLang, vLLM and "
-        "TensorRT-LLM expect offsets (convert it with helpers.mapping.absolute_to_offsets)",
+        "TensorRT-LLM expect offsets (write a corrected copy with d2t-lab fix CHECKPOINT DST)",
         "none": "the draft ids already are target ids, so d2t should be all zeros (identity) "
         "and the stored one sends every draft to the wrong target",
     }[best]
@@ -317,7 +324,9 @@ def evaluate(
     sum(loss_mask_j)`): every t with loss_mask[t+j] = 1, including the last 1+j positions of a
     sample, whose label lies past the end and is the pad id 0 (SpecForge pads the shifted target
     with zeros, whose argmax is 0; its loss_mask is not shifted by the first shift). With a target
-    head, the 'vs target argmax' figures then equal SpecForge's acc_j to the token.
+    head, the 'vs target argmax' figures then equal SpecForge's acc_j to the token. 'speculators'
+    is speculators 0.9.0's rule: step j at t counts where loss_mask[t+1+j] is 1 (its shift_batch
+    drops the first token with the last aux state).
 
     `hidden_normed` ('yes' | 'no' | 'auto', with a target head): whether the samples'
     `hidden_state` is already after the target's final norm. SpecForge stores it after the norm

@@ -13,7 +13,9 @@ SpecForge's trainer masks, where loss_mask[t+j] is 1 (`mask_at="position"`, drop
 positions whose label lies past the end). `mask_at="specforge"` is SpecForge 0.2.0's exact
 count (`algorithms/eagle3/model.py: _acc_and_loss`): every t with loss_mask[t+j] = 1 counts,
 including the last 1+j positions of a sample, whose label lies past the end and is the pad id 0
-there (SpecForge pads the shifted target with zeros, whose argmax is id 0).
+there (SpecForge pads the shifted target with zeros, whose argmax is id 0). `mask_at="speculators"`
+is speculators 0.9.0's rule (`models/eagle3/data.py: shift_batch`, `metrics.py: align_for_step`):
+it drops the first token with the last aux state, so step j at t counts where loss_mask[t+1+j] is 1.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from .mapping import to_target_ids
 from .terms import check_reading
 from .target_head import TargetHead
 
-MASK_AT = ("label", "position", "specforge")  # whose loss_mask decides if step j at position t counts
+MASK_AT = ("label", "position", "specforge", "speculators")  # whose loss_mask decides if step j at position t counts
 
 
 @dataclass
@@ -137,7 +139,7 @@ def _labels_and_mask(ids, lmask, valid, steps: int, mask_at: str):
     pad = 0 if mask_at == "specforge" else -1  # SpecForge scores a label past the end as the pad id 0
     padded_ids = ids.masked_fill(~valid, pad)
     labels = torch.stack([_shifted(padded_ids, 2 + j, pad) for j in range(steps)], -1)  # [B, T, K]
-    at = 2 if mask_at == "label" else 0  # loss_mask of the label t+2+j, or of the position t+j
+    at = {"label": 2, "speculators": 1}.get(mask_at, 0)  # loss_mask of t+2+j (label), t+1+j, or t+j (position)
     mask = torch.stack([_shifted(lmask & valid, at + j, False) for j in range(steps)], -1)  # [B, T, K]
     mask &= labels >= 0
     return labels, mask

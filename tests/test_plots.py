@@ -277,7 +277,7 @@ def test_accuracy_per_step_lines_and_splits():
     ax = plots.plot_step_accuracy(EVAL)
     assert len(ax.lines) == 3
     assert np.allclose(ax.lines[0].get_ydata(), [74.7, 61.0, 52.0])
-    assert list(ax.lines[0].get_xdata()) == [1, 2, 3]
+    assert list(ax.lines[0].get_xdata()) == [0, 1, 2]
     assert "step" in ax.get_xlabel() and "%" in ax.get_ylabel()
     split = {"train": {"offset": {"top1": 80.0, "step_top1": [80.0, 70.0]}},
              "val": {"offset": {"top1": 75.0, "step_top1": [75.0, 60.0]}}}

@@ -35,7 +35,7 @@ CONTROLS = ("specforge_control", "speculators_control")
 # only); speculators' shift_batch drops l0 with x0, so its position t (= raw t) reads l_{t+1}
 # (speculators/models/eagle3/data.py: shift_batch; metrics.py: align_for_step).
 MASK_OFFSET = {"specforge": 0, "speculators": 1}
-KIT_MASK_AT = {0: "position", 2: "label"}  # the kit's rules, as offsets
+KIT_MASK_AT = {0: "position", 1: "speculators", 2: "label"}  # the kit's rules, as offsets
 
 
 def _ref(name):

@@ -41,30 +41,19 @@ def add_arguments(p) -> None:
     _options.embed_from(p)
     p.add_argument("--target-head", default=None,
                    help="target folder with final norm + lm_head: also score against the target's argmax")
-    p.add_argument("--mask-at", choices=("label", "position", "specforge"), default="label",
+    p.add_argument("--mask-at", choices=("label", "position", "specforge", "speculators"), default="label",
                    help="whose loss_mask counts step j at position t: the label's (t+2+j, default), "
                         "the position's (t+j, as SpecForge's trainer masks, where the label exists), or "
                         "'specforge': SpecForge 0.2.0's exact count - t+j, also the last 1+j positions of "
                         "each sample, whose label lies past the end and is scored as the pad id 0; with "
-                        "--target-head the 'vs target argmax' figures then match SpecForge's acc_j to the token")
+                        "--target-head the 'vs target argmax' figures then match SpecForge's acc_j to the token; "
+                        "'speculators': speculators 0.9.0's rule, loss_mask of t+1+j")
     p.add_argument("--hidden-normed", choices=("yes", "no", "auto"), default="auto",
                    help="with --target-head: are the samples' hidden_state already after the target's final "
                         "norm (SpecForge stores them so: lm_head only) - 'yes', 'no' (apply the norm, then "
                         "lm_head) or 'auto' (default: normed when RMS(hidden_state / norm.weight) is within 2 %% "
                         "of 1 on 90 %% of the first samples' positions; the JSON says which was used)")
     _options.json_flag(p)
-
-
-def format_report(r) -> str:
-    d = r.to_dict()
-    lines = [
-        f"{d['checkpoint']} on {d['samples']} ({d['device']}, {d['dtype']}, {d['steps']} step(s), top-{d['topk']})",
-    ]
-    lines += [f"  ! {w}" for w in d["warnings"]]
-    lines.append(r.table().to_string())
-    lines.append("")
-    lines.append(r.conclusion())
-    return "\n".join(lines)
 
 
 def run(args) -> int:
@@ -93,5 +82,5 @@ def run(args) -> int:
             target_head=args.target_head, progress=_options.show_progress(args),
             batch_size=args.batch_size, mask_at=args.mask_at, hidden_normed=args.hidden_normed,
         )
-    print(json.dumps(r.to_dict(), indent=2) if args.json else format_report(r))
+    print(json.dumps(r.to_dict(), indent=2) if args.json else r.report())
     return 0

@@ -121,7 +121,7 @@ def plot_accuracy(result, ax=None, *, splits: bool = False, title: str | None = 
 
 def plot_step_accuracy(result, ax=None, *, splits: bool = False, title: str | None = None,
                        percent: bool | None = None):
-    """Top-1 accuracy per drafting step (step 1 = first drafted token), one line per reading.
+    """Top-1 accuracy per drafting step (step 0 = the first drafted token, as `evaluate` numbers them), one line per reading.
 
     Pooled scores by default; `splits=True` draws one line per (split, reading).
     """
@@ -133,11 +133,11 @@ def plot_step_accuracy(result, ax=None, *, splits: bool = False, title: str | No
             if not ys:
                 continue
             name = row["reading"] if row["split"] is None else f"{row['reading']} ({row['split']})"
-            ax.plot(np.arange(1, len(ys) + 1), ys, marker="o", color=READING_COLORS.get(row["reading"], REF),
+            ax.plot(np.arange(len(ys)), ys, marker="o", color=READING_COLORS.get(row["reading"], REF),
                     ls="-" if row["split"] in (None, "val", "validation") else ":", label=name)
         ax.set_ylim(0, 100)
         ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-        ax.set_xlabel("drafting step (1 = first drafted token, fed back its own output after)")
+        ax.set_xlabel("drafting step (0 = the first drafted token; later steps are fed back their own draft)")
         ax.set_ylabel("top-1 accuracy (% of scored tokens)")
         ax.set_title(title or "draft accuracy per drafting step")
         ax.legend(loc="upper right")
