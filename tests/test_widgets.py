@@ -160,7 +160,7 @@ def test_controls_reach_evaluate(dash):
     assert r.steps == 2 and len(r.overall.readings["offset"].step_top1) == 2
     assert r.dtype == "bfloat16" and r.device == dash.device.value
     assert all(sc.samples == 1 for sc in r.splits.values())  # max samples per split
-    assert "step 2 top-1 %" in _shown(dash)[1]
+    assert "step 1 top-1 %" in _shown(dash)[1]  # steps numbered from 0: two steps are 0 and 1
 
 
 def test_not_a_checkpoint_shows_one_line_and_controls_keep_working(dash):
