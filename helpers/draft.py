@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checkpoint import Checkpoint, load_mapping, open_checkpoint, read_mapping_tensors
+from .checkpoint import Checkpoint, load_mapping, open_checkpoint, read_config, read_mapping_tensors
 from .devices import (  # noqa: F401  (get_device re-exported: callers import it from here)
     available_bytes,
     default_dtype,
@@ -129,10 +129,17 @@ class Eagle3Draft(nn.Module):
 
 
 # -- loading ----------------------------------------------------------------------------------------
-def _open(path) -> tuple[Checkpoint, DraftConfig, dict[str, str]]:
+def _open(path, draft_config=None) -> tuple[Checkpoint, DraftConfig, dict[str, str]]:
+    """The checkpoint, its `DraftConfig` (from `draft_config` when given, else its config.json)
+    and its weight keys by canonical name."""
     ck = open_checkpoint(path)
+    if draft_config:
+        cfg = DraftConfig.from_dict(read_config(draft_config), source=Path(draft_config))
+        return ck, cfg, canonical_keys(ck)
     if ck.config is None:
-        raise BadInputError(path, "has no config.json next to the weights: the draft's shapes are needed")
+        raise BadInputError(path, "has no config.json next to the weights: the draft's shapes are needed; pass "
+                            "--draft-config FILE (the draft config the trainer was given, e.g. SpecForge's "
+                            "--draft-model-config)")
     cfg = DraftConfig.from_dict(ck.config, source=ck.config_path)
     return ck, cfg, canonical_keys(ck)
 
@@ -146,10 +153,10 @@ def _embed_source(embed_from) -> tuple[Checkpoint, str]:
     raise BadInputError(embed_from, "holds no embed_tokens.weight or model.embed_tokens.weight")
 
 
-def estimate_load_bytes(path, dtype=None, embed_from=None) -> int:
+def estimate_load_bytes(path, dtype=None, embed_from=None, draft_config=None) -> int:
     """Bytes the loaded draft takes on the device in `dtype` (from tensor shapes, nothing read)."""
     dtype = dtype or torch.float32
-    ck, cfg, keys = _open(path)
+    ck, cfg, keys = _open(path, draft_config)
     n = 0
     for canon, k in keys.items():
         numel = math.prod(ck.tensors.shape(k))
@@ -163,16 +170,18 @@ def estimate_load_bytes(path, dtype=None, embed_from=None) -> int:
     return n + cfg.draft_vocab_size * 8
 
 
-def load_draft(path, device=None, dtype=None, embed_from=None) -> Eagle3Draft:
+def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None) -> Eagle3Draft:
     """Load an EAGLE-3 draft (SGLang/SpecForge or speculators layout) onto `device` in `dtype`.
 
     Tensors are read one at a time straight to the device in `dtype`. `embed_from` names a
-    folder/file holding the target's `embed_tokens.weight` when the draft has none.
+    folder/file holding the target's `embed_tokens.weight` when the draft has none;
+    `draft_config` a config.json for a checkpoint that has none beside it (a SpecForge trainer
+    step folder keeps only `training_state.pt`).
     """
     device = resolve_device(device)
     embed_from = embed_from or None  # "" (an empty notebook parameter or CLI value) means none
     dtype = dtype or default_dtype(device)
-    ck, cfg, keys = _open(path)
+    ck, cfg, keys = _open(path, draft_config)
     wfile = ck.tensors.files[0] if ck.tensors.files else ck.path
     if cfg.tie_word_embeddings and "lm_head.weight" not in keys:
         raise BadInputError(wfile, "has no lm_head.weight and the config ties it to embed_tokens "
@@ -203,7 +212,7 @@ def load_draft(path, device=None, dtype=None, embed_from=None) -> Eagle3Draft:
             raise BadInputError(
                 src.tensors.file_of(k), f"{k} has shape {list(got)} but the config implies {list(shape)}"
             )
-    need = estimate_load_bytes(path, dtype, embed_from)
+    need = estimate_load_bytes(path, dtype, embed_from, draft_config)
     free = available_bytes(device)
     if free is not None and need > free:
         raise BadInputError(

@@ -307,6 +307,7 @@ def evaluate(
     batch_size: int = 8,
     mask_at: str = "label",
     hidden_normed: str = "auto",
+    draft_config=None,
 ) -> EvalResult:
     """Score a draft (path or loaded `Eagle3Draft`) over a samples folder under each reading.
 
@@ -316,6 +317,9 @@ def evaluate(
     own argmax. A draft without d2t is scored under 'none' only, with a warning - unless its draft
     vocab is the full target vocab (speculators then writes no d2t): then the identity mapping is
     the engines' one, and it is scored as the 'offset' reading (d2t = 0).
+
+    `draft_config`: a config.json for a checkpoint without one beside it (a SpecForge trainer step
+    folder; give the draft config the trainer was given).
 
     `mask_at`: 'label' (default) scores step j at t where loss_mask[t+2+j] is 1; 'position' where
     loss_mask[t+j] is 1, as SpecForge's trainer masks (it shifts loss_mask once per step only),
@@ -340,7 +344,7 @@ def evaluate(
     readings = _checked_readings(readings, steps, topk, samples, mask_at)
     if hidden_normed not in HIDDEN_NORMED:
         raise ValueError(f"hidden_normed={hidden_normed!r}; expected one of {HIDDEN_NORMED}")
-    model = as_model(checkpoint, device, dtype, embed_from)
+    model = as_model(checkpoint, device, dtype, embed_from, draft_config)
     dev, dt = model_info(model)
     head = _target_head_for(target_head, model)
     how = None

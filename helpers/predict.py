@@ -204,13 +204,14 @@ def check_mask_at(mask_at: str) -> str:
     return mask_at
 
 
-def as_model(checkpoint, device=None, dtype=None, embed_from=None):
+def as_model(checkpoint, device=None, dtype=None, embed_from=None, draft_config=None):
     """A loaded draft: `checkpoint` itself when it is one, else `load_draft(checkpoint, ...)`."""
     if isinstance(checkpoint, torch.nn.Module):
         return checkpoint
     from .draft import load_draft
 
-    return load_draft(checkpoint, device=device, dtype=parse_dtype(dtype), embed_from=embed_from)
+    return load_draft(checkpoint, device=device, dtype=parse_dtype(dtype), embed_from=embed_from,
+                      draft_config=draft_config)
 
 
 def _as_samples(samples, max_samples, aux_width):

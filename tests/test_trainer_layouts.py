@@ -188,10 +188,18 @@ def test_evaluate_runs_on_each_layout_with_a_config(folder, has_d2t, layout_samp
         assert r.full_vocab and r.readings == ["offset"] and r.diagnosis() != "no_mapping"
 
 
-def test_evaluate_needs_a_config_for_a_training_checkpoint(layout_samples):
-    # SpecForge keeps the draft config outside the step folder (--draft-config): shapes are unknown
-    with pytest.raises(BadInputError, match="config.json"):
+def test_evaluate_needs_a_config_for_a_training_checkpoint(layout_samples, capsys):
+    # SpecForge keeps the draft config outside the step folder (the trainer's --draft-model-config)
+    with pytest.raises(BadInputError, match="pass --draft-config FILE"):
         evaluate(SF_STEP, layout_samples, device="cpu", progress=False, embed_from=TARGET)
+    # given the config, the training checkpoint (fp32 weights under draft_state_dict) loads and scores
+    config = LAY / "specforge_export_hf" / "config.json"
+    r = evaluate(SF_STEP, layout_samples, device="cpu", progress=False, embed_from=TARGET, draft_config=config)
+    assert r.has_d2t and r.overall.tokens == 14
+    code, out, err = run_cli(["evaluate", str(SF_STEP), "--samples", str(layout_samples), "--embed-from", str(TARGET),
+                              "--draft-config", str(config), "--device", "cpu", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["readings"]["offset"]["tokens"] == 14
 
 
 # -- the target head: hidden_normed ---------------------------------------------------------------------

@@ -39,6 +39,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-samples", type=int, default=None, help="score at most N samples (per split)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default 8)")
     _options.embed_from(p)
+    p.add_argument("--draft-config", metavar="FILE", default=None,
+                   help="the draft's config.json, for a checkpoint without one (a SpecForge trainer step folder: "
+                        "the config the trainer was given)")
     p.add_argument("--target-head", default=None,
                    help="target folder with final norm + lm_head: also score against the target's argmax")
     p.add_argument("--mask-at", choices=("label", "position", "specforge", "speculators"), default="label",
@@ -79,7 +82,7 @@ def run(args) -> int:
         r = evaluate(
             args.checkpoint, args.samples, readings=readings, steps=args.steps, topk=args.topk,
             device=args.device, dtype=args.dtype, max_samples=args.max_samples, embed_from=args.embed_from,
-            target_head=args.target_head, progress=_options.show_progress(args),
+            target_head=args.target_head, draft_config=args.draft_config, progress=_options.show_progress(args),
             batch_size=args.batch_size, mask_at=args.mask_at, hidden_normed=args.hidden_normed,
         )
     print(json.dumps(r.to_dict(), indent=2) if args.json else r.report())
