@@ -59,8 +59,22 @@ def test_report_runs_from_a_non_editable_install(installed, samples_dir):
     r = subprocess.run([python, "-m", "helpers", "report", str(mapping), "-o", str(tmp / "out")],
                        capture_output=True, text=True, cwd=tmp, timeout=900, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    summary = json.loads((tmp / "out" / "summary.json").read_text())
+    # one line of progress per notebook, and no kernel chatter
+    assert sum(line.startswith("[") for line in r.stdout.splitlines()) == 5
+    assert "KeyboardInterrupt" not in r.stdout + r.stderr and "IPKernelApp" not in r.stdout + r.stderr
+    out = tmp / "out"
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["numbers"]["inspect"]["verdict"] == "offset"
     assert all(nb["ok"] for nb in summary["notebooks"]), summary["notebooks"]
+    assert "accuracy" not in summary["numbers"] and "replay" not in summary["numbers"]
+    for nb in summary["notebooks"]:
+        assert (out / "html" / f"{nb['name']}.html").exists() and (out / "notebooks" / f"{nb['name']}.ipynb").exists()
+    # a mapping-only folder: what was not given is said, and engines would not read a d2t kept
+    # only beside the weights
+    md = (out / "summary.md").read_text()
+    assert "**OFFSET**" in md
+    assert "not given: pass --samples DIR" in md and "not given: pass --log FILE" in md
+    assert "No prediction: no samples were given" in md
+    assert "doctor errors d2t-missing" in md
     console = tmp / "venv" / "bin" / "d2t-lab"
     assert subprocess.run([console, "--version"], capture_output=True, text=True).stdout.startswith("d2t-lab")
