@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from .errors import BadInputError
-from .terms import MAX_VOCAB
 from .mapping import VocabMapping
+from .pt_files import MAPPING_NAMES, follow_latest, pt_kind, scan_pts  # noqa: F401  (pt_kind re-exported)
 from .tensor_files import (  # noqa: F401  (re-exported: where callers have always found them)
     TensorStore,
     check_readable_file,
@@ -37,6 +37,7 @@ from .tensor_files import (  # noqa: F401  (re-exported: where callers have alwa
     torch_load,
     unwrap_state_dict,
 )
+from .terms import MAX_VOCAB
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _NPY_NAME = re.compile(r"^(d2t|t2d)(?:[-_](\d+))?\.npy$")
@@ -163,70 +164,6 @@ def _mapping_side_files(folder: Path) -> dict[str, Path]:
     return found
 
 
-# -- what a .pt file holds -----------------------------------------------------------------------------
-_MAPPING_NAMES = ("cache.pt", "vocab_mapping.pt")  # tie-breakers only: the content decides
-
-
-def _is_int_vector(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == 1 and not t.dtype.is_floating_point \
-        and not t.dtype.is_complex and t.dtype != torch.bool
-
-
-def pt_kind(obj) -> tuple[str, str]:
-    """(kind, what it holds) of a loaded `.pt`: 'mapping', 'weights', 'optimizer', 'rank' or 'other'.
-
-    Decided by content, never by file name:
-    - 'mapping': a dict whose tensors are `d2t` (a 1-D integer tensor) and optionally `t2d` (a 1-D
-      bool or integer tensor), nothing else (SpecForge's vocab-mapping cache, EAGLE's `cache.pt`);
-    - 'weights': a dict of tensors with at least one `*.weight`, at the top level or under
-      `state_dict` / `draft_state_dict` (SpecForge 0.2.0's `training_state.pt`); may hold d2t/t2d;
-    - 'optimizer': `optimizer.state_dict()` (`state` + `param_groups`; speculators'
-      `optimizer_state_dict.pt`), or a list of them;
-    - 'rank': SpecForge's per-rank `training_state_rank<r>.pt` (`optimizer` + `rng`, no weights);
-    - 'other': anything else (the second item says what).
-    """
-    if isinstance(obj, list) and obj and all(isinstance(o, dict) and {"state", "param_groups"} <= set(o) for o in obj):
-        return "optimizer", f"a list of {len(obj)} optimizer states (state, param_groups)"
-    if not isinstance(obj, dict):
-        return "other", f"a {type(obj).__name__}, not a dict of tensors"
-    keys = set(map(str, obj))
-    if {"state", "param_groups"} <= keys:
-        return "optimizer", "an optimizer state (state, param_groups)"
-    if {"optimizer", "rng"} & keys and not any(isinstance(v, torch.Tensor) for v in obj.values()) \
-            and not any(isinstance(obj.get(k), dict) for k in ("state_dict", "draft_state_dict")):
-        return "rank", f"a per-rank training state ({', '.join(sorted(keys))}), no weights"
-    inner = unwrap_state_dict(obj)
-    tensors = {str(k): v for k, v in inner.items() if isinstance(v, torch.Tensor)}
-    if any(k.endswith("weight") for k in tensors):
-        where = next((f" under {k!r}" for k in ("draft_state_dict", "state_dict") if inner is obj.get(k)), "")
-        return "weights", f"{len(tensors)} tensors{where}"
-    if "d2t" in tensors and set(tensors) <= {"d2t", "t2d"}:
-        d2t, t2d = tensors["d2t"], tensors.get("t2d")
-        if not _is_int_vector(d2t):
-            return "other", f"a dict whose d2t is not a 1-D integer tensor ({d2t.dtype}, shape {list(d2t.shape)})"
-        if t2d is not None and not (t2d.dim() == 1 and (t2d.dtype == torch.bool or _is_int_vector(t2d))):
-            return "other", f"a dict whose t2d is not a 1-D bool tensor ({t2d.dtype}, shape {list(t2d.shape)})"
-        return "mapping", "a mapping dict {'d2t'" + (", 't2d'}" if t2d is not None else "}")
-    shown = sorted(keys)[:6]
-    return "other", f"a dict without a d2t mapping or draft weights (keys: {shown})"
-
-
-def _scan_pts(folder: Path, skip: set[Path]) -> list[tuple[Path, str, str, object]]:
-    """(file, kind, what, content or the BadInputError) for each .pt/.pth in `folder` not in `skip`."""
-    out = []
-    for p in sorted(folder.iterdir()):
-        if p.suffix not in (".pt", ".pth") or p in skip or not p.is_file():
-            continue
-        try:
-            obj = torch_load(p)
-        except BadInputError as e:
-            out.append((p, "unreadable", e.problem, e))
-            continue
-        kind, what = pt_kind(obj)
-        out.append((p, kind, what, obj))
-    return out
-
-
 def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
     """Weights and the mapping from the folder's .pt files, by content; the rest go to `ck.ignored`.
 
@@ -237,7 +174,7 @@ def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
     need_weights = not ck.tensors.keys()
     if not need_weights and (ck.tensors.find("d2t") is not None or "d2t" in side):
         return
-    scanned = _scan_pts(folder, set(side.values()))
+    scanned = scan_pts(folder, set(side.values()))
     used: set[Path] = set()
     if need_weights:
         owner: dict[str, Path] = {}
@@ -254,7 +191,7 @@ def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
     if ck.tensors.find("d2t") is None and "d2t" not in side:
         maps = [p for p, kind, _, _ in scanned if kind == "mapping"]
         if len(maps) > 1:
-            named = [p for p in maps if p.name in _MAPPING_NAMES]
+            named = [p for p in maps if p.name in MAPPING_NAMES]
             if len(named) != 1:
                 raise BadInputError(
                     folder, f"holds {len(maps)} mapping files ({', '.join(p.name for p in maps)}): point at the one to use"
@@ -273,12 +210,6 @@ def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
             if kind == "unreadable":
                 raise obj
             raise BadInputError(p, f"is not a mapping dict {{'d2t', 't2d'}} nor draft weights: it holds {what}")
-
-
-def _follow_latest(folder: Path) -> Path | None:
-    """SpecForge's `<run_id>-latest` symlink in a trainer output folder, when there is exactly one."""
-    links = [p for p in folder.iterdir() if p.name.endswith("-latest") and p.is_symlink() and p.is_dir()]
-    return links[0] if len(links) == 1 else None
 
 
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
@@ -310,7 +241,7 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
         ck.mapping_files = dict(side)
         _add_pt_files(ck, path, side)
         if not ck.tensors.keys() and not ck.mapping_files:
-            latest = _follow_latest(path) if ck.config is None else None
+            latest = follow_latest(path) if ck.config is None else None
             if latest is not None:  # a SpecForge trainer output folder: its latest save, as its exporter does
                 return open_checkpoint(latest)
             subs = [p.name for p in find_checkpoints(path, max_depth=1) if p != path]
@@ -489,23 +420,10 @@ def find_checkpoints(root: str | os.PathLike, max_depth: int = 3) -> list[Path]:
     return found
 
 
-def mapping_verdict(path) -> str:
-    """The d2t verdict of a checkpoint as one word for captions: offset, absolute, ... or 'no d2t'."""
-    ck = open_checkpoint(path)
-    d2t, _, _ = read_mapping_tensors(ck)
-    return "no d2t" if d2t is None else load_mapping(ck).verdict().encoding
+# -- moved to helpers.inspection; the old import path still works, imported on first use -----------
+def __getattr__(name: str):
+    if name in ("inspect_path", "mapping_verdict"):
+        from . import inspection
 
-
-def inspect_path(path) -> dict:
-    """The `inspect --json` object for a path: the mapping summary, key layout and files read."""
-    ck = open_checkpoint(path)
-    m = load_mapping(ck)
-    out = m.summary()
-    out["key_layout"] = ck.key_layout
-    out["sources"] = m.sources
-    out["ignored"] = dict(ck.ignored)
-    if read_mapping_tensors(ck)[0] is None:
-        out["evidence"] = [f"no d2t: the draft keeps the full target vocab ({m.draft_vocab_size:,} ids), "
-                           "so the engines' identity mapping is right"] + list(out["evidence"])
-    out["path"] = str(path)
-    return out
+        return getattr(inspection, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,8 +20,8 @@ from .engine_rules import (
     is_known_param,
     is_mapping_key,
     parse_key,
-    variant_of_key,
     text_config,
+    variant_of_key,
 )
 from .errors import BadInputError
 from .findings import CheckContext

@@ -37,10 +37,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import Checkpoint, flat_config, open_checkpoint, read_config, read_mapping_tensors
+from .checkpoint import (
+    Checkpoint,
+    flat_config,
+    open_checkpoint,
+    read_config,
+    read_mapping_tensors,
+)
 from .checks_mapping import check_mapping, check_vocab
 from .checks_variants import check_variants
-from .checks_weights import CHUNK_BYTES, check_aux, check_finite, check_keys, check_shapes  # noqa: F401  (CHUNK_BYTES)
+from .checks_weights import (  # noqa: F401  (CHUNK_BYTES)
+    CHUNK_BYTES,
+    check_aux,
+    check_finite,
+    check_keys,
+    check_shapes,
+)
 from .engine_rules import (  # noqa: F401  (re-exported: where callers have always found them)
     ENGINE_NAMES,
     ENGINES,

@@ -30,7 +30,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checkpoint import Checkpoint, load_mapping, open_checkpoint, read_config, read_mapping_tensors
+from .checkpoint import (
+    Checkpoint,
+    load_mapping,
+    open_checkpoint,
+    read_config,
+    read_mapping_tensors,
+)
 from .devices import (  # noqa: F401  (get_device re-exported: callers import it from here)
     available_bytes,
     default_dtype,

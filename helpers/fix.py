@@ -29,7 +29,13 @@ from .checkpoint import (
     read_mapping_tensors,
 )
 from .doctor import diagnose
-from .engine_rules import KeyInfo, engines_for, is_known_param, is_mapping_key, parse_key
+from .engine_rules import (
+    KeyInfo,
+    engines_for,
+    is_known_param,
+    is_mapping_key,
+    parse_key,
+)
 from .errors import BadInputError
 from .fix_plan import CANNOT_REPAIR, FixPlan, FixResult  # noqa: F401  (re-exported: the fixer's results)
 from .mapping import VocabMapping, absolute_to_offsets

@@ -1,10 +1,12 @@
 """The `inspect` result: a mapping's verdict, sizes and both readings, as JSON and as text.
 
 `inspect(path)` returns an `Inspection`, a dict (the `inspect --json` object, from
-`helpers.checkpoint.inspect_path`) whose `report()` is the text the CLI prints and the
-dashboard shows. It reads only the d2t/t2d tensors.
+`inspect_path`) whose `report()` is the text the CLI prints and the dashboard shows;
+`mapping_verdict` is the one word figure captions use. Only the d2t/t2d tensors are read.
 """
 from __future__ import annotations
+
+from .checkpoint import load_mapping, open_checkpoint, read_mapping_tensors
 
 
 def _fmt(x) -> str:
@@ -45,6 +47,27 @@ class Inspection(dict):
 
 def inspect(path) -> Inspection:
     """How the d2t at `path` (any layout the readers know) is encoded, with the evidence."""
-    from .checkpoint import inspect_path
-
     return Inspection(inspect_path(path))
+
+
+def mapping_verdict(path) -> str:
+    """The d2t verdict of a checkpoint as one word for captions: offset, absolute, ... or 'no d2t'."""
+    ck = open_checkpoint(path)
+    d2t, _, _ = read_mapping_tensors(ck)
+    return "no d2t" if d2t is None else load_mapping(ck).verdict().encoding
+
+
+def inspect_path(path) -> dict:
+    """The `inspect --json` object for a path: the mapping summary, key layout and files read."""
+    ck = open_checkpoint(path)
+    m = load_mapping(ck)
+    out = m.summary()
+    out["key_layout"] = ck.key_layout
+    out["sources"] = m.sources
+    out["ignored"] = dict(ck.ignored)
+    if read_mapping_tensors(ck)[0] is None:
+        out["evidence"] = [f"no d2t: the draft keeps the full target vocab ({m.draft_vocab_size:,} ids), "
+                           "so the engines' identity mapping is right"] + list(out["evidence"])
+    out["path"] = str(path)
+    return out
+

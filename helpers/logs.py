@@ -38,9 +38,8 @@ import datetime as _dt
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-
 from functools import cached_property
+from pathlib import Path
 
 from .errors import BadInputError
 

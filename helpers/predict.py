@@ -29,8 +29,8 @@ import torch
 from .devices import parse_dtype
 from .errors import BadInputError
 from .mapping import to_target_ids
-from .terms import check_reading
 from .target_head import TargetHead
+from .terms import check_reading
 
 MASK_AT = ("label", "position", "specforge", "speculators")  # whose loss_mask decides if step j at position t counts
 

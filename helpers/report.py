@@ -23,7 +23,6 @@ from .notebook import read_numbers
 from .settings import RunSettings
 
 
-
 def notebook_dir() -> Path:
     """The notebooks: the checkout's notebooks/ folder, or the copy installed with the package."""
     checkout = Path(__file__).resolve().parents[1]
@@ -190,9 +189,9 @@ def _aux_width(checkpoint: str) -> int | None:
 
 def validate(settings: RunSettings) -> RunSettings:
     """Every input checked and paths made absolute; a bad one raises one `BadInputError` line."""
-    from .checkpoint import inspect_path
     from .draft import resolve_device
     from .evaluate import parse_dtype
+    from .inspection import inspect_path
     from .logs import read_log
 
     s = settings

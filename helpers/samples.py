@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from .tensor_files import check_readable_file, torch_load
 from .errors import BadInputError
+from .tensor_files import check_readable_file, torch_load
 
 _DATA = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
 _ROWS = re.compile(r"^rows_(\d+)-(\d+)$")

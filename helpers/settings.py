@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from .errors import BadInputError
-
 from .terms import ENGINES, READINGS  # noqa: F401  (re-exported for the CLI and notebooks)
 
 DEFAULT_STEPS = 3  # SGLang's usual EAGLE-3 chain: steps 3, top-k 1, 4 draft tokens

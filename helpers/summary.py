@@ -42,7 +42,7 @@ def _failed(runs, name: str) -> str | None:
 
 def summary_dict(s: RunSettings, runs, env: dict) -> dict:
     """The JSON summary of a report run on settings `s`."""
-    from .checkpoint import inspect_path
+    from .inspection import inspect_path
 
     nb03, nb04, nb06 = (_numbers(runs, SECTION_OF[k]) for k in ("accuracy", "accept length", "doctor"))
     skipped = {k: why for k, why in NOT_GIVEN.items() if not getattr(s, k)}

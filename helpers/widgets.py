@@ -33,8 +33,8 @@ from .devices import get_device
 from .errors import BadInputError
 from .evaluate import evaluate
 from .samples import split_folders
-
 from .terms import READINGS
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "data_samples"
 _SAMPLE_SUFFIXES = (".ckpt", ".ckpt.gz")

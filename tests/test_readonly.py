@@ -91,7 +91,7 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path, cli):
     ran, skipped = [], []
 
     # 1. inspect every checkpoint and mapping the kit finds (API and, for two of them, the CLI)
-    from helpers.checkpoint import inspect_path
+    from helpers.inspection import inspect_path
 
     found = find_checkpoints(SAMPLES)
     assert found, "find_checkpoints found nothing under data_samples/"

@@ -17,11 +17,13 @@ import pytest
 import torch
 
 from helpers.__main__ import main
-from helpers.checkpoint import inspect_path, load_mapping, open_checkpoint, pt_kind
+from helpers.checkpoint import load_mapping, open_checkpoint
 from helpers.doctor import diagnose
 from helpers.errors import BadInputError
 from helpers.evaluate import evaluate
+from helpers.inspection import inspect_path
 from helpers.predict import _labels_and_mask
+from helpers.pt_files import pt_kind
 from helpers.samples import iter_samples
 from helpers.target_head import detect_hidden_normed, load_target_head
 

@@ -42,8 +42,20 @@ from .mapping import (
     reading_stats,
     save_mapping_figures,
 )
-from .provenance import METADATA_KEY, caption_line, figure_metadata, mapping_label, read_figure_metadata, save_figure
-from .speculation import plot_accept_length_over_time, plot_accept_lengths, plot_prediction_curve, plot_throughput
+from .provenance import (
+    METADATA_KEY,
+    caption_line,
+    figure_metadata,
+    mapping_label,
+    read_figure_metadata,
+    save_figure,
+)
+from .speculation import (
+    plot_accept_length_over_time,
+    plot_accept_lengths,
+    plot_prediction_curve,
+    plot_throughput,
+)
 from .style import BAD, DPI, FORMULAS, GOOD, READING_COLORS, REF, set_style, style_rc
 
 # last, so that the name is the context manager and not the submodule `helpers.plots.style`
