@@ -347,6 +347,13 @@ def _count_splits(model, samples, readings, steps: int, topk: int, head: TargetH
     return counters
 
 
+def evaluate_settings(settings, **overrides) -> EvalResult:
+    """`evaluate` on a `helpers.settings.RunSettings`: its checkpoint and samples, scored to its
+    drafting depth with its device, dtype, sample limit, embed_from and target head; `overrides`
+    are `evaluate`'s other keyword arguments (readings, topk, mask_at, ...)."""
+    return evaluate(settings.checkpoint, settings.samples, **{**settings.evaluate_kwargs(), **overrides})
+
+
 def missing_samples_note(samples) -> str | None:
     """Why a notebook cannot score anything with `samples` (None/empty/absent), or None when it can."""
     if samples is None or str(samples).strip() == "":

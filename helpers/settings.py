@@ -95,6 +95,13 @@ class RunSettings:
                 out[name] = list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
         return out
 
+    def evaluate_kwargs(self) -> dict:
+        """What `helpers.evaluate.evaluate` takes from these settings besides the checkpoint and
+        samples (`helpers.evaluate.evaluate_settings` calls it so; the dashboard builds its Run
+        from the same names)."""
+        return dict(steps=self.steps, device=self.device, dtype=self.dtype, max_samples=self.max_samples,
+                    embed_from=self.embed_from, target_head=self.target_head)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["draft_tokens"] = self.num_draft_tokens

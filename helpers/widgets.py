@@ -234,20 +234,21 @@ class Dashboard:
         self.output.outputs = ()
         self.output.append_stderr(line + "\n")
 
+    def settings(self):
+        """The controls as a `RunSettings` (the names every notebook and the report use)."""
+        from .settings import RunSettings
+
+        path = lambda w: os.path.expanduser(w.value.strip()) if w.value.strip() else None  # noqa: E731
+        return RunSettings(checkpoint=path(self.checkpoint), samples=path(self.samples), steps=int(self.steps.value),
+                           device=self.device.value, dtype=None if self.dtype.value == "auto" else self.dtype.value,
+                           max_samples=int(self.max_samples.value) or None, embed_from=path(self.embed_from))
+
     def kwargs(self) -> dict:
-        """The arguments `evaluate` gets from the controls."""
-        dtype = None if self.dtype.value == "auto" else getattr(torch, self.dtype.value)
-        path = lambda w: os.path.expanduser(w.value.strip()) if w.value.strip() else ""  # noqa: E731
-        return dict(
-            checkpoint=path(self.checkpoint),
-            samples=path(self.samples),
-            readings=(self.reading.value,),
-            steps=int(self.steps.value),
-            device=self.device.value,
-            dtype=dtype,
-            max_samples=int(self.max_samples.value) or None,
-            embed_from=path(self.embed_from) or None,
-        )
+        """The arguments `evaluate` gets from the controls: the settings' ones and the reading."""
+        s = self.settings()
+        kw = {**s.evaluate_kwargs(), "checkpoint": s.checkpoint or "", "samples": s.samples or ""}
+        kw.pop("target_head")
+        return {**kw, "readings": (self.reading.value,)}
 
     def run(self) -> None:
         """What the Run button does: evaluate with the chosen settings, show table and figure."""

@@ -493,3 +493,15 @@ def test_bad_input_one_line_naming_the_file(hand, world, tmp_path, capsys, cli):
     _one_line_error(*_main(capsys, "evaluate", hand["embed"], "--samples", tmp_path / "nope")[::2], tmp_path / "nope")
     code, _, err = _main(capsys, "evaluate", hand["embed"], "--samples", hand["samples"], "--readings", "offset,sideways")
     assert code == 2 and "sideways" in err and len(err.strip().splitlines()) == 1
+
+
+def test_evaluate_settings_is_evaluate_with_the_run_settings():
+    from helpers.evaluate import evaluate_settings
+    from helpers.settings import RunSettings
+
+    s = RunSettings(checkpoint=str(SAMPLES / "tiny_draft_sglang"), samples=str(SAMPLES / "tiny_hidden_states"),
+                    steps=2, max_samples=2, device="cpu", dtype="float32")
+    a = evaluate_settings(s, readings=("offset",), progress=False).to_dict()
+    b = evaluate(s.checkpoint, s.samples, readings=("offset",), steps=2, max_samples=2, device="cpu",
+                 dtype="float32", progress=False).to_dict()
+    assert a == b and a["steps"] == 2 and a["splits"]["val"]["samples_scored"] == 2
