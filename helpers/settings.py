@@ -77,10 +77,6 @@ class RunSettings:
             return Drafting(min(self.steps, self.num_draft_tokens - 1))
         return Drafting(self.num_draft_tokens, topk=self.topk, steps=self.steps)
 
-    def drafting_label(self) -> str:
-        d = self.drafting()
-        return d.label
-
     def with_(self, **changes) -> RunSettings:
         return replace(self, **changes)
 
@@ -105,7 +101,7 @@ class RunSettings:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["draft_tokens"] = self.num_draft_tokens
-        d["drafting"] = self.drafting_label()
+        d["drafting"] = self.drafting().label
         return d
 
 
