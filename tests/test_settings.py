@@ -1,0 +1,45 @@
+"""RunSettings: drafting settings resolved from flags, then a log's start-up line, then defaults."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers.errors import BadInputError
+from helpers.logs import drafting_from_line
+from helpers.settings import RunSettings, resolve_drafting
+
+LOGS = Path(__file__).resolve().parents[1] / "data_samples" / "logs"
+
+
+def test_start_up_lines_of_both_engines():
+    sgl = ("[2026-01-05 10:00:00 TP0] server_args=ServerArgs(model_path='m', speculative_algorithm='EAGLE3', "
+           "speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)")
+    assert drafting_from_line(sgl) == {"steps": 3, "topk": 1, "draft_tokens": 4, "source": "server_args"}
+    vllm = "INFO [utils.py:326] non-default args: {'speculative_config': {'method': 'eagle3', 'num_speculative_tokens': 7}}"
+    assert drafting_from_line(vllm) == {"steps": 7, "topk": 1, "draft_tokens": 8, "source": "num_speculative_tokens"}
+    assert drafting_from_line("Decode batch, #running-req: 1, accept len: 1.90") == {}
+
+
+def test_flags_win_over_the_log_and_the_log_over_defaults():
+    from_log = resolve_drafting(RunSettings(logs=(str(LOGS / "sglang.log"),)))
+    assert (from_log.steps, from_log.topk, from_log.num_draft_tokens) == (5, 4, 16)
+    assert from_log.sources["steps"].startswith("server_args in ") and from_log.drafting().label.startswith("tree 5/4/16")
+    flagged = resolve_drafting(RunSettings(logs=(str(LOGS / "sglang.log"),)), topk=1, steps=2)
+    assert (flagged.steps, flagged.topk, flagged.num_draft_tokens) == (2, 1, 16)
+    assert flagged.sources["topk"] == "--topk" and flagged.sources["draft_tokens"].startswith("server_args")
+    default = resolve_drafting(RunSettings())
+    assert (default.steps, default.topk, default.num_draft_tokens) == (3, 1, 4)
+    assert default.drafting().label == "chain, 3 tokens" and default.sources["steps"] == "default"
+
+
+def test_a_tree_needs_its_draft_tokens():
+    with pytest.raises(BadInputError, match="needs --draft-tokens"):
+        resolve_drafting(RunSettings(), topk=4, steps=5)
+
+
+def test_notebooks_get_only_the_parameters_they_declare():
+    s = RunSettings(checkpoint="/c", logs=("/a.log",), compare_with=("/x",))
+    got = s.notebook_parameters({"checkpoint": {}, "logs": {}, "compare_with": {}, "window_start": {}},
+                                write_fixed_copy=False)
+    assert got == {"checkpoint": "/c", "logs": ["/a.log"], "compare_with": ["/x"]}
