@@ -410,6 +410,15 @@ def drafting_from_line(line: str) -> dict:
     return {}
 
 
+def pooled_measurement(tables) -> tuple[float | None, float | None, int]:
+    """(mean accept length, mean generation tok/s, rows) over every parsed row of several logs,
+    each row weighted alike; None where no row has the number."""
+    lengths = [x for t in tables for x in t.column("accept_length")]
+    tps = [x for t in tables for x in t.column("throughput")]
+    mean = lambda xs: float(sum(xs) / len(xs)) if xs else None  # noqa: E731
+    return mean(lengths), mean(tps), sum(t.parsed for t in tables)
+
+
 def read_drafting(path, max_lines: int = 5000) -> dict:
     """The drafting settings a log states at start-up (first such line within `max_lines`), or {}."""
     p = Path(path)

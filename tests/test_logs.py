@@ -194,3 +194,16 @@ def test_cli_logs_report_and_bad_file(tmp_path, cli):
     f.write_text("nothing here\n")
     p = cli("logs", str(f))
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "x.log" in p.stderr
+
+
+def test_pooled_measurement_weights_every_row_of_every_log_alike():
+    from helpers.logs import parse_lines, pooled_measurement
+
+    def line(al, tps):
+        return (f"[2026-01-05 10:00:00 TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.00, "
+                f"accept len: {al}, accept rate: 0.10, cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0")
+
+    a = parse_lines([line(1.5, 40.0), line(2.5, 60.0)])
+    b = parse_lines([line(2.0, 50.0)])
+    assert pooled_measurement([a, b]) == (2.0, 50.0, 3)
+    assert pooled_measurement([]) == (None, None, 0)
