@@ -2,7 +2,8 @@
 
 Layout: `FOLDER/rows_{g}-{g+N}/data_{i}.ckpt` (or `.ckpt.gz`), each a `torch.save` dict with
 `input_ids` [T], `loss_mask` [T], `hidden_state` [1, T, H] (the target's last hidden state) and
-`aux_hidden_state` [1, T, 3H] (three target layers concatenated). Every file is loaded with
+`aux_hidden_state` [1, T, 3H] (three target layers concatenated). speculators' generated data
+(`data_<i>.pt` with a list `hidden_states`) is read too. Every file is loaded with
 `weights_only=True`; a `.gz` is decompressed in memory first. Anything unusable becomes one
 `BadInputError` naming the file. A samples folder may hold a `train/` and a `val/` split as
 subfolders (`split_folders`).
@@ -21,7 +22,7 @@ import torch
 from .errors import BadInputError
 from .tensor_files import check_readable_file, torch_load
 
-_DATA = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
+_DATA = re.compile(r"^data_(\d+)\.(?:ckpt|pt)(\.gz)?$")
 _ROWS = re.compile(r"^rows_(\d+)-(\d+)$")
 KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 SPLIT_NAMES = {"train": ("train",), "val": ("val", "validation", "valid", "eval", "test")}
@@ -52,7 +53,7 @@ def sample_files(folder: str | os.PathLike) -> list[Path]:
         raise BadInputError(folder, "no such file or folder")
     if folder.is_file():
         if not _DATA.match(folder.name):
-            raise BadInputError(folder, "is not a sample file (expected data_<i>.ckpt or data_<i>.ckpt.gz)")
+            raise BadInputError(folder, "is not a sample file (expected data_<i>.ckpt, data_<i>.ckpt.gz or data_<i>.pt)")
         return [folder]
     try:
         entries = list(folder.iterdir())
@@ -99,7 +100,23 @@ def load_sample(path: str | os.PathLike, expect_aux_width: int | None = None) ->
     return _check(path, obj, expect_aux_width)
 
 
+def _from_speculators(path: Path, obj: dict) -> dict:
+    """speculators' generated data (`data_<i>.pt`: input_ids, loss_mask, hidden_states = a list of
+    [T, H] tensors, one per captured layer): the first ones are the aux states, the last is the
+    last hidden state (by default the output of layer L-1, before the final norm)."""
+    hs = obj["hidden_states"]
+    if not isinstance(hs, (list, tuple)) or len(hs) < 2 or not all(isinstance(h, torch.Tensor) for h in hs):
+        raise BadInputError(path, "hidden_states must be a list of at least 2 tensors (speculators' layout)")
+    if obj.get("loss_mask") is None:
+        raise BadInputError(path, "has no loss_mask (speculators' generator leaves it to its preprocessing step)")
+    flat = [h.reshape(h.shape[-2], h.shape[-1]) if h.dim() == 3 else h for h in hs]
+    return {"input_ids": obj["input_ids"], "loss_mask": obj["loss_mask"], "hidden_state": flat[-1],
+            "aux_hidden_state": torch.cat(flat[:-1], dim=-1)}
+
+
 def _check(path: Path, obj, expect_aux_width) -> Sample:
+    if isinstance(obj, dict) and "hidden_states" in obj and "aux_hidden_state" not in obj:
+        obj = _from_speculators(path, obj)
     if not isinstance(obj, dict):
         raise BadInputError(path, f"holds a {type(obj).__name__}, expected a dict with keys {', '.join(KEYS)}")
     missing = [k for k in KEYS if k not in obj]
@@ -167,3 +184,35 @@ def split_folders(samples) -> dict[str, Path]:
                 found[key] = root / n
                 break
     return found if len(found) == 2 else {}
+
+
+ROWS_PER_FOLDER = 64  # SpecForge groups its offline files in folders of this many
+
+
+def sample_path(folder, index: int, rows: int = ROWS_PER_FOLDER) -> Path:
+    """Where sample `index` lives in SpecForge's layout: `rows_{g}-{g+rows}/data_{index}.ckpt`."""
+    g = (index // rows) * rows
+    return Path(folder) / f"rows_{g}-{g + rows}" / f"data_{index}.ckpt"
+
+
+def write_sample(path, input_ids, loss_mask, hidden_state, aux_hidden_state) -> None:
+    """Write one sample as SpecForge does ([T], [T], [1, T, H], [1, T, 3H]), atomically: to a
+    temporary name first, renamed when complete, so an interrupted run leaves no partial file."""
+    import io
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    item = {
+        "input_ids": input_ids.detach().reshape(-1).to("cpu", torch.int64).clone(),
+        "loss_mask": loss_mask.detach().reshape(-1).to("cpu", torch.int64).clone(),
+        "hidden_state": hidden_state.detach().reshape(1, *hidden_state.shape[-2:]).cpu().contiguous().clone(),
+        "aux_hidden_state": aux_hidden_state.detach().reshape(1, *aux_hidden_state.shape[-2:]).cpu().contiguous().clone(),
+    }
+    buf = io.BytesIO()
+    torch.save(item, buf)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -48,6 +48,7 @@ import inspect
 import io
 import json
 import math
+import os
 import re
 import shutil
 import time
@@ -62,6 +63,7 @@ from tqdm.auto import tqdm
 
 from helpers.draft import MLP, Eagle3Draft, RMSNorm, load_draft, rotate_half
 from helpers.draft_config import DraftConfig, rope_inv_freq
+from helpers.checkpoint import open_checkpoint
 from helpers.mapping import build_from_frequencies, to_target_ids
 from helpers.samples import iter_samples
 
@@ -72,10 +74,9 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 H, LAYERS, HEADS, INTER = 64, 8, 4, 192
 AUX_INPUTS = [2, LAYERS // 2, LAYERS - 3]  # capture the INPUT of these target layers
 AUX_CONFIG_IDS = [i - 1 for i in AUX_INPUTS]  # what a config states (SGLang adds 1)
-PROMPT, SEQ = 24, 50  # SEQ = prompt + blank line (2) + 24 generated
-N_TRAIN, N_VAL = 320, 64
+PROMPT, GEN = 24, 24  # prompt chunk tokens; tokens the target generates after the blank line
+N_TRAIN, N_VAL, N_HELD = 320, 64, 32
 D_HEADS, D_KV, D_INTER = 4, 2, 256
-ROWS = 64  # samples per rows_* folder
 MODULES = sorted("""abc argparse ast asyncio base64 bisect calendar cmd codecs collections
 concurrent.futures configparser contextlib copy csv dataclasses datetime decimal difflib email enum
 fileinput fnmatch fractions ftplib functools getopt gettext glob gzip hashlib heapq hmac html
@@ -85,6 +86,7 @@ queue random re sched secrets selectors shelve shlex shutil signal smtplib socke
 sqlite3 ssl statistics string struct subprocess tarfile tempfile textwrap threading timeit tokenize
 traceback types typing unittest urllib.parse urllib.request uuid warnings weakref xml.dom.minidom
 xml.etree.ElementTree zipfile zoneinfo""".split())
+ROOT = Path(__file__).resolve().parents[1]
 PIECE = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]|\n| +")
 
 
@@ -115,30 +117,41 @@ def stdlib_docstrings() -> list[str]:
     return docs
 
 
-class Tokenizer:
-    """Word pieces (leading space kept) + single characters; ids shuffled with a fixed seed."""
+CHAT_TEMPLATE = (  # one turn after another; a user (or system) turn ends with a blank line, as the target learnt
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}{% generation %}{{ message['content'] }}{% endgeneration %}"
+    "{%- else -%}{{ message['content'] }}{{ '\\n\\n' }}{%- endif -%}"
+    "{%- endfor -%}"
+)
 
-    def __init__(self, docs: list[str], size: int, seed: int):
-        counts = collections.Counter(p for d in docs for p in PIECE.findall(d))
-        chars = collections.Counter(ch for d in docs for ch in d)
-        base = sorted(ch for ch, c in chars.items() if c >= 5)
-        words = [w for w, _ in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if len(w) > 1]
-        pieces = base + words[: size - len(SPECIALS) - len(base)]
-        order = np.random.default_rng(seed).permutation(len(pieces))
-        self.tokens = SPECIALS + [pieces[i] for i in order]
-        self.ids = {t: i for i, t in enumerate(self.tokens)}
 
-    def encode(self, text: str) -> list[int]:
-        out = []
-        for p in PIECE.findall(text):
-            if p in self.ids:
-                out.append(self.ids[p])
-            else:
-                out.extend(self.ids.get(ch, 3) for ch in p)
-        return out
+def build_tokenizer(docs: list[str], size: int, seed: int):
+    """Word pieces (leading space kept) + single characters, ids shuffled with a fixed seed, as a
+    `tokenizers` tokenizer that AutoTokenizer loads: the text is split by PIECE, each piece is
+    looked up whole, else greedily by its longest known prefix (WordPiece with no prefix marker)."""
+    from tokenizers import Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as RustTokenizer
+    from transformers import PreTrainedTokenizerFast
 
-    def decode(self, ids) -> str:
-        return "".join(self.tokens[i] for i in ids)
+    counts = collections.Counter(p for d in docs for p in PIECE.findall(d))
+    chars = collections.Counter(ch for d in docs for ch in d)
+    base = sorted(ch for ch, c in chars.items() if c >= 5)
+    words = [w for w, _ in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if len(w) > 1]
+    pieces = base + words[: size - len(SPECIALS) - len(base)]
+    order = np.random.default_rng(seed).permutation(len(pieces))
+    tokens = SPECIALS + [pieces[i] for i in order]
+    rust = RustTokenizer(models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token="<unk>",
+                                          continuing_subword_prefix="", max_input_chars_per_word=1000))
+    rust.pre_tokenizer = pre_tokenizers.Split(Regex(PIECE.pattern), behavior="isolated")
+    rust.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=rust, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
+                                  unk_token="<unk>", model_max_length=512)
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def encode(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
 
 
 # -- the tiny target ----------------------------------------------------------------------------------
@@ -225,40 +238,102 @@ def train_target(units: torch.Tensor, steps: int, batch: int = 16, lr: float = 3
     return model.eval()
 
 
+def to_hf_state(target: TinyTarget) -> dict[str, torch.Tensor]:
+    """TinyTarget -> a transformers LlamaForCausalLM state dict (bf16), the final norm folded.
+
+    The model is trained with its final RMSNorm weight fixed at 1. Here the norm gets a
+    non-trivial weight w (powers of two, seeded) and lm_head's columns are divided by w: the
+    target computes the same logits (lm_head/w applied to w * rmsnorm(x), exact since w is a power
+    of two), but its stored `hidden_state` (after the norm) is w * rmsnorm(x), so a reader that
+    applies `norm.weight` again gets other argmaxes, as with a real target. lm_head is then no
+    longer the embedding (`tie_word_embeddings: false`).
+    """
+    sd = {k: v.detach().float() for k, v in target.state_dict().items()}
+    w = final_norm_weight().float()
+    out = {"model.embed_tokens.weight": sd["embed_tokens.weight"], "model.norm.weight": w,
+           "lm_head.weight": sd["lm_head.weight"] / w}
+    for i in range(LAYERS):
+        p, q = f"layers.{i}.", f"model.layers.{i}."
+        qkv = sd[p + "qkv.weight"]
+        out |= {q + "self_attn.q_proj.weight": qkv[:H], q + "self_attn.k_proj.weight": qkv[H : 2 * H],
+                q + "self_attn.v_proj.weight": qkv[2 * H :], q + "self_attn.o_proj.weight": sd[p + "o_proj.weight"],
+                q + "input_layernorm.weight": sd[p + "input_layernorm.weight"],
+                q + "post_attention_layernorm.weight": sd[p + "post_attention_layernorm.weight"]}
+        for m in ("gate_proj", "up_proj", "down_proj"):
+            out[q + f"mlp.{m}.weight"] = sd[p + f"mlp.{m}.weight"]
+    return {k: v.to(torch.bfloat16).contiguous() for k, v in out.items()}
+
+
+def save_target(out: Path, target: TinyTarget, tok) -> Path:
+    """The tiny target as a complete Hugging Face model folder: weights, config, tokenizer."""
+    folder = out / "tiny_target"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H, "intermediate_size": INTER,
+        "num_attention_heads": HEADS, "num_key_value_heads": HEADS, "head_dim": H // HEADS,
+        "num_hidden_layers": LAYERS, "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "max_position_embeddings": 512, "vocab_size": VOCAB, "tie_word_embeddings": False,
+        "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16",
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+    }
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    save_file(to_hf_state(target), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    tok.save_pretrained(folder)
+    (folder / "vocab.json").write_text(json.dumps(tok.convert_ids_to_tokens(list(range(VOCAB))), ensure_ascii=False) + "\n")
+    return folder
+
+
 @torch.no_grad()
-def generate(model: TinyTarget, prompts: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Greedy continuation of prompts [N, PROMPT] to SEQ tokens, then one pass for hidden states."""
-    caches = [[] for _ in range(LAYERS)]
-    logits, _, _ = model(prompts, caches)
-    ids = [prompts, logits[:, -1:].argmax(-1)]
-    for pos in tqdm(range(prompts.shape[1], SEQ - 1), desc="generate", mininterval=5):
-        logits, _, _ = model(ids[-1], caches, start=pos)
-        ids.append(logits[:, -1:].argmax(-1))
-    ids = torch.cat(ids, dim=1)  # [N, SEQ]
-    _, h, aux = model(ids)  # one full pass for the stored states
-    mask = torch.zeros_like(ids)
-    mask[:, prompts.shape[1]:] = 1
-    return {"input_ids": ids, "loss_mask": mask, "hidden_state": h.bfloat16(), "aux_hidden_state": aux.bfloat16()}
+def check_conversion(target: TinyTarget, folder: Path, ids: torch.Tensor) -> float:
+    """The saved HF model computes what TinyTarget (with bf16-rounded weights) computes."""
+    from helpers.target import load_target
+
+    ref = TinyTarget()
+    sd = {k: v.to(torch.bfloat16).float() for k, v in target.state_dict().items()}
+    ref.load_state_dict(sd)
+    want = ref(ids)[0]
+    got = load_target(folder, device="cpu", dtype=torch.float32, tokenizer=False).model(ids).logits
+    diff = float((want - got).abs().max())
+    agree = float((want.argmax(-1) == got.argmax(-1)).float().mean())
+    if diff > 1e-3 or agree < 0.999:
+        raise SystemExit(f"{folder}: the saved Hugging Face target differs from the trained one (max |diff| {diff:.2g})")
+    return diff
 
 
-def write_samples(folder: Path, data: dict, gz: bool) -> None:
-    n = data["input_ids"].shape[0]
-    for i in range(n):
-        g = (i // ROWS) * ROWS
-        d = folder / f"rows_{g}-{g + ROWS}"
-        d.mkdir(parents=True, exist_ok=True)
-        item = {
-            "input_ids": data["input_ids"][i].clone(),  # [T]
-            "loss_mask": data["loss_mask"][i].clone(),  # [T]
-            "hidden_state": data["hidden_state"][i : i + 1].clone(),  # [1, T, H]
-            "aux_hidden_state": data["aux_hidden_state"][i : i + 1].clone(),  # [1, T, 3H]
-        }
-        buf = io.BytesIO()
-        torch.save(item, buf)
-        if gz:
-            (d / f"data_{i}.ckpt.gz").write_bytes(gzip.compress(buf.getvalue(), compresslevel=9, mtime=0))
-        else:
-            (d / f"data_{i}.ckpt").write_bytes(buf.getvalue())
+def write_prompts(path: Path, texts: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"prompt": t}, ensure_ascii=False) + "\n" for t in texts))
+
+
+def capture_split(target_dir: Path, prompts: Path, dest: Path, gz: bool) -> None:
+    """Capture one split with the kit's own `capture` (what `d2t-lab capture ... --regenerate` does)."""
+    from helpers.capture import capture
+    from helpers.target import load_target
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    tgt = load_target(target_dir, device="cpu", dtype=torch.float32)
+    capture(tgt, prompts, dest, engine="sglang", aux_layers=AUX_CONFIG_IDS, regenerate=True,
+            max_new_tokens=GEN, progress=True)
+    if gz:
+        for f in sorted(dest.rglob("data_*.ckpt")):
+            f.with_name(f.name + ".gz").write_bytes(gzip.compress(f.read_bytes(), compresslevel=9, mtime=0))
+            f.unlink()
+
+
+def stack_samples(folder: Path) -> dict[str, torch.Tensor]:
+    """A split's samples as right-padded tensors (padding: id 0, loss_mask 0, zero states)."""
+    ss = list(iter_samples(folder))
+    T = max(s.length for s in ss)
+    out = {"input_ids": torch.zeros(len(ss), T, dtype=torch.int64), "loss_mask": torch.zeros(len(ss), T, dtype=torch.int64),
+           "hidden_state": torch.zeros(len(ss), T, H), "aux_hidden_state": torch.zeros(len(ss), T, 3 * H)}
+    for r, s in enumerate(ss):
+        n = s.length
+        out["input_ids"][r, :n], out["loss_mask"][r, :n] = s.input_ids, s.loss_mask
+        out["hidden_state"][r, :n], out["aux_hidden_state"][r, :n] = s.hidden_state.float(), s.aux_hidden_state.float()
+    return out
 
 
 # -- the draft ----------------------------------------------------------------------------------------
@@ -274,7 +349,9 @@ def draft_config_dict() -> dict:
     }
 
 
-def train_draft(target: TinyTarget, train: dict, kept: torch.Tensor, epochs: int, steps: int = 3) -> Eagle3Draft:
+def train_draft(target: TinyTarget, head: torch.Tensor, train: dict, kept: torch.Tensor, epochs: int,
+                steps: int = 3) -> Eagle3Draft:
+    """`head`: the saved target's lm_head [V, H] (folded: it applies to the stored hidden_state)."""
     torch.manual_seed(SEED + 1)
     draft = Eagle3Draft(DraftConfig.from_dict(draft_config_dict()))
     with torch.no_grad():
@@ -284,7 +361,7 @@ def train_draft(target: TinyTarget, train: dict, kept: torch.Tensor, epochs: int
     ids, mask = train["input_ids"], train["loss_mask"]
     aux = train["aux_hidden_state"].float()[:, :-1]  # [N, T-1, 3H]
     with torch.no_grad():  # target logits from the stored (bf16) last hidden state, as SpecForge does
-        tlogits = target.lm_head(train["hidden_state"].float())  # [N, T, V]
+        tlogits = train["hidden_state"].float() @ head.float().T  # [N, T, V]
     in_draft = torch.zeros(VOCAB, dtype=torch.bool)
     in_draft[kept] = True
     opt = torch.optim.AdamW([p for p in draft.parameters() if p.requires_grad], lr=3e-3, weight_decay=0.0)
@@ -358,24 +435,6 @@ def save_drafts(out: Path, draft: Eagle3Draft, mapping) -> None:
     np.save(spec / "t2d.npy", t2d.numpy())
 
 
-def save_target(out: Path, target: TinyTarget, tok: Tokenizer) -> None:
-    folder = out / "tiny_target"
-    folder.mkdir(parents=True, exist_ok=True)
-    cfg = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H, "intermediate_size": INTER,
-        "num_attention_heads": HEADS, "num_key_value_heads": HEADS, "num_hidden_layers": LAYERS,
-        "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
-        "vocab_size": VOCAB, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
-        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
-    }
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    sd = target.state_dict()
-    # bf16 like the drafts: a draft without embed_tokens borrows exactly the rows the others carry
-    tensors = {k: sd[k].detach().to(torch.bfloat16).contiguous() for k in ("embed_tokens.weight", "norm.weight", "lm_head.weight")}
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "vocab.json").write_text(json.dumps(tok.tokens, ensure_ascii=False) + "\n")
-
-
 NORM_SEED = 20240607  # the seed of the folded final-norm weight (independent of everything else)
 
 
@@ -385,58 +444,12 @@ def final_norm_weight() -> torch.Tensor:
     return (2.0 ** torch.randint(-4, 5, (H,), generator=g).float()).to(torch.bfloat16)
 
 
-def _rewrite_sample(path: Path, w: torch.Tensor) -> None:
-    """hidden_state *= w in one sample file, written back as `write_samples` writes it."""
-    from helpers.tensor_files import torch_load
-
-    raw = path.read_bytes()
-    gz = path.suffix == ".gz"
-    item = torch_load(path, data=gzip.decompress(raw) if gz else raw)
-    item = {k: v.clone() for k, v in item.items()}
-    item["hidden_state"] = (item["hidden_state"] * w).contiguous()  # exact in bf16: w is a power of two
-    buf = io.BytesIO()
-    torch.save(item, buf)
-    path.write_bytes(gzip.compress(buf.getvalue(), compresslevel=9, mtime=0) if gz else buf.getvalue())
-
-
-def fold_final_norm(out: Path) -> bool:
-    """Give tiny_target a non-trivial final norm without changing what it computes; False if done already.
-
-    norm.weight: 1 -> w; lm_head[:, i] -> lm_head[:, i] / w[i]; each sample's hidden_state (stored
-    after the final norm, h = 1 * rmsnorm(x)) -> w * h. Then lm_head'(h') = lm_head(h) exactly,
-    while lm_head'(norm'(h')) = lm_head'(w * w * rmsnorm(x)) differs: the norm applied twice.
-    The config's tie_word_embeddings becomes false (lm_head is no longer embed_tokens).
-    Idempotent: a target whose norm.weight already is w is left alone.
-    """
-    from safetensors.torch import load_file
-
-    folder = out / "tiny_target"
-    tensors = load_file(str(folder / "model.safetensors"))
-    w = final_norm_weight()
-    if torch.equal(tensors["norm.weight"], w):
-        return False
-    if not bool((tensors["norm.weight"] == 1).all()):
-        raise SystemExit(f"{folder}: norm.weight is neither 1 nor the folded w: regenerate with make_samples.py")
-    tensors["norm.weight"] = w.clone()
-    tensors["lm_head.weight"] = (tensors["lm_head.weight"] / w).contiguous()  # exact: w is a power of two
-    save_file({k: tensors[k] for k in ("embed_tokens.weight", "norm.weight", "lm_head.weight")},
-              str(folder / "model.safetensors"), metadata={"format": "pt"})
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg["tie_word_embeddings"] = False
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    for f in sorted((out / "tiny_hidden_states").rglob("data_*.ckpt*")):
-        _rewrite_sample(f, w)
-    return True
-
-
 # -- scoring (the kit's evaluate module does this in full; this is the script's own check) ----------
 @torch.no_grad()
 def quick_accuracy(draft_dir: Path, samples: Path, target_dir: Path) -> dict[str, float]:
     """Step-0 top-1 with the offset reading on loss_mask positions t: label token t+2, and the
     target's own argmax at t+1 (lm_head of tiny_target over the stored hidden state)."""
     model = load_draft(draft_dir, device="cpu", dtype=torch.float32)
-    from helpers.checkpoint import open_checkpoint
-
     head = open_checkpoint(target_dir).tensors.get("lm_head.weight", "cpu", torch.float32)
     hits = hits_arg = n = 0
     for s in iter_samples(samples, expect_aux_width=3 * model.config.target_hidden_size):
@@ -454,20 +467,22 @@ def quick_accuracy(draft_dir: Path, samples: Path, target_dir: Path) -> dict[str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "data_samples"))
+    ap.add_argument("--out", default=str(ROOT / "data_samples"))
     ap.add_argument("--target-steps", type=int, default=400)
     ap.add_argument("--draft-epochs", type=int, default=20)
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out).resolve()
+    os.chdir(ROOT)  # the manifests name their inputs relative to the repository root
     t0 = time.time()
     torch.manual_seed(SEED)
     torch.set_num_threads(THREADS)
     torch.use_deterministic_algorithms(True)
 
     docs = stdlib_docstrings()
-    tok = Tokenizer(docs, VOCAB, SEED)
-    encoded = [tok.encode(d) for d in docs]
-    stream = torch.tensor([i for e in encoded for i in e + tok.encode("\n\n")], dtype=torch.int64)
+    tok = build_tokenizer(docs, VOCAB, SEED)
+    encoded = [encode(tok, d) for d in docs]
+    sep = encode(tok, "\n\n")
+    stream = torch.tensor([i for e in encoded for i in e + sep], dtype=torch.int64)
     counts = np.bincount(stream.numpy(), minlength=VOCAB)
     top = np.sort(counts)[::-1][:1000].astype(float)
     slope = np.polyfit(np.log(np.arange(1, 1001)), np.log(np.maximum(top, 1)), 1)[0]
@@ -478,47 +493,51 @@ def main() -> None:
     # under greedy decoding, while one that has learnt to repeat continues a real prompt with
     # varied, Zipf-distributed real tokens - which is what a draft vocab needs to be built from.
     chunks = [(d, e[s : s + PROMPT]) for d, e in enumerate(encoded) for s in range(0, len(e) - PROMPT + 1, PROMPT)]
-    sep = tok.encode("\n\n")
     units = torch.tensor([c + sep + c + sep for _, c in chunks], dtype=torch.int64)  # [n_chunks, 2*(PROMPT+2)]
     print(f"target trains on {len(chunks):,} repeat units of {units.shape[1]} tokens")
     target = train_target(units, args.target_steps)
-    val_docs = {d for d in range(len(encoded)) if d % 6 == 0}  # every sixth docstring forms the val split
-    tr = [c + sep for d, c in chunks if d not in val_docs]
-    va = [c + sep for d, c in chunks if d in val_docs]
+    target_dir = save_target(out, target, tok)
+    diff = check_conversion(target, target_dir, units[:8])
+    print(f"saved {target_dir} as a Hugging Face Llama (logits within {diff:.1e} of the trained model)")
+
+    # prompts: text of 24-token chunks; val and held-out prompts come from docstrings (every
+    # sixth) that no train prompt comes from
+    val_docs = {d for d in range(len(encoded)) if d % 6 == 0}
+    tr = [tok.decode(c) for d, c in chunks if d not in val_docs]
+    va = [tok.decode(c) for d, c in chunks if d in val_docs]
     g = torch.Generator().manual_seed(SEED + 4)
     tr = [tr[i] for i in torch.randperm(len(tr), generator=g)[:N_TRAIN].tolist()]
-    va = [va[i] for i in torch.randperm(len(va), generator=g)[:N_VAL].tolist()]
-    data = generate(target, torch.tensor(tr + va, dtype=torch.int64))
-    sel = tr + va
-    copied = float((data['input_ids'][:, PROMPT + 2 : 2 * PROMPT + 2] == data['input_ids'][:, :PROMPT]).float().mean())
-    print(f'target repeats its prompt token for token in {copied:.1%} of positions')
-    train = {k: v[:N_TRAIN] for k, v in data.items()}
-    val = {k: v[N_TRAIN:] for k, v in data.items()}
-    distinct = len({tuple(r.tolist()) for r in data["input_ids"][:, PROMPT:]})
-    gen_ids = data["input_ids"][:, PROMPT:]
-    print(f"generated {len(sel)} sequences of {SEQ} tokens ({distinct} distinct continuations, "
-          f"{len(torch.unique(gen_ids))} distinct generated tokens)")
-    for row in data["input_ids"][:3]:
-        print("  ", repr(tok.decode(row[:PROMPT].tolist())), "->", repr(tok.decode(row[PROMPT:].tolist())))
+    perm = torch.randperm(len(va), generator=g).tolist()
+    held = [va[i] for i in perm[N_VAL : N_VAL + N_HELD]]
+    va = [va[i] for i in perm[:N_VAL]]
+    prompts = {"train": out / "prompts" / "train.jsonl", "val": out / "prompts" / "val.jsonl"}
+    write_prompts(prompts["train"], tr)
+    write_prompts(prompts["val"], va)
+    write_prompts(out / "prompts.jsonl", held)
+    print(f"prompts: {len(tr)} train, {len(va)} val, {len(held)} held out (prompts.jsonl)")
 
     hs = out / "tiny_hidden_states"
-    if hs.exists():
-        shutil.rmtree(hs)
-    write_samples(hs / "train", train, gz=False)
-    write_samples(hs / "val", val, gz=True)
+    for split in ("train", "val"):  # the target answers each prompt greedily; its states are captured
+        capture_split(Path(os.path.relpath(target_dir)), Path(os.path.relpath(prompts[split])), hs / split,
+                      gz=split == "val")
+    train, val = stack_samples(hs / "train"), stack_samples(hs / "val")
+    gen_ids = train["input_ids"][train["loss_mask"] == 1]
+    print(f"captured {len(train['input_ids'])} + {len(val['input_ids'])} samples; {len(torch.unique(gen_ids))} "
+          f"distinct generated tokens")
+    row = train["input_ids"][0][: int(train["loss_mask"][0].sum() + (train["loss_mask"][0] == 0).sum())]
+    print("  ", repr(tok.decode(row.tolist())))
 
-    freqs = torch.bincount(train["input_ids"][train["loss_mask"] == 1], minlength=VOCAB)
+    freqs = torch.bincount(gen_ids, minlength=VOCAB)
     mapping = build_from_frequencies(freqs, DRAFT_VOCAB, VOCAB)
     kept = mapping.targets("offset")
     cover = float(torch.isin(val["input_ids"][val["loss_mask"] == 1], kept).float().mean())
     print(f"draft vocab {DRAFT_VOCAB} of {VOCAB}; val coverage {cover:.1%}; leading zeros {mapping.leading_zero_run}")
 
-    draft = train_draft(target, train, kept, args.draft_epochs)
+    head = open_checkpoint(target_dir).tensors.get("lm_head.weight", "cpu", torch.float32)
+    draft = train_draft(target, head, train, kept, args.draft_epochs)
     save_drafts(out, draft, mapping)
-    save_target(out, target, tok)
-    fold_final_norm(out)
     for split in ("train", "val"):
-        acc = quick_accuracy(out / "tiny_draft_sglang", hs / split, out / "tiny_target")
+        acc = quick_accuracy(out / "tiny_draft_sglang", hs / split, target_dir)
         print(f"{split}: top-1 (offset reading) {acc['top1_token']:.2%} vs token t+2, "
               f"{acc['top1_target_argmax']:.2%} vs target argmax, {acc['tokens']} tokens")
     print(f"done in {time.time() - t0:.0f} s")

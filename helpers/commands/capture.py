@@ -1,0 +1,82 @@
+"""`capture TARGET --prompts FILE -o DIR`: hidden states from a Hugging Face target, SpecForge's layout."""
+from __future__ import annotations
+
+import json
+
+from ..errors import BadInputError
+from . import _options
+
+HELP = "run a Hugging Face target over prompts and save the hidden states an EAGLE-3 draft reads"
+DESCRIPTION = """\
+Load TARGET (a Hugging Face causal-LM folder: config.json, weights, tokenizer) with transformers,
+tokenize each record of --prompts (JSONL: {"prompt": ...}, {"messages": [...]} OpenAI chat, or
+{"conversations": [...]} ShareGPT) with the tokenizer's chat template, and save for each record
+the dict SpecForge's offline trainer reads: input_ids, loss_mask (1 exactly on assistant tokens),
+hidden_state (the last hidden state, after the target's final norm) and aux_hidden_state (the
+inputs of three decoder layers, concatenated), under OUT/rows_*/data_<i>.ckpt, plus a manifest
+OUT/capture.json (target and config hash, tokenizer, prompt file hash, layers, settings).
+
+Which layers: the draft's configured aux ids (--draft), --aux-layers, or the engines' default
+(inputs of layers 2, L//2, L-3), mapped the way the engine does it: --engine sglang adds 1 to
+configured ids (captures the input of layer id+1), --engine vllm uses them as given.
+
+--regenerate: the assistant part is the target's own greedy continuation of the prompt (what an
+engine verifies drafts against); without it each record's answer is teacher-forced.
+
+Resumable: re-run the same command after an interruption; finished files are skipped, files are
+written under a temporary name and renamed, a folder holding another capture is refused.
+The bundled target and prompts work by default:
+  d2t-lab capture data_samples/tiny_target --prompts data_samples/prompts.jsonl --regenerate -o captured/
+
+JSON (--json): out, written, skipped, tokens, manifest{...}.
+Exit 0 when done; 2 with one line on unusable input (a draft that does not fit the target included)."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("target", metavar="TARGET", help="Hugging Face model folder of the target")
+    p.add_argument("--prompts", metavar="FILE", required=True, help="JSONL prompt file")
+    _options.out(p, "output folder (created; an existing capture there is resumed)", required=True)
+    p.add_argument("--draft", metavar="CKPT", default=None,
+                   help="draft checkpoint: checked against the target (vocab, hidden size, embedding); its "
+                        "config's aux layer ids are used")
+    p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
+                   help="whose aux-layer convention to reproduce (default sglang)")
+    p.add_argument("--aux-layers", metavar="A,B,C", default=None,
+                   help="aux layer ids as a draft config states them (overrides the draft's)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="with --regenerate: tokens to generate (default 256)")
+    p.add_argument("--regenerate", action="store_true",
+                   help="let the target answer each prompt greedily instead of teacher-forcing the dataset's answer")
+    p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
+                   help="auto: the tokenizer's chat template when it has one (default); none: texts joined as they are")
+    _options.device_dtype(p)
+    p.add_argument("--batch-size", type=int, default=8, help="records per forward pass (default 8)")
+    p.add_argument("--max-samples", type=int, default=None, help="capture at most the first N records")
+    _options.json_flag(p)
+
+
+def parse_layers(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInputError(None, f"--aux-layers {text!r}: expected comma-separated integers, e.g. 1,3,4") from None
+
+
+def run(args) -> int:
+    from ..capture import capture
+    from ..devices import parse_dtype
+    from ..target import load_target
+
+    try:
+        parse_dtype(args.dtype)
+    except ValueError as e:
+        raise BadInputError(None, f"--dtype: {e}") from None
+    layers = parse_layers(args.aux_layers)
+    target = load_target(args.target, device=args.device, dtype=args.dtype)
+    result = capture(target, args.prompts, args.out, engine=args.engine, aux_layers=layers, draft=args.draft,
+                     regenerate=args.regenerate, max_new_tokens=args.max_new_tokens,
+                     chat_template=args.chat_template, batch_size=args.batch_size, max_samples=args.max_samples,
+                     progress=_options.show_progress(args))
+    print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+    return 0
