@@ -136,7 +136,8 @@ def check(n: int, answer) -> str:
     if n not in EXERCISES:
         return f"✗ there is no exercise {n}; exercises are {sorted(EXERCISES)}"
     if answer is None:
-        return f"✗ not answered yet (answer_{n} is None). Exercise {n}: {EXERCISES[n]}. {HINTS[n]}"
+        q = EXERCISES[n] if EXERCISES[n].endswith("?") else EXERCISES[n] + "."
+        return f"✗ not answered yet (answer_{n} is None). Exercise {n}: {q} {HINTS[n]}"
     canon = _canon(n, answer)
     if canon is None:
         return f"✗ wrong type: exercise {n} asks for {EXERCISES[n]}; got {type(answer).__name__} {answer!r}"
