@@ -181,6 +181,25 @@ def rate_for_report(r: dict) -> str:
     ])
 
 
+def log_conversion(summary: dict) -> dict:
+    """What a `LogTable.summary()` means on the common scale, under the log's own drafting line:
+    the per-token rate its mean accept length implies and the definition its accept rate fits."""
+    d = summary.get("drafting") or {}
+    drafting = drafting_for(d.get("steps"), d.get("topk"), d.get("draft_tokens"))
+    length, rate = summary.get("mean_accept_length"), summary.get("mean_accept_rate")
+    out = {"drafting": None if drafting is None else drafting.label, "per_token_rate": None,
+           "accept_rate_definition": None}
+    if drafting is not None and length is not None:
+        try:
+            out["per_token_rate"] = drafting.rate_for(length)
+        except ValueError:
+            pass
+    n = d.get("draft_tokens")
+    if "sglang" in summary.get("engines", []) and length is not None and rate is not None and n:
+        out["accept_rate_definition"] = sglang_rate_definition(length, rate, n)
+    return out
+
+
 # -- normalise a table ------------------------------------------------------------------------------
 def _sum(rows, key):
     vals = [r[key] for r in rows if r.get(key) is not None]
