@@ -242,6 +242,16 @@ def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
     return acc
 
 
+def normalise_for(table, settings) -> Acceptance:
+    """`normalise` with a `RunSettings`' drafting where the user or a log gave it; where it is only
+    the default, the source's own settings (SGLang's server info, a log's start-up line) win."""
+    src = settings.sources or {}
+    given = {name: value for name, value in (("steps", settings.steps), ("topk", settings.topk),
+                                             ("draft_tokens", settings.draft_tokens))
+             if value is not None and name in src and not src[name].startswith(("default", "steps + 1"))}
+    return normalise(table, **given)
+
+
 def _vllm(acc: Acceptance, rows, kind) -> list | None:
     if kind == "vllm-log":
         rows = [r for r in rows if r.get("drafts")]

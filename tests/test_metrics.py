@@ -310,3 +310,33 @@ def test_online_offline_figure(tmp_path):
     out = save_figure(ax.figure, tmp_path / "online_offline.png", source=str(SGLANG_LOG))
     png = [p for p in out if str(p).endswith(".png")][0]
     assert read_figure_metadata(png)
+
+
+def test_bundled_metrics_samples_convert_as_worked_by_hand():
+    # vLLM: 4000 drafts, 6640 accepted -> 2.66; positions 3000, 2160, 1480 / 4000
+    a = normalise(read_metrics(ROOT / "data_samples" / "metrics" / "vllm_metrics.txt"))
+    assert a.accept_length == pytest.approx(2.66) and a.per_position_unconditional == pytest.approx([0.75, 0.54, 0.37])
+    # SGLang: 285 tokens / 150 verifies = 1.9; pooled histogram [60, 55, 25, 10] -> 90, 35, 10 of 150
+    b = normalise(read_metrics(ROOT / "data_samples" / "metrics" / "sglang_meta_info.jsonl"))
+    assert b.accept_length == pytest.approx(1.9)
+    assert b.per_position_unconditional == pytest.approx([0.6, 35 / 150, 10 / 150])
+    assert b.accept_length == pytest.approx(1 + sum(b.per_position_unconditional))
+
+
+@pytest.mark.slow
+def test_notebook_04_reads_metrics_and_says_not_given_without(tmp_path, run_notebook, notebooks_dir):
+    nb = notebooks_dir / "04_accept_length_simulation.ipynb"
+    out = tmp_path / "out"
+    metrics = ROOT / "data_samples" / "metrics" / "vllm_metrics.txt"
+    executed = run_notebook(nb, tmp_path / "a", {"output_dir": str(out), "metrics": str(metrics),
+                                                 "speculate_per_position": [0.74, 0.53, 0.36]})
+    text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "accept length (bonus token counted): 2.6600" in text
+    assert "Published reference values (from their publishers, not your data)" in text
+    assert (out / "online_vs_offline.png").exists()
+    numbers = json.loads((out / "numbers.json").read_text())
+    assert numbers["serving_metrics"]["per_position_unconditional"] == pytest.approx([0.75, 0.54, 0.37])
+    assert numbers["serving_metrics"]["diagnosis"]
+    executed = run_notebook(nb, tmp_path / "b", {"checkpoint": None, "samples": None, "logs": []})
+    text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "not given: no serving metrics" in text
