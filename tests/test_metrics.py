@@ -340,3 +340,25 @@ def test_notebook_04_reads_metrics_and_says_not_given_without(tmp_path, run_note
     executed = run_notebook(nb, tmp_path / "b", {"checkpoint": None, "samples": None, "logs": []})
     text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "not given: no serving metrics" in text
+
+
+def test_report_refuses_a_metrics_source_that_does_not_read(cli, tmp_path, samples_dir):
+    bad = tmp_path / "metrics.txt"
+    bad.write_text('vllm:spec_decode_num_drafts_total{engine="0"} 1x0\n')
+    r = cli("report", samples_dir / "kimi_k25_mapping", "-o", tmp_path / "out", "--metrics", bad)
+    assert r.returncode == 2 and "no speculative-decoding figure reads" in r.stderr
+    assert not (tmp_path / "out" / "notebooks").exists()
+
+
+def test_summary_lists_metrics_as_an_input_and_labels_references():
+    from helpers.settings import RunSettings
+    from helpers.summary import _accept_section, _inputs_section
+
+    s = RunSettings(checkpoint="ck", metrics="http://h:8000/metrics")
+    summary = {"numbers": {"skipped": {k: "not given" for k in ("samples", "target_head", "target_config", "embed_from",
+                                                                "logs", "baseline_tps", "spec_tps")}},
+               "settings": {"drafting": "chain, 3 tokens"}}
+    assert any("serving metrics | `http://h:8000/metrics`" in line for line in _inputs_section(s, summary))
+    lines = _accept_section({"serving_metrics": {"kind": "vllm-prometheus", "accept_length": 2.66, "per_token_rate": 0.732,
+                                                 "drafting": "chain, 3 tokens", "reference_placement": "Your 2.66 ..."}})
+    assert any("published reference values (not your data)" in line for line in lines)
