@@ -308,6 +308,9 @@ def test_online_offline_figure(tmp_path):
     ax = plot_online_offline(online, [0.8, 0.7, 0.6], measured=[0.78, 0.55, 0.33], diagnosis=text)
     assert len(ax.lines) == 3 and "serving mismatch" in ax.get_title(loc="left").replace("\n", " ")
     out = save_figure(ax.figure, tmp_path / "online_offline.png", source=str(SGLANG_LOG))
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)
     png = [p for p in out if str(p).endswith(".png")][0]
     assert read_figure_metadata(png)
 
