@@ -231,6 +231,7 @@ class LogTable:
     garbled: int  # recognised lines with a number that does not read (skipped)
     garbled_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
     context: int = 0  # vLLM engine stats lines whose throughput went onto the next row
+    drafting: dict = field(default_factory=dict)  # the start-up line's settings (`drafting_from_line`), {} if none
 
     @property
     def parsed(self) -> int:
@@ -285,6 +286,10 @@ class LogTable:
             f"  throughput:    mean {f(s['mean_throughput'], '.1f')} tok/s",
             f"  time:          {s['first_time'] or '-'} .. {s['last_time'] or '-'}",
         ]
+        d = s["drafting"]
+        if d:
+            lines.append(f"  drafting:      steps {d.get('steps', '-')}, topk {d.get('topk', '-')}, draft tokens "
+                         f"{d.get('draft_tokens', '-')} (from the log's {d['source']} line)")
         lines += [f"  garbled line {g['line']}: {g['reason']}" for g in s["garbled_lines"][:10]]
         return "\n".join(lines)
 
@@ -312,6 +317,7 @@ class LogTable:
             "mean_throughput": mean("throughput"),
             "first_time": str(min(times)) if times else None,
             "last_time": str(max(times)) if times else None,
+            "drafting": dict(self.drafting),
         }
 
 
@@ -331,6 +337,7 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
     rows, garbled, unrecognised, total, context = [], [], 0, 0, 0
     last_vllm_month = None
     pending = None  # the last vLLM engine stats line, waiting for its SpecDecoding line
+    drafting = {}
     for n, line in enumerate(lines, start=1):
         total += 1
         try:
@@ -340,6 +347,8 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
             continue
         if row is None:
             unrecognised += 1
+            if not drafting:
+                drafting = drafting_from_line(line)
             continue
         if row.pop("kind", None) == "stats":
             context += 1
@@ -359,7 +368,7 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
         row["line"] = n
         rows.append(row)
     return LogTable(path=path, rows=rows, total=total, unrecognised=unrecognised,
-                    garbled=len(garbled), garbled_lines=garbled, context=context)
+                    garbled=len(garbled), garbled_lines=garbled, context=context, drafting=drafting)
 
 
 def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:

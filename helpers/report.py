@@ -223,7 +223,13 @@ def validate(settings: RunSettings) -> RunSettings:
             raise BadInputError(None, f"--{name.replace('_', '-')} must be a positive tokens/s figure, got {value}")
     if s.max_samples is not None and s.max_samples < 1:
         raise BadInputError(None, f"--max-samples must be at least 1, got {s.max_samples}")
-    return s.with_(checkpoint=checkpoint, logs=logs, **paths)
+    metrics = s.metrics
+    if metrics:
+        from .metrics import is_url, read_metrics
+
+        metrics = metrics if is_url(metrics) else _existing(metrics, "metrics file")
+        read_metrics(metrics)  # a source with no figure that reads is refused here, not in notebook 04
+    return s.with_(checkpoint=checkpoint, logs=logs, metrics=metrics, **paths)
 
 
 def _check_out(out: Path, s: RunSettings) -> None:

@@ -37,6 +37,7 @@ class RunSettings:
     target_config: str | None = None
     engine: str = "all"
     logs: tuple[str, ...] = ()
+    metrics: str | None = None  # a serving-metrics file or URL (`helpers.metrics.read_metrics`)
     steps: int = DEFAULT_STEPS
     topk: int = DEFAULT_TOPK
     draft_tokens: int | None = None

@@ -278,7 +278,12 @@ class Simulation(dict):
             f"  Monte Carlo:            {r['monte_carlo_mean']:.4f} ± {r['monte_carlo_stderr']:.4f} "
             f"(1 s.e., {r['trials']:,} trials, z = {r['z']:+.2f})",
             "  distribution: " + ", ".join(f"{k}: {v:.3f}" for k, v in r["distribution"].items() if v > 0),
-        ])
+        ] + ([] if "sglang_accept_rate" not in r else [
+            f"  SGLang's log would print accept rate {r['sglang_accept_rate']['length/N']:.3f} (accept length / "
+            f"num_draft_tokens) or {r['sglang_accept_rate']['(length-1)/(N-1)']:.3f} (accepted drafts / "
+            "(num_draft_tokens - 1)), by build: not a per-token rate. A measured accept length back to a "
+            "per-token rate: d2t-lab rate-for.",
+        ]))
 
 
 def simulation(accept_rate, draft_tokens: int, topk: int | None = None, steps: int | None = None,
@@ -299,6 +304,9 @@ def simulation(accept_rate, draft_tokens: int, topk: int | None = None, steps: i
     else:
         exact, kind = chain_expected(accept_rate, draft_tokens), "chain"
         mc = simulate_chain(accept_rate, draft_tokens, trials=trials)
+    n = draft_tokens if kind == "tree" else draft_tokens + 1  # SGLang's num_draft_tokens counts the root
+    if n > 1:  # the same accept length as SGLang's log states its rate (two definitions, by build)
+        extra["sglang_accept_rate"] = {"length/N": exact / n, "(length-1)/(N-1)": (exact - 1) / (n - 1)}
     return Simulation(
         mode=kind, accept_rate=accept_rate, draft_tokens=draft_tokens, topk=topk, steps=steps,
         expected_accept_length=exact, monte_carlo_mean=mc.mean, monte_carlo_stderr=mc.stderr, trials=mc.trials,

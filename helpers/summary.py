@@ -15,6 +15,7 @@ from .settings import RunSettings
 NOT_GIVEN = {
     "samples": "not given: pass --samples DIR (SpecForge hidden states) to score the draft and replay it",
     "logs": "not given: pass --log FILE to compare with serving logs",
+    "metrics": "not given: pass --metrics FILE|URL to read serving metrics (vLLM /metrics, SGLang /get_server_info, meta_info)",
     "target_head": "not given: pass --target-head DIR to also score against the target's own argmax",
     "target_config": "not given: pass --target-config FILE for the doctor's aux-layer and size checks",
     "embed_from": "not given (needed only when the draft has no embed_tokens): --embed-from DIR",
@@ -62,6 +63,8 @@ def summary_dict(s: RunSettings, runs, env: dict) -> dict:
             "draft_tokens": d["draft_tokens"], "steps": d["steps"], "topk": d["topk"], "drafting": d["label"],
             "expected": nb04["predicted"], "expected_chain": nb04["predicted_chain"],
         }
+    if nb04.get("serving_metrics"):
+        numbers["serving_metrics"] = nb04["serving_metrics"]
     for key, name in (("measured", "measured"), ("measured_tps", "measured_tps"), ("throughput", "throughput"),
                       ("conclusion", "accept_length_conclusion"), ("status", "accept_length_status")):
         if nb04.get(key) is not None:
@@ -135,6 +138,7 @@ def _inputs_section(s: RunSettings, summary: dict) -> list[str]:
                        ("embed_from", "embed_tokens from")):
         rows.append((label, f"`{getattr(s, key)}`" if getattr(s, key) else skipped[key]))
     rows.append(("serving logs", ", ".join(f"`{p}`" for p in s.logs) if s.logs else skipped["logs"]))
+    rows.append(("serving metrics", f"`{s.metrics}`" if s.metrics else skipped["metrics"]))
     drafting = summary["settings"]["drafting"]
     rows.append(("drafting", f"{drafting} - steps {s.steps} ({src.get('steps', 'given')}), top-k {s.topk} "
                  f"({src.get('topk', 'given')}), draft tokens {s.num_draft_tokens} ({src.get('draft_tokens', 'given')})"))
@@ -176,6 +180,16 @@ def _accept_section(n: dict) -> list[str]:
                  f"over {r['positions']:,} positions" + (f" ({per})" if per else ""))
     if n.get("measured") is not None:
         L.append(f"- measured accept length (serving logs): **{n['measured']:.2f}**")
+    sm = n.get("serving_metrics")
+    if sm and sm.get("accept_length") is not None:
+        rate = "" if sm.get("per_token_rate") is None else f", per-token rate {sm['per_token_rate']:.3f} under {sm['drafting']}"
+        L.append(f"- serving metrics ({sm['kind']}): accept length **{sm['accept_length']:.2f}**{rate}")
+        if sm.get("per_position_unconditional"):
+            L.append("  - per position (unconditional): " + ", ".join(f"{x:.3f}" for x in sm["per_position_unconditional"]))
+        if sm.get("diagnosis"):
+            L.append(f"  - online against offline: {sm['diagnosis']}")
+        if sm.get("reference_placement"):
+            L.append(f"  - published reference values (not your data): {sm['reference_placement']}")
     tp = n.get("throughput")
     if tp:
         L.append(f"- throughput: step cost {tp['step_cost']:.2f} decode steps, break-even accept length "
@@ -207,7 +221,7 @@ def summary_markdown(s: RunSettings, runs, summary: dict, env: dict) -> str:
     if n.get("accuracy", {}).get("conclusion"):
         L += ["", f"**Conclusion:** {n['accuracy']['conclusion']}"]
     L += ["", "## Accept length (notebook 04)", ""] + _accept_section(n)
-    L += [f"- {what.replace('_', ' ')}: {n['skipped'][what]}" for what in ("samples", "logs", "baseline_tps")
+    L += [f"- {what.replace('_', ' ')}: {n['skipped'][what]}" for what in ("samples", "logs", "metrics", "baseline_tps")
           if what in n["skipped"]]
     for what, err in n["errors"].items():
         L.append(f"- **{what}** unavailable: {err}")

@@ -111,8 +111,8 @@ def test_plots_modules_import_one_way():
 
     allowed = {
         "style": set(), "provenance": {"style"}, "mapping": {"style", "provenance"},
-        "accuracy": {"style"}, "speculation": {"style"}, "findings": {"style"},
-        "__init__": {"style", "provenance", "mapping", "accuracy", "speculation", "findings"},
+        "accuracy": {"style"}, "speculation": {"style"}, "serving": {"style"}, "findings": {"style"},
+        "__init__": {"style", "provenance", "mapping", "accuracy", "speculation", "serving", "findings"},
     }
     outside_ok = {"helpers", "helpers.mapping", "helpers.errors", "helpers.checkpoint"}
     folder = helpers.__path__[0] + "/plots"

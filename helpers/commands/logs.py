@@ -16,6 +16,9 @@ older 'Decode batch. ... accept len: X, ...') or vLLM ('SpecDecoding metrics: Me
 length: X, ...', with the generation tok/s of the engine stats line before it). Prints counts,
 mean accept length, acceptance rate and throughput; lines it does not recognise are counted and
 skipped, and a recognised line whose numbers do not read is counted as garbled and skipped.
+The drafting settings on the log's start-up line (SGLang's server_args=..., vLLM's
+num_speculative_tokens) are read and used: the per-token rate the mean accept length implies
+under them, and which definition SGLang's accept rate follows in this build.
 
 --json: the summary plus every parsed row. --plot OUT.png: accept length over time (the suffix
 picks the format: .png, .svg, .pdf, ...; an existing file is replaced), with a caption line and
@@ -69,5 +72,19 @@ def run(args) -> int:
     log = read_log(args.file)
     if plot is not None:
         save_plot(log, plot)
-    print(json.dumps(log.to_json(), indent=2) if args.json else log.report())
+    from ..acceptance import log_conversion
+
+    conv = log_conversion(log.summary())
+    if args.json:
+        print(json.dumps({**log.to_json(), "conversion": conv}, indent=2))
+        return 0
+    print(log.report())
+    s = log.summary()
+    if conv["per_token_rate"] is not None:
+        print(f"  per-token rate: {conv['per_token_rate']:.3f} implied by mean accept length "
+              f"{s['mean_accept_length']:.3f} under {conv['drafting']} (d2t-lab rate-for)")
+    if conv["accept_rate_definition"]:
+        what = ("accept length / num_draft_tokens" if conv["accept_rate_definition"] == "length/N"
+                else "accepted drafts / (num_draft_tokens - 1)")
+        print(f"  accept rate:   this build prints {what}: not a per-token rate, do not give it to simulate")
     return 0

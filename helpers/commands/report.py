@@ -36,6 +36,8 @@ def add_arguments(p) -> None:
                    help="SpecForge hidden-state folder (rows_*/data_*.ckpt; may hold train/ and val/)")
     g.add_argument("--log", metavar="LOG", action="append", default=[], dest="logs",
                    help="an SGLang or vLLM serving log (repeatable)")
+    g.add_argument("--metrics", metavar="FILE|URL", default=None,
+                   help="serving metrics: a /metrics or /get_server_info URL, or a saved file (see `d2t-lab metrics`)")
     g.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
     g.add_argument("--embed-from", default=None, help="embed_tokens for a draft that has none (the target's weights folder)")
     g.add_argument("--target-config", default=None, help="the target's config.json, for the doctor's aux-layer check")
@@ -58,7 +60,7 @@ def add_arguments(p) -> None:
 def settings_from_args(args) -> RunSettings:
     s = RunSettings(
         checkpoint=args.checkpoint, samples=args.samples, embed_from=args.embed_from, target_head=args.target_head,
-        target_config=args.target_config, engine=args.engine, logs=tuple(args.logs), baseline_tps=args.baseline_tps,
+        target_config=args.target_config, engine=args.engine, logs=tuple(args.logs), metrics=args.metrics, baseline_tps=args.baseline_tps,
         spec_tps=args.spec_tps, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
     )
     try:

@@ -20,6 +20,7 @@ The modules, each usable through this package's names (`plots.plot_staircase`, `
     mapping      the mapping figures (staircase, histograms, coverage, readings) and the standard set
     accuracy     accuracy_table, plot_accuracy, plot_step_accuracy
     speculation  accept-length distribution, throughput, accept length over time, prediction curve
+    serving      per-position acceptance from serving against the offline figures
     findings     plot_findings (the doctor's findings grid)
 
 `plots.style` is the context manager `style()`, not the module of that name: the package binds
@@ -50,6 +51,7 @@ from .provenance import (
     read_figure_metadata,
     save_figure,
 )
+from .serving import plot_online_offline
 from .speculation import (
     plot_accept_length_over_time,
     plot_accept_lengths,
@@ -74,6 +76,8 @@ __all__ = [
     "accuracy_table", "plot_accuracy", "plot_step_accuracy",
     # speculation
     "plot_accept_length_over_time", "plot_accept_lengths", "plot_prediction_curve", "plot_throughput",
+    # serving
+    "plot_online_offline",
     # findings
     "SEVERITY_COLORS", "plot_findings",
 ]

@@ -1,0 +1,60 @@
+"""`metrics SOURCE [--interval S] [--json] [-o OUT]`: serving / training acceptance on one scale."""
+from __future__ import annotations
+
+import json
+
+from . import _options
+
+HELP = "read acceptance from a /metrics URL or file, /get_server_info, meta_info JSONL, a log or a SpecForge log"
+DESCRIPTION = """\
+Read speculative-decoding acceptance from wherever it was recorded and put it on one scale:
+accept length with the bonus token, the per-token rate that length implies under the drafting
+settings, and per-position acceptance both unconditional (the chance a draft reaches position j,
+what vLLM reports) and conditional (given position j-1 was accepted). Each source's own definition
+is printed with it.
+
+SOURCE is a URL or a file:
+  http://HOST:PORT[/metrics]     vLLM counters vllm:spec_decode_* or SGLang gauges sglang:spec_accept_*
+  http://HOST:PORT/get_server_info   SGLang: internal_states[i].avg_spec_accept_length per DP rank
+  FILE  a saved /metrics text, a /get_server_info JSON, a JSONL of SGLang responses (meta_info) or of
+        vLLM per-request counts (num_drafts, num_accepted_tokens, ...), an SGLang/vLLM server log,
+        or a SpecForge training log (acc_i, simulated_acc_len).
+--interval S (a URL): scrape twice S seconds apart and use the counters' difference (vLLM's
+counters count from server start; the difference is what the traffic in between did).
+Drafting settings: --steps/--topk/--draft-tokens, else what the source states (SGLang's
+server_args line or server info, vLLM's num_speculative_tokens), else a chain as long as the
+positions reported. Lines or samples that are recognised but do not read are counted and listed
+as garbled, never guessed; counters the source lacks are listed as missing.
+-o OUT writes the --json object to OUT. Exit 2 with one line when nothing in SOURCE reads."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("source", metavar="SOURCE", help="a URL (/metrics or /get_server_info) or a file")
+    p.add_argument("--interval", type=float, default=None, metavar="S",
+                   help="URL only: scrape twice, S seconds apart, and difference the counters")
+    p.add_argument("--steps", type=int, default=None, help="drafting depth (SGLang --speculative-num-steps)")
+    p.add_argument("--topk", type=int, default=None, help="SGLang --speculative-eagle-topk (1: a chain)")
+    p.add_argument("--draft-tokens", type=int, default=None, help="SGLang --speculative-num-draft-tokens (root counted)")
+    _options.json_flag(p, "print one JSON object: the common scale and the rows read")
+    _options.out(p, "also write the JSON object to this file")
+
+
+def run(args) -> int:
+    from ..acceptance import normalise
+    from ..errors import BadInputError
+    from ..metrics import read_metrics
+    from ..outputs import output_file
+
+    out = output_file(args.out, "metrics JSON") if args.out else None
+    if args.interval is not None and not args.interval > 0:
+        raise BadInputError(None, f"--interval must be a positive number of seconds, got {args.interval}")
+    table = read_metrics(args.source, interval=args.interval)
+    acc = normalise(table, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
+    obj = {**acc.to_dict(), "reading": table.to_json()}
+    if out is not None:
+        try:
+            out.write_text(json.dumps(obj, indent=2) + "\n")
+        except OSError as e:
+            raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
+    print(json.dumps(obj, indent=2) if args.json else acc.report())
+    return 0

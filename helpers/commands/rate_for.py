@@ -1,0 +1,42 @@
+"""`rate-for --accept-length L --draft-tokens K [--topk T --steps S]`: accept length -> per-token rate."""
+from __future__ import annotations
+
+import json
+import sys
+
+from . import _options
+
+NAME = "rate-for"
+HELP = "the per-token acceptance rate a measured accept length implies (chain or SGLang tree)"
+DESCRIPTION = """\
+The inverse of `simulate`: the single per-token acceptance rate A whose exact expected accept
+length, under the drafting given, equals the measured L (bonus token counted, as engines print
+it). Found by bisection on the same closed form (chain) or exact tree expectation `simulate` uses.
+
+Chain (no --topk/--steps): K drafted tokens. Tree (--topk T --steps S): K is SGLang's
+--speculative-num-draft-tokens, which counts the root.
+Also prints the `accept rate` SGLang's log would show for L under its two definitions (accept
+length / num_draft_tokens, or accepted drafts / (num_draft_tokens - 1)): neither is a per-token
+rate, so never feed a logged accept rate to `simulate --accept-rate`.
+
+Example: d2t-lab rate-for --accept-length 1.91 --draft-tokens 16 --topk 4 --steps 5   (A ~ 0.21)"""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--accept-length", type=float, required=True, help="measured accept length L (>= 1, bonus counted)")
+    p.add_argument("--draft-tokens", type=int, required=True, help="chain: drafted tokens K; tree: SGLang's num-draft-tokens")
+    p.add_argument("--topk", type=int, default=None, help="tree drafting: SGLang --speculative-eagle-topk")
+    p.add_argument("--steps", type=int, default=None, help="tree drafting: SGLang --speculative-num-steps")
+    _options.json_flag(p)
+
+
+def run(args) -> int:
+    from ..acceptance import rate_for, rate_for_report
+
+    try:
+        r = rate_for(args.accept_length, args.draft_tokens, args.topk, args.steps)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(r, indent=2) if args.json else rate_for_report(r))
+    return 0
