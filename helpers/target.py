@@ -131,6 +131,7 @@ def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_ma
     _weights(path)
     device_map = device_map or _placement(path, device, dtype)
     hf_logging.set_verbosity_error()  # the kit prints its own messages
+    hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, device_map=device_map or None, low_cpu_mem_usage=True)

@@ -66,6 +66,7 @@ def parse_layers(text: str | None) -> list[int] | None:
 def run(args) -> int:
     from ..capture import capture
     from ..devices import parse_dtype
+    from ..prompts import count_prompts
     from ..target import load_target
 
     try:
@@ -73,6 +74,7 @@ def run(args) -> int:
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
     layers = parse_layers(args.aux_layers)
+    count_prompts(args.prompts, args.max_samples)  # a bad prompt file fails before the target loads
     target = load_target(args.target, device=args.device, dtype=args.dtype)
     result = capture(target, args.prompts, args.out, engine=args.engine, aux_layers=layers, draft=args.draft,
                      regenerate=args.regenerate, max_new_tokens=args.max_new_tokens,
