@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from .chat import encode_conversation, prompt_ids, uses_template
+from .distributed import SINGLE, Ranks, barrier, sum_counts
 from .errors import BadInputError
 from .prompts import Conversation, count_prompts, file_sha256, read_prompts
 from .samples import sample_path, write_sample
@@ -100,18 +101,28 @@ def _check_resume(out: Path, manifest: dict) -> None:
                             "choose another -o folder or remove this one")
 
 
-def _batches(records: Iterator[Conversation], out: Path, size: int, skipped: list) -> Iterator[list[Conversation]]:
-    batch = []
+def _batches(records: Iterator[Conversation], out: Path, size: int, ranks: Ranks,
+             skipped: list) -> Iterator[list[Conversation]]:
+    """Batch k holds records k*size .. k*size+size-1 (fixed, so a resumed or sharded run computes
+    every sample in the same batch as a whole run: the same numbers); it is rank k % world's, and
+    skipped when all its files exist."""
+    def emit(batch, k):
+        if not ranks.takes(k):
+            return
+        done = [rec.index for rec in batch if sample_path(out, rec.index).is_file()]
+        if len(done) == len(batch):
+            skipped.extend(done)
+            return
+        yield batch
+
+    batch, k = [], 0
     for rec in records:
-        if sample_path(out, rec.index).is_file():
-            skipped.append(rec.index)
-            continue
         batch.append(rec)
         if len(batch) == size:
-            yield batch
-            batch = []
+            yield from emit(batch, k)
+            batch, k = [], k + 1
     if batch:
-        yield batch
+        yield from emit(batch, k)
 
 
 def _pad(seqs: list[list[int]], pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,8 +196,12 @@ def resolve_aux_ids(aux_layers, draft, engine: str) -> tuple[list[int] | None, s
 
 def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=None, draft=None,
             regenerate: bool = False, max_new_tokens: int = 256, chat_template: str = "auto",
-            batch_size: int = 8, max_samples: int | None = None, progress: bool = False) -> CaptureResult:
-    """Capture hidden states for the records of `prompts` into `out` (see the module docstring)."""
+            batch_size: int = 8, max_samples: int | None = None, progress: bool = False,
+            ranks: Ranks = SINGLE) -> CaptureResult:
+    """Capture hidden states for the records of `prompts` into `out` (see the module docstring).
+
+    Under torchrun (`ranks`), batch k is rank k % world's; every rank writes its own files into
+    the shared `out`, rank 0 the manifest, and the counts are summed over ranks."""
     prompts, out = Path(prompts), Path(out)
     if engine not in ("sglang", "vllm"):
         raise BadInputError(None, f"--engine must be sglang or vllm for a capture, got {engine!r}")
@@ -207,29 +222,35 @@ def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=
     if out.exists() and not out.is_dir():
         raise BadInputError(out, "exists and is not a folder")
     _check_resume(out, manifest)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("rows_*/*.tmp"):  # left by a run killed while writing
-        stale.unlink()
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    if ranks.main:
+        out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob("rows_*/*.tmp"):  # left by a run killed while writing
+            stale.unlink()
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    barrier(ranks)
     result = CaptureResult(out, manifest)
     skipped: list[int] = []
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=records, desc="capture", unit="sample", disable=not progress)
+    bar = tqdm(total=-(-records // ranks.world), desc="capture", unit="sample", disable=not (progress and ranks.main))
     with HiddenStateCapture(target, layers) as cap:
-        for batch in _batches(read_prompts(prompts, max_samples), out, batch_size, skipped):
+        for batch in _batches(read_prompts(prompts, max_samples), out, batch_size, ranks, skipped):
             seqs = _sequences(target, batch, template, regenerate, max_new_tokens, prompts)
             aux, last = _forward(target, cap, [s for s, _ in seqs])
             for r, (rec, (s, m)) in enumerate(zip(batch, seqs)):
-                T = len(s)
                 path = sample_path(out, rec.index)
+                if path.is_file():  # finished before an interruption: kept as it is
+                    skipped.append(rec.index)
+                    continue
+                T = len(s)
                 write_sample(path, torch.tensor(s), torch.tensor(m), last[r, :T].to(STORAGE_DTYPE),
                              aux[r, :T].to(STORAGE_DTYPE))
                 result.files.append(path)
                 result.tokens += T
-            result.written += len(batch)
-            bar.update(len(batch) + len(skipped) - result.skipped)
-            result.skipped = len(skipped)
+                result.written += 1
+            bar.n = result.written + len(skipped)
+            bar.refresh()
     bar.close()
-    result.skipped = len(skipped)
+    result.written, result.skipped, result.tokens = (int(x) for x in sum_counts(
+        [result.written, len(skipped), result.tokens], ranks))
     return result

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from .devices import parse_dtype  # noqa: F401  (re-exported: callers import it from here)
+from .distributed import SINGLE
 from .errors import BadInputError
 from .eval_conclusion import (  # noqa: F401  (the thresholds are re-exported)
     ENGINE_READING,
@@ -209,6 +210,8 @@ def evaluate(
     mask_at: str = "label",
     hidden_normed: str = "auto",
     draft_config=None,
+    workers: int | None = None,
+    ranks=None,
 ) -> EvalResult:
     """Score a draft (path or loaded `Eagle3Draft`) over a samples folder under each reading.
 
@@ -232,6 +235,11 @@ def evaluate(
     head, the 'vs target argmax' figures then equal SpecForge's acc_j to the token. 'speculators'
     is speculators 0.9.0's rule: step j at t counts where loss_mask[t+1+j] is 1 (its shift_batch
     drops the first token with the last aux state).
+
+    `workers`: DataLoader worker processes reading sample files ahead of the draft (None: one
+    when there are 32 files or more, else none). `ranks` (`helpers.distributed.Ranks`, from
+    torchrun or a notebook's own process group): this process scores every world-th file and the
+    counts are summed over ranks, so every rank returns the whole run's result.
 
     `hidden_normed` ('yes' | 'no' | 'auto', with a target head): whether the samples'
     `hidden_state` is already after the target's final norm. SpecForge stores it after the norm
@@ -264,7 +272,8 @@ def evaluate(
         warnings.warn(notes[-1], stacklevel=2)
         readings = ["none"]
     counters = _count_splits(model, samples, readings, steps, topk, head, batch_size=batch_size,
-                             max_samples=max_samples, progress=progress, mask_at=mask_at)
+                             max_samples=max_samples, progress=progress, mask_at=mask_at, workers=workers,
+                             ranks=ranks or SINGLE)
     overall = counters.pop("all") if "all" in counters else merge_counters(list(counters.values()))
     return EvalResult(
         checkpoint=str(checkpoint) if not isinstance(checkpoint, torch.nn.Module)
@@ -328,7 +337,8 @@ def _target_head_for(target_head, model) -> TargetHead | None:
 
 
 def _count_splits(model, samples, readings, steps: int, topk: int, head: TargetHead | None, *,
-                  batch_size: int, max_samples: int | None, progress: bool, mask_at: str) -> dict:
+                  batch_size: int, max_samples: int | None, progress: bool, mask_at: str, workers=None,
+                  ranks=SINGLE) -> dict:
     """{split: ScoreCounter} for each split of `samples` ({'all': ...} when it has no train/val)."""
     _, vocab, draft_vocab = draft_sizes(model)
     sets, true = vocab_sets(model, readings, vocab, draft_vocab)
@@ -338,13 +348,26 @@ def _count_splits(model, samples, readings, steps: int, topk: int, head: TargetH
         cnt = ScoreCounter(readings, steps, sets, true, head is not None)
         for _, out in iter_batches(
             model, folder, steps=steps, readings=readings, topk=topk, batch_size=batch_size,
-            max_samples=max_samples, head=head, progress=progress, desc=f"scoring {split}", mask_at=mask_at,
+            max_samples=max_samples, head=head, progress=progress and ranks.main, desc=f"scoring {split}",
+            mask_at=mask_at, shard=(ranks.rank, ranks.world), workers=_workers(folder, max_samples, workers),
         ):
             cnt.add(*out)
+        cnt.all_reduce(ranks)
         if cnt.samples == 0:
             raise BadInputError(folder if isinstance(folder, (str, os.PathLike)) else None, "holds no samples to score")
         counters[split] = cnt
     return counters
+
+
+def _workers(folder, max_samples, workers) -> int:
+    """Reader processes for a folder: as asked, else one when it holds 32 files or more."""
+    if workers is not None:
+        return max(0, int(workers))
+    if not isinstance(folder, (str, os.PathLike)):
+        return 0
+    from .predict import _count_files
+
+    return 1 if (_count_files(folder, max_samples) or 0) >= 32 else 0
 
 
 def evaluate_settings(settings, **overrides) -> EvalResult:

@@ -214,11 +214,11 @@ def as_model(checkpoint, device=None, dtype=None, embed_from=None, draft_config=
                       draft_config=draft_config)
 
 
-def _as_samples(samples, max_samples, aux_width):
+def _as_samples(samples, max_samples, aux_width, shard=(0, 1), workers=0, pin_memory=False):
     if isinstance(samples, (str, os.PathLike)):
-        from .samples import iter_samples
+        from .samples import stream_samples
 
-        return iter_samples(samples, max_samples=max_samples, expect_aux_width=aux_width)
+        return stream_samples(samples, max_samples, aux_width, shard=shard, workers=workers, pin_memory=pin_memory)
     it = iter(samples)
     if max_samples is not None:
         import itertools
@@ -260,18 +260,23 @@ def _cpu_threads(model):
 
 
 def iter_batches(model, samples, *, steps, readings, topk, batch_size, max_samples, head, progress, desc,
-                 mask_at="label"):
-    """(batch of samples, `predict_batch`'s output) per batch, each sample checked against the draft."""
+                 mask_at="label", shard=(0, 1), workers=0):
+    """(batch of samples, `predict_batch`'s output) per batch, each sample checked against the draft.
+
+    `shard=(rank, world)` keeps every world-th sample file; `workers` read files ahead in
+    DataLoader worker processes (pinned memory when the draft is on a GPU)."""
     aux_w_cfg, vocab, _ = draft_sizes(model)
     aux_width = 3 * aux_w_cfg
     total = _count_files(samples, max_samples)
+    total = None if total is None else len(range(shard[0], total, shard[1]))
+    pin = model_info(model)[0].type == "cuda"
     from tqdm.auto import tqdm
 
     quiet = not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
     bar = tqdm(total=total, desc=desc, unit="sample", disable=quiet, leave=False)
 
     def checked():
-        for s in _as_samples(samples, max_samples, aux_width):
+        for s in _as_samples(samples, max_samples, aux_width, shard, workers, pin):
             _check_sample(s, aux_width, vocab, None if head is None else head.hidden_size)
             yield s
 

@@ -40,6 +40,11 @@ class Sample:
     def length(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def pin_memory(self) -> Sample:
+        """A copy in pinned memory (a DataLoader with pin_memory=True calls this)."""
+        return Sample(self.path, *(t.pin_memory() for t in (self.input_ids, self.loss_mask, self.hidden_state,
+                                                              self.aux_hidden_state)))
+
 
 def _num(p: Path) -> tuple:
     m = _DATA.match(p.name) or _ROWS.match(p.name)
@@ -216,3 +221,47 @@ def write_sample(path, input_ids, loss_mask, hidden_state, aux_hidden_state) -> 
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+class _Failed:
+    """A worker's BadInputError, carried back as a value (the main process raises it as it was)."""
+
+    def __init__(self, path, problem):
+        self.path, self.problem = path, problem
+
+
+class _SampleFiles(torch.utils.data.Dataset):
+    def __init__(self, files: list[Path], expect_aux_width: int | None):
+        self.files, self.width = files, expect_aux_width
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i):
+        try:
+            return load_sample(self.files[i], self.width)
+        except BadInputError as e:
+            return _Failed(e.path, e.problem)
+
+
+def stream_samples(folder, max_samples: int | None = None, expect_aux_width: int | None = None, *,
+                   shard: tuple[int, int] = (0, 1), workers: int = 0, pin_memory: bool = False) -> Iterator[Sample]:
+    """Checked samples in numeric order, like `iter_samples`, with two additions:
+
+    - `shard=(rank, world)`: only files i with i % world == rank (after `max_samples`);
+    - `workers > 0`: files are read and decompressed by that many `DataLoader` worker processes
+      while the caller computes on earlier ones (order kept; `pin_memory` for a GPU consumer).
+    """
+    rank, world = shard
+    files = sample_files(folder)[:max_samples][rank::world]
+    if workers <= 0 or len(files) < 2:
+        for f in files:
+            yield load_sample(f, expect_aux_width)
+        return
+    loader = torch.utils.data.DataLoader(_SampleFiles(files, expect_aux_width), batch_size=None, shuffle=False,
+                                         num_workers=min(workers, len(files)), pin_memory=pin_memory,
+                                         prefetch_factor=4, persistent_workers=False)
+    for item in loader:
+        if isinstance(item, _Failed):
+            raise BadInputError(item.path, item.problem)
+        yield item

@@ -86,6 +86,31 @@ class ScoreCounter:
                 c["t1"] += ((p[..., 0] == tlabels) & tm).sum((0, 1))
                 c["tn"] += tm.sum((0, 1))
 
+    def _flat(self) -> list:
+        parts = [self.n, torch.tensor([self.true_cov, self.samples])]
+        parts += [self.c[r][k] for r in self.readings for k in sorted(self.c[r])]
+        return parts
+
+    def all_reduce(self, ranks) -> None:
+        """Sum the counts over all ranks of a torchrun run (nothing happens in a single process)."""
+        if not ranks.distributed:
+            return
+        from .distributed import sum_counts
+
+        parts = self._flat()
+        total = sum_counts(torch.cat([p.reshape(-1).to(torch.int64) for p in parts]), ranks)
+        at = 0
+        out = []
+        for p in parts:
+            out.append(total[at : at + p.numel()].reshape(p.shape))
+            at += p.numel()
+        self.n, (self.true_cov, self.samples) = out[0], (int(out[1][0]), int(out[1][1]))
+        i = 2
+        for r in self.readings:
+            for k in sorted(self.c[r]):
+                self.c[r][k] = out[i]
+                i += 1
+
     def merge(self, other: ScoreCounter) -> ScoreCounter:
         out = ScoreCounter(self.readings, self.steps, self.vocab_sets, self.true_set, self.with_head)
         out.n, out.true_cov, out.samples = self.n + other.n, self.true_cov + other.true_cov, self.samples + other.samples

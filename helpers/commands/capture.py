@@ -25,6 +25,9 @@ engine verifies drafts against); without it each record's answer is teacher-forc
 
 Resumable: re-run the same command after an interruption; finished files are skipped, files are
 written under a temporary name and renamed, a folder holding another capture is refused.
+Under torchrun (torchrun --nproc-per-node N -m helpers capture ...) batch k goes to rank k % N,
+every rank writes its own files into the shared OUT, rank 0 prints; the files are the same as a
+single process writes.
 The bundled target and prompts work by default:
   d2t-lab capture data_samples/tiny_target --prompts data_samples/prompts.jsonl --regenerate -o captured/
 
@@ -66,6 +69,7 @@ def parse_layers(text: str | None) -> list[int] | None:
 def run(args) -> int:
     from ..capture import capture
     from ..devices import parse_dtype
+    from ..distributed import finish, from_env
     from ..prompts import count_prompts
     from ..target import load_target
 
@@ -75,10 +79,13 @@ def run(args) -> int:
         raise BadInputError(None, f"--dtype: {e}") from None
     layers = parse_layers(args.aux_layers)
     count_prompts(args.prompts, args.max_samples)  # a bad prompt file fails before the target loads
-    target = load_target(args.target, device=args.device, dtype=args.dtype)
+    ranks = from_env(args.device)  # under torchrun: this rank, its share of the batches
+    target = load_target(args.target, device=ranks.device(args.device), dtype=args.dtype)
     result = capture(target, args.prompts, args.out, engine=args.engine, aux_layers=layers, draft=args.draft,
                      regenerate=args.regenerate, max_new_tokens=args.max_new_tokens,
                      chat_template=args.chat_template, batch_size=args.batch_size, max_samples=args.max_samples,
-                     progress=_options.show_progress(args))
-    print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+                     progress=_options.show_progress(args), ranks=ranks)
+    if ranks.main:
+        print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+    finish(ranks)
     return 0

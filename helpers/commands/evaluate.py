@@ -26,6 +26,10 @@ in the draft vocab), readings{READING: {top1, topk, step_top1[], step_topk[], co
 covered_top1, covered_topk, tokens, target_top1, target_step_top1}}, splits{train, val: same
 shape}, diagnosis, conclusion.
 
+Under torchrun (torchrun --nproc-per-node N -m helpers evaluate ...) each rank scores every N-th
+sample file and the counts are summed (nccl on GPUs, gloo on CPU); rank 0 prints the same result
+a single process gives.
+
 Exit 0 when scored; 2 with one line on unusable input."""
 
 
@@ -38,6 +42,8 @@ def add_arguments(p) -> None:
     _options.device_dtype(p)
     p.add_argument("--max-samples", type=int, default=None, help="score at most N samples (per split)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default 8)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes reading sample files ahead of the draft (default: 1 from 32 files on, else 0)")
     _options.embed_from(p)
     p.add_argument("--draft-config", metavar="FILE", default=None,
                    help="the draft's config.json, for a checkpoint without one (a SpecForge trainer step folder: "
@@ -77,13 +83,19 @@ def run(args) -> int:
         parse_dtype(args.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
+    from ..distributed import finish, from_env
+
+    ranks = from_env(args.device)  # under torchrun: this rank's share of the files, counts summed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the result carries its warnings; printed below / in the JSON
         r = evaluate(
             args.checkpoint, args.samples, readings=readings, steps=args.steps, topk=args.topk,
-            device=args.device, dtype=args.dtype, max_samples=args.max_samples, embed_from=args.embed_from,
-            target_head=args.target_head, draft_config=args.draft_config, progress=_options.show_progress(args),
-            batch_size=args.batch_size, mask_at=args.mask_at, hidden_normed=args.hidden_normed,
+            device=ranks.device(args.device), dtype=args.dtype, max_samples=args.max_samples,
+            embed_from=args.embed_from, target_head=args.target_head, draft_config=args.draft_config,
+            progress=_options.show_progress(args), batch_size=args.batch_size, mask_at=args.mask_at,
+            hidden_normed=args.hidden_normed, workers=args.workers, ranks=ranks,
         )
-    print(json.dumps(r.to_dict(), indent=2) if args.json else r.report())
+    if ranks.main:
+        print(json.dumps(r.to_dict(), indent=2) if args.json else r.report())
+    finish(ranks)
     return 0
