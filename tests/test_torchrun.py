@@ -1,0 +1,92 @@
+"""The commands under `torchrun --nproc-per-node 2` (gloo on CPU): the same results as one process."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "data_samples"
+pytestmark = pytest.mark.slow
+ENV = os.environ | {"PYTHONPATH": os.fspath(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def _run(*args, ranks: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
+    if ranks == 1:
+        cmd = [sys.executable, "-m", "helpers", *map(str, args)]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", "0",
+               "-m", "helpers", *map(str, args)]
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {os.fspath(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_evaluate_two_ranks_equals_one_process():
+    args = ["evaluate", SAMPLES / "tiny_draft_sglang", "--samples", SAMPLES / "tiny_hidden_states", "--steps", "2",
+            "--device", "cpu", "--json"]
+    one, two = _run(*args), _run(*args, ranks=2)
+    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
+    a, b = json.loads(one.stdout), json.loads(two.stdout)  # only rank 0 printed: one JSON object
+    assert a == b
+    assert a["splits"]["train"]["samples_scored"] == 320 and a["splits"]["val"]["samples_scored"] == 64
+
+
+def test_capture_two_ranks_writes_the_same_bytes(tmp_path):
+    args = ["capture", SAMPLES / "tiny_target", "--prompts", SAMPLES / "prompts.jsonl", "--regenerate",
+            "--max-new-tokens", "6", "--batch-size", "3", "--device", "cpu", "--json"]
+    one = _run(*args, "-o", tmp_path / "one")
+    two = _run(*args, "-o", tmp_path / "two", ranks=2)
+    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
+    assert json.loads(one.stdout)["written"] == json.loads(two.stdout)["written"] == 32
+    a, b = _files(tmp_path / "one"), _files(tmp_path / "two")
+    assert len(a) == 33 and a == b  # 32 samples + capture.json, byte for byte
+
+
+def _rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of the worker with RANK=`rank` among the processes under `parent`."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            stat = (d / "stat").read_text().split()
+        except OSError:
+            continue
+        if int(stat[3]) == parent and f"RANK={rank}".encode() in env and b"LOCAL_RANK" in b"".join(env):
+            return int(d.name)
+    return None
+
+
+def test_a_killed_rank_is_named_and_the_rerun_resumes(tmp_path):
+    out = tmp_path / "o"
+    args = ["capture", SAMPLES / "tiny_target", "--prompts", SAMPLES / "prompts.jsonl", "--regenerate",
+            "--max-new-tokens", "24", "--batch-size", "1", "--device", "cpu", "-o", out]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+           "-m", "helpers", *map(str, args)]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.time() + 180
+    while time.time() < deadline and len(list(out.rglob("data_*.ckpt"))) < 4:
+        time.sleep(0.05)
+    victim = _rank_pid(proc.pid, 1)
+    assert victim is not None, "rank 1's process not found"
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    ours = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert ours and f"rank 1 (pid {victim}) of 2 stopped" in ours[0], err[-3000:]
+    done = len(list(out.rglob("data_*.ckpt")))
+    assert 0 < done < 32
+    again = _run(*args, "--json", ranks=2)
+    assert again.returncode == 0, again.stderr[-2000:]
+    res = json.loads(again.stdout)
+    assert res["skipped"] == done and res["written"] == 32 - done
+    assert len(list(out.rglob("data_*.ckpt"))) == 32 and not list(out.rglob("*.tmp"))
