@@ -245,9 +245,8 @@ def _say(e: Exception) -> str:
         return "cannot be read: no such revision"
     if isinstance(e, FileNotFoundError) or name == "EntryNotFoundError":
         return "no such file or folder on the server"
-    from .tensor_files import short_message
-
-    return f"cannot be read ({name}: {short_message(str(e), 120)})"
+    msg = " ".join(str(e).split())
+    return f"cannot be read ({name}: {msg[:117] + '...' if len(msg) > 120 else msg})"
 
 
 def _sync(remote: _Remote, folder: Path, old: dict | None, listing: dict) -> Path:

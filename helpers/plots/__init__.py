@@ -21,6 +21,7 @@ The modules, each usable through this package's names (`plots.plot_staircase`, `
     accuracy     accuracy_table, plot_accuracy, plot_step_accuracy
     speculation  accept-length distribution, throughput, accept length over time, prediction curve
     findings     plot_findings (the doctor's findings grid)
+    draft_diff   plot_draft_diff (what `d2t-lab diff` found: moved ids, lm_head agreement)
 
 `plots.style` is the context manager `style()`, not the module of that name: the package binds
 the function last, so `from helpers.plots import style` and `plots.style()` both get it. The
@@ -29,6 +30,7 @@ module is `sys.modules["helpers.plots.style"]` (or `from helpers.plots.style imp
 from __future__ import annotations
 
 from .accuracy import accuracy_table, plot_accuracy, plot_step_accuracy
+from .draft_diff import plot_draft_diff
 from .findings import SEVERITY_COLORS, plot_findings
 from .mapping import (
     STANDARD,
@@ -76,4 +78,6 @@ __all__ = [
     "plot_accept_length_over_time", "plot_accept_lengths", "plot_prediction_curve", "plot_throughput",
     # findings
     "SEVERITY_COLORS", "plot_findings",
+    # draft_diff
+    "plot_draft_diff",
 ]
