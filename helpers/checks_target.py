@@ -10,8 +10,9 @@ behaviour each rests on was read in the source (docs/doctor-findings.md names fi
 - `lm-head-borrowed`: SGLang borrows the target's lm_head exactly when `draft_vocab_size` is absent
   (`load_lm_head_from_target`): a trained head is then replaced, and a draft that ships no head
   but states `draft_vocab_size == vocab_size` keeps a random one.
-- `aux-layers` (config only): a count of aux ids other than 3, and ids that the two config places
-  (`eagle_config` / top level) give differently.
+- `aux-layers` (config and fc): a count of aux ids that does not match fc's input width, a
+  5-layer (any non-3) aux draft that older engines cannot build, and ids that the two config
+  places (`eagle_config` / top level) give differently.
 - with `--target`: `helpers.target_match.compare_to_target` -> `embed-mismatch` (another revision,
   or a constant factor such as Gemma's sqrt(hidden)), `context-length` (max_position_embeddings /
   RoPE shorter than the target's), and vocab / hidden / aux mismatches under their usual codes.
@@ -49,6 +50,11 @@ def check_algorithm(c: CheckContext, target_cfg: dict | None, algorithm: str | N
               f"{why} but it is served with the EAGLE (1/2) algorithm: the target captures no aux hidden states "
               "and SGLang's EAGLE-3 draft skips fc when the hidden width equals the embedding's; accept length ~1",
               f"serve with {_FLAGS}")
+    elif (c.ck.config or {}).get("eagle_config", {}).get("use_aux_hidden_state") is False and "sglang" in c.engines:
+        c.add("eagle3-as-eagle", "error",
+              f"{why} but eagle_config.use_aux_hidden_state is false: SGLang then captures no aux hidden states and "
+              "skips fc (the hidden width equals the embedding's); accept length ~1",
+              "remove use_aux_hidden_state: false from eagle_config (it is for heads trained on the last layer only)")
     elif non3:
         c.add("eagle3-as-eagle", "error",
               f"{why} but config.json architectures is {non3}, an EAGLE (1/2) class: the engine builds the EAGLE "
@@ -74,18 +80,29 @@ def check_head_borrow(c: CheckContext) -> None:
 
 
 def check_aux_config(c: CheckContext, target_cfg: dict | None) -> None:
-    """aux-layers from config.json alone: a count other than 3, and the two places disagreeing."""
+    """aux-layers from config.json and fc: the id count against fc's inputs, and the two places disagreeing."""
     cfg = c.ck.config or {}
     eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
     nested, top = eagle.get("eagle_aux_hidden_state_layer_ids"), cfg.get("eagle_aux_hidden_state_layer_ids")
     ids = aux_layer_ids(cfg)
-    if target_cfg is None:  # with a target config, helpers.checks_weights.check_aux says this per engine
-        for e in c.engines:
-            if ids[e] is not None and len(ids[e]) != 3:
-                c.add("aux-layers", "error",
-                      f"{ENGINE_NAMES[e]} reads {len(ids[e])} aux layer ids {ids[e]}, but EAGLE-3 feeds fc exactly 3 "
-                      "hidden states (fc and both engines' capture are built for 3)",
-                      "name exactly three aux layers (those the draft was trained on)")
+    fc, h = c.shape("fc.weight"), _target_hidden(c, target_cfg)
+    k = fc[1] // h if fc and len(fc) == 2 and h and fc[1] % h == 0 else None  # hidden states fc takes
+    for e in c.engines:
+        n = None if ids[e] is None else len(ids[e])
+        if n is not None and k is not None and n != k:
+            c.add("aux-layers", "error",
+                  f"{ENGINE_NAMES[e]} reads {n} aux layer ids {ids[e]}, but fc takes {k} x {_fmt(h)} inputs "
+                  f"({k} hidden states): the captured states do not fit fc",
+                  f"name the {k} aux layers the draft was trained on")
+        elif n is not None and n != 3 and k is None and target_cfg is None:
+            c.add("aux-layers", "error", f"{ENGINE_NAMES[e]} reads {n} aux layer ids {ids[e]}; EAGLE-3 feeds fc 3 "
+                  "hidden states", "name exactly three aux layers (those the draft was trained on)")
+    if k is not None and k != 3 and ids["sglang"] is not None and len(ids["sglang"]) == k:
+        c.add("aux-layers", "warning",
+              f"a {k}-layer aux draft (fc takes {k} hidden states): SGLang sizes fc from the id count only since "
+              "PR #24663 (May 2026); the engine versions read here (SGLang 03d5a777, vLLM 00bd1493) build fc for 3 "
+              "hidden states and cannot load it",
+              "serve with an SGLang release that includes PR #24663, or use a 3-layer draft")
     if isinstance(nested, list) and isinstance(top, list) and nested and top and list(nested) != list(top):
         c.add("aux-layers", "warning",
               f"eagle_config.eagle_aux_hidden_state_layer_ids {nested} and the top-level "

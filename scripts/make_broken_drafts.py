@@ -86,6 +86,16 @@ def _aux(nested=None, top=None):
     return f
 
 
+def _widen_fc(k):
+    def f(t):
+        fc = t["fc.weight"]
+        h = fc.shape[1] // 3
+        g = torch.Generator().manual_seed(3)
+        extra = (torch.randn(fc.shape[0], (k - 3) * h, generator=g) * fc.float().std()).to(fc.dtype)
+        t["fc.weight"] = torch.cat([fc, extra], dim=1)
+    return f
+
+
 def _full_vocab_head(t):
     del t["d2t"], t["t2d"]
     t["lm_head.weight"] = t["embed_tokens.weight"].clone()  # a trained full-vocab head
@@ -119,6 +129,9 @@ def build(out: Path) -> dict:
     d = _copy(DRAFT, out / "eagle1-architecture" / "draft", config=_set(architectures=["LlamaForCausalLMEagle"]))
     add("eagle1-architecture", "eagle3-as-eagle", "error", d)
     add("served-with-eagle-flag", "eagle3-as-eagle", "error", DRAFT, ["--algorithm", "eagle"])
+    d = _copy(DRAFT, out / "aux-states-switched-off" / "draft",
+              config=lambda c: c["eagle_config"].update(use_aux_hidden_state=False))
+    add("aux-states-switched-off", "eagle3-as-eagle", "error", d)
     d = _copy(DRAFT, out / "head-replaced-by-target" / "draft", tensors=_full_vocab_head,
               config=_unset("draft_vocab_size"))
     add("head-replaced-by-target", "lm-head-borrowed", "warning", d, ["--engine", "sglang"])
@@ -137,8 +150,10 @@ def build(out: Path) -> dict:
     add("aux-out-of-range", "aux-layers", "error", d, ["--target", str(TARGET)])
     d = _copy(DRAFT, out / "aux-places-differ" / "draft", config=_aux(nested=[1, 3, 4], top=[2, 4, 6]))
     add("aux-places-differ", "aux-layers", "warning", d)
-    d = _copy(DRAFT, out / "aux-five-layers" / "draft", config=_aux(nested=[1, 2, 3, 4, 5]))
-    add("aux-five-layers", "aux-layers", "error", d)
+    d = _copy(DRAFT, out / "aux-five-ids-three-state-fc" / "draft", config=_aux(nested=[1, 2, 3, 4, 5]))
+    add("aux-five-ids-three-state-fc", "aux-layers", "error", d)
+    d = _copy(DRAFT, out / "aux-five-layer-draft" / "draft", tensors=_widen_fc(5), config=_aux(nested=[1, 2, 3, 4, 5]))
+    add("aux-five-layer-draft", "aux-layers", "warning", d)
     d = _copy(DRAFT, out / "mapping-drift" / "draft", tensors=_rebuild(permute_head=False))
     add("mapping-drift", "mapping-drift", "error", d, ["--previous", str(DRAFT)])
     ok = _copy(DRAFT, out / "mapping-rebuilt-with-head" / "draft", tensors=_rebuild(permute_head=True))

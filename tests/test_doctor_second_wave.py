@@ -32,9 +32,14 @@ def broken(tmp_path_factory) -> dict:
     return json.loads((out / "cases.json").read_text())
 
 
-CASE_NAMES = ["eagle1-architecture", "served-with-eagle-flag", "head-replaced-by-target", "head-never-borrowed",
-              "embed-gemma-scale", "embed-other-revision", "short-context", "target-rope-scaling", "aux-out-of-range",
-              "aux-places-differ", "aux-five-layers", "mapping-drift"]
+CASE_NAMES = ["eagle1-architecture", "served-with-eagle-flag", "aux-states-switched-off", "head-replaced-by-target",
+              "head-never-borrowed", "embed-gemma-scale", "embed-other-revision", "short-context", "target-rope-scaling",
+              "aux-out-of-range", "aux-places-differ", "aux-five-ids-three-state-fc", "aux-five-layer-draft",
+              "mapping-drift"]
+
+
+def test_every_case_the_script_builds_is_tested(broken):
+    assert sorted(broken) == sorted(CASE_NAMES)
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
