@@ -86,7 +86,7 @@ class _Remote:
                 raise BadInputError(self.url, "is not a Hub location: expected hf://ORG/REPO[@REVISION][/SUBFOLDER]")
             from huggingface_hub import HfFileSystem
 
-            self.fs = HfFileSystem(token=os.environ.get("HF_TOKEN") or None)
+            self.fs = HfFileSystem(token=os.environ.get("HF_TOKEN") or None, endpoint=os.environ.get("HF_ENDPOINT") or None)
             repo = f"{m['org']}/{m['repo']}" + (f"@{m['rev']}" if m["rev"] else "")
             self.target = repo + (f"/{m['sub'].strip('/')}" if m["sub"] and m["sub"].strip("/") else "")
             self.sep_base = self.target
@@ -229,6 +229,9 @@ def mirror(url: str) -> Path:
     except Exception as e:  # noqa: BLE001 - every library error becomes one line, or the cache
         if manifest is not None and _network_problem(e):
             return _entry(folder, manifest)
+        if _network_problem(e):
+            raise BadInputError(url, f"cannot be reached ({_say(e)[len('cannot be read ('):-1]}) and is not in the "
+                                f"cache ({folder})") from None
         raise BadInputError(url, _say(e)) from None
     if not listing:
         raise BadInputError(url, "holds no checkpoint files (looked for config.json, *.safetensors, "
@@ -238,7 +241,8 @@ def mirror(url: str) -> Path:
 
 def _say(e: Exception) -> str:
     name = type(e).__name__
-    if name in ("RepositoryNotFoundError", "GatedRepoError") or "401" in str(e) or "403" in str(e):
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    if name in ("RepositoryNotFoundError", "GatedRepoError") or status in (401, 403, 404) and "/api/" in str(e):
         return ("cannot be read: repository not found or access refused (a private or gated repo needs HF_TOKEN "
                 "in the environment)")
     if name in ("RevisionNotFoundError",):

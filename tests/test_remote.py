@@ -82,6 +82,7 @@ def served(tmp_path_factory):
     t["zz_padding.weight"] = torch.zeros(210 * 1024 * 1024 // 4, dtype=torch.float32)  # 210 MB the readers must skip
     save_file(t, str(big / "model.safetensors"))
     shutil.copytree(SPECULATORS, root / "speculators")
+    shutil.copytree(GOOD, root / "sglang")
     assert (big / "model.safetensors").stat().st_size > 200 * 1024 * 1024
 
     def handler(*a, **kw):
@@ -167,6 +168,23 @@ def test_tensors_are_fetched_by_range_and_match(served, cache):
     assert RangeHandler.sent < 1_000_000
 
 
+def test_evaluate_and_figures_read_remote_drafts(served, cache, cli, tmp_path):
+    root, base = served
+    samples = SAMPLES / "tiny_hidden_states"
+    args = ("--samples", samples, "--max-samples", "4", "--device", "cpu", "--json")
+    local = json.loads(cli("evaluate", root / "sglang", *args).stdout)
+    r = cli("evaluate", f"{base}/sglang", *args)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["checkpoint"] == f"{base}/sglang"
+    assert got["readings"] == local["readings"] and got["conclusion"] == local["conclusion"]
+    figs = cli("figures", f"{base}/sglang", "-o", tmp_path / "figs", "--json")
+    assert figs.returncode == 0, figs.stderr
+    files = json.loads(figs.stdout)["files"]
+    assert files and all(Path(f).stat().st_size > 0 for f in files)
+    assert all(Path(f).name.startswith("sglang") for f in files)
+
+
 def test_missing_paths_say_what_was_meant(cli, tmp_path):
     r = cli("inspect", "hf:/org/repo")
     assert r.returncode == 2 and "did you mean hf://org/repo?" in r.stderr
@@ -190,3 +208,117 @@ def test_hub_locations_parse():
     assert remote.is_remote("hf://a/b") and remote.is_remote("https://x/y") and not remote.is_remote("a/b")
     m = remote._HF.match("hf://org/repo@v1.0/sub/dir")
     assert (m["org"], m["repo"], m["rev"], m["sub"]) == ("org", "repo", "v1.0", "sub/dir")
+
+
+# -- hf:// against a local stand-in for the Hub's HTTP API (HF_ENDPOINT) --------------------------------
+class HubHandler(http.server.BaseHTTPRequestHandler):
+    """The few Hub endpoints HfFileSystem uses: repo info, tree listing, paths-info, resolve (with Range).
+
+    Repo ORG/NAME is the folder NAME under the served root; every request's Authorization is kept.
+    """
+
+    root: Path = Path(".")
+    seen: list = []
+    sent = 0
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, obj, code=200):
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _entry(self, repo: Path, rel: str) -> dict:
+        p = repo / rel
+        if p.is_dir():
+            return {"type": "directory", "path": rel, "oid": "d" * 40}
+        e = {"type": "file", "path": rel, "size": p.stat().st_size, "oid": f"{abs(hash(rel)):040x}"[:40]}
+        if rel.endswith(".safetensors"):
+            e["lfs"] = {"oid": f"{p.stat().st_size:064x}", "size": p.stat().st_size, "pointerSize": 130}
+        return e
+
+    def do_POST(self):  # noqa: N802 - paths-info
+        HubHandler.seen.append((self.path, self.headers.get("Authorization")))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        m = re.match(r"^/api/models/[^/]+/([^/]+)/paths-info/", self.path)
+        repo = self.root / m[1]
+        from urllib.parse import parse_qs
+
+        self._json([self._entry(repo, p) for p in parse_qs(body).get("paths", []) if (repo / p).exists()])
+
+    def do_HEAD(self):  # noqa: N802
+        self.do_GET(head=True)
+
+    def do_GET(self, head=False):  # noqa: N802
+        from urllib.parse import unquote, urlparse
+
+        HubHandler.seen.append((self.path, self.headers.get("Authorization")))
+        path = urlparse(self.path).path
+        m = re.match(r"^/api/models/([^/]+)/([^/]+)(?:/revision/([^/]+))?$", path)
+        if m:
+            ok = (self.root / m[2]).is_dir()
+            return self._json({"id": f"{m[1]}/{m[2]}", "sha": "a" * 40} if ok else {"error": "Repository not found"},
+                              200 if ok else 404)
+        m = re.match(r"^/api/models/[^/]+/([^/]+)/tree/[^/]+/?(.*)$", path)
+        if m:
+            repo, sub = self.root / m[1], unquote(m[2])
+            return self._json([self._entry(repo, f"{sub}/{n}" if sub else n) for n in sorted(os.listdir(repo / sub))])
+        m = re.match(r"^/[^/]+/([^/]+)/resolve/[^/]+/(.*)$", path)
+        if not m:
+            return self._json({"error": "not found"}, 404)
+        f = self.root / m[1] / unquote(m[2])
+        size = f.stat().st_size
+        rng = re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range") or "")
+        start, end = (int(rng[1]), min(int(rng[2]) if rng[2] else size - 1, size - 1)) if rng else (0, size - 1)
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Length", str(end - start + 1))
+        self.send_header("X-Repo-Commit", "a" * 40)
+        self.send_header("ETag", '"e"')
+        if rng:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.end_headers()
+        if not head:
+            with open(f, "rb") as fh:
+                fh.seek(start)
+                data = fh.read(end - start + 1)
+            self.wfile.write(data)
+            HubHandler.sent += len(data)
+
+
+@pytest.fixture(scope="module")
+def hub(served):
+    root, _ = served
+    shutil.copytree(SAMPLES / "producers", root / "producers")
+    HubHandler.root = root
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_hf_locations_read_by_range_with_the_token(hub, cache, cli, monkeypatch):
+    root, endpoint = hub
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    HubHandler.seen, HubHandler.sent = [], 0
+    r = cli("doctor", "hf://org/big_draft", "--no-weights", "--json")
+    local = cli("doctor", root / "big_draft", "--no-weights", "--json")
+    assert r.returncode == local.returncode, r.stderr
+    _same_apart_from_location(json.loads(local.stdout), json.loads(r.stdout), root / "big_draft", "hf://org/big_draft")
+    assert HubHandler.sent < 1_000_000
+    repo_calls = [(p, auth) for p, auth in HubHandler.seen if "/big_draft" in p]
+    assert repo_calls and all(auth == "Bearer hf_test_token" for _, auth in repo_calls)
+    sub = cli("inspect", "hf://org/producers@main/speculators_control", "--json")
+    assert sub.returncode == 0, sub.stderr
+    data = json.loads(sub.stdout)
+    assert data["path"] == "hf://org/producers@main/speculators_control"
+    assert data["sources"][0].startswith("hf://org/producers@main/speculators_control/")
+    missing = cli("inspect", "hf://org/no_such_repo")
+    assert missing.returncode == 2 and "hf://org/no_such_repo: " in missing.stderr
+    assert "HF_TOKEN" in missing.stderr
