@@ -31,6 +31,8 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from ..draft_diff import diff_drafts
 
+    if args.out:
+        _options.figure_path(args.out)  # a bad output path is refused before anything is read
     d = diff_drafts(args.a, args.b)
     if args.out:
         import matplotlib
@@ -39,15 +41,14 @@ def run(args) -> int:
         from pathlib import Path
 
         from ..errors import BadInputError
-        from ..outputs import output_file
         from ..plots import plot_draft_diff, save_figure
 
-        out = output_file(args.out, "figure")
+        out = _options.figure_path(args.out)
         fig = plot_draft_diff(d)
         try:
             written = save_figure(fig, out, source=d.sources, verdict=d["verdict"],
                                   caption=f"{d['a']} -> {d['b']}: {d['verdict']}",
-                                  formats=(Path(out).suffix.lstrip(".") or "png",))
+                                  formats=(Path(out).suffix.lstrip(".").lower(),))
         except OSError as e:
             raise BadInputError(e.filename or out, f"cannot write the figure ({e.strerror or e})") from None
         d["figure"] = [str(w) for w in written]
