@@ -109,8 +109,10 @@ class _Remote:
         """{file name: {size, etag}} of the files a checkpoint reader may need."""
         names = self._names()
         if self.single:
-            want = {self.target.rsplit("/", 1)[1], "config.json"}
-            stem = want.copy().pop()
+            stem = self.target.rsplit("/", 1)[1]
+            want = {stem, "config.json"}
+            if stem.endswith(".index.json"):  # a sharded index: its shards are stubbed like any safetensors
+                want |= {n for n in names if n.endswith(".safetensors")}
             if re.match(r"^(d2t|t2d)", stem):
                 want |= {n for n in names if re.match(r"^(d2t|t2d)([-_]\d+)?\.(npy|pt|pth)$", n)}
             names = {n: v for n, v in names.items() if n in want}

@@ -185,6 +185,13 @@ def test_evaluate_and_figures_read_remote_drafts(served, cache, cli, tmp_path):
     assert all(Path(f).name.startswith("sglang") for f in files)
 
 
+def test_fix_refuses_a_remote_source_with_one_line(served, cache, cli, tmp_path):
+    _, base = served
+    r = cli("fix", f"{base}/sglang", tmp_path / "fixed")
+    assert r.returncode == 2 and f"{base}/sglang: " in r.stderr and "download" in r.stderr
+    assert not (tmp_path / "fixed").exists()
+
+
 def test_missing_paths_say_what_was_meant(cli, tmp_path):
     r = cli("inspect", "hf:/org/repo")
     assert r.returncode == 2 and "did you mean hf://org/repo?" in r.stderr
