@@ -19,6 +19,7 @@ behaviour each rests on was read in the source (docs/doctor-findings.md names fi
 """
 from __future__ import annotations
 
+from . import remote
 from .checkpoint import open_checkpoint
 from .engine_rules import ENGINE_NAMES, aux_layer_ids, text_config
 from .errors import BadInputError
@@ -154,8 +155,8 @@ def _embed(c: CheckContext, m, rows: int) -> None:
 
 def _embeddings(c: CheckContext, target):
     """The same rows of the draft's and the target's embed_tokens (all rows when small), or (None, None)."""
-    try:
-        tck = open_checkpoint(target)
+    try:  # a remote target's .bin weights are not fetched whole for one tensor: safetensors only
+        tck = open_checkpoint(remote.mirror(target, whole_limit=remote.WHOLE_LIMIT) if remote.is_remote(target) else target)
     except BadInputError:  # a folder with only config.json: nothing to compare
         return None, None
     tk, dk = tck.tensors.find("embed_tokens.weight"), c.key("embed_tokens.weight")

@@ -213,8 +213,12 @@ def _network_problem(e: Exception) -> bool:
                          "gaierror"})
 
 
-def mirror(url: str) -> Path:
-    """The local stand-in for a remote checkpoint (a folder, or the file the URL names)."""
+def mirror(url: str, whole_limit: int | None = None) -> Path:
+    """The local stand-in for a remote checkpoint (a folder, or the file the URL names).
+
+    `.pt` / `.bin` weights cannot be read by range: they are fetched whole when they are the only
+    weights, unless larger than `whole_limit` bytes (then left out, as beside safetensors).
+    """
     url = url.strip()
     folder = _folder_for(url)
     manifest = _load_manifest(folder)
@@ -238,7 +242,7 @@ def mirror(url: str) -> Path:
     if not listing:
         raise BadInputError(url, "holds no checkpoint files (looked for config.json, *.safetensors, "
                             "d2t/t2d .npy/.pt, pytorch_model.bin)")
-    return _sync(remote, folder, manifest, listing)
+    return _sync(remote, folder, manifest, listing, whole_limit)
 
 
 def _say(e: Exception) -> str:
@@ -255,7 +259,7 @@ def _say(e: Exception) -> str:
     return f"cannot be read ({name}: {msg[:117] + '...' if len(msg) > 120 else msg})"
 
 
-def _sync(remote: _Remote, folder: Path, old: dict | None, listing: dict) -> Path:
+def _sync(remote: _Remote, folder: Path, old: dict | None, listing: dict, whole_limit: int | None = None) -> Path:
     files = folder / "files"
     files.mkdir(parents=True, exist_ok=True)
     (folder / "ranges").mkdir(exist_ok=True)
@@ -263,7 +267,7 @@ def _sync(remote: _Remote, folder: Path, old: dict | None, listing: dict) -> Pat
     has_st = any(n.endswith(".safetensors") for n in listing)
     entries = {}
     for name, info in sorted(listing.items()):
-        kind = _kind(name, info["size"], has_st, remote.single and name == remote.target.rsplit("/", 1)[1])
+        kind = _kind(name, info["size"], has_st, remote.single and name == remote.target.rsplit("/", 1)[1], whole_limit)
         if kind is None:
             continue
         same = old_files.get(name, {})
@@ -292,13 +296,17 @@ def _display_base(remote: _Remote) -> str:
     return remote.base
 
 
-def _kind(name: str, size: int, has_st: bool, named: bool) -> str | None:
+def _kind(name: str, size: int, has_st: bool, named: bool, whole_limit: int | None = None) -> str | None:
     if name.endswith(".safetensors"):
         return "stub"
     if name.endswith(".json"):
         return "whole"
     if name.endswith((".npy", ".pt", ".pth", ".bin")):
-        return "whole" if named or size <= WHOLE_LIMIT or not has_st else None
+        if size <= WHOLE_LIMIT:
+            return "whole"
+        if whole_limit is not None and size > whole_limit:
+            return None
+        return "whole" if named or not has_st else None
     return None
 
 

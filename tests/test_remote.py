@@ -30,6 +30,7 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
     sent = 0
     requests: list = []
     lock = threading.Lock()
+    listings = True  # False: a server that lists no folders (the readers then probe the usual names)
 
     def log_message(self, *args):  # quiet
         pass
@@ -42,6 +43,9 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         RangeHandler.requests.append((self.command, self.path, self.headers.get("Range")))
         path = self.translate_path(self.path)
         rng = self.headers.get("Range")
+        if os.path.isdir(path) and not RangeHandler.listings:
+            self.send_error(404)
+            return
         if os.path.isdir(path) or not rng or not os.path.isfile(path):
             f = self.send_head()
             if f:
@@ -129,6 +133,24 @@ def test_http_reads_kilobytes_and_gives_the_local_json(command, served, cache, c
     _same_apart_from_location(json.loads(want.stdout), json.loads(got.stdout), local, url)
 
 
+def test_second_online_run_reuses_the_cache_and_servers_without_listings_work(served, cache, cli, monkeypatch):
+    root, base = served
+    url = f"{base}/big_draft"
+    first = cli("inspect", url, "--json")
+    cold = RangeHandler.sent
+    RangeHandler.sent, RangeHandler.requests = 0, []
+    again = cli("inspect", url, "--json")
+    assert again.stdout == first.stdout
+    assert not any(r[2] for r in RangeHandler.requests), "cached bytes were fetched again"
+    assert RangeHandler.sent < cold / 3, (RangeHandler.sent, cold)
+    monkeypatch.setattr(RangeHandler, "listings", False)
+    monkeypatch.setenv("D2T_LAB_CACHE", str(cache.parent / "cache-nolisting"))
+    probed = cli("inspect", f"{base}/speculators", "--json")
+    assert probed.returncode == 0, probed.stderr
+    local = json.loads(cli("inspect", root / "speculators", "--json").stdout)
+    _same_apart_from_location(local, json.loads(probed.stdout), root / "speculators", f"{base}/speculators")
+
+
 def test_http_single_file_and_side_mapping_files(served, cache, cli):
     root, base = served
     r = cli("inspect", f"{base}/speculators", "--json")
@@ -168,6 +190,7 @@ def test_tensors_are_fetched_by_range_and_match(served, cache):
     assert RangeHandler.sent < 1_000_000
 
 
+@pytest.mark.slow
 def test_evaluate_and_figures_read_remote_drafts(served, cache, cli, tmp_path):
     root, base = served
     samples = SAMPLES / "tiny_hidden_states"
