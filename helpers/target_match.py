@@ -7,7 +7,8 @@ factor such as Gemma's sqrt(hidden_size), or different), aux layer ids against t
 `num_hidden_layers`, and the context the draft's RoPE covers (`max_position_embeddings`,
 `rope_theta`, `rope_scaling`) against the target's. It reads nothing: configs are dicts, the
 embeddings tensors (whole, or the same rows of both). The doctor turns each `Mismatch` into a
-finding (`helpers.checks_target`); anything that loads a target can call it too.
+finding (`helpers.checks_target`); anything that loads a target can call it too. It is also the
+home of `text_config` (a multimodal target's language-model part).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import math
 from dataclasses import asdict, dataclass
 
 import torch
+
+from .checkpoint import flat_config
 
 _TEXT_KEYS = ("text_config", "language_config", "llm_config")
 
@@ -33,19 +36,12 @@ class Mismatch:
         return asdict(self)
 
 
-def _text(cfg: dict) -> dict:
+def text_config(cfg: dict) -> dict:
+    """A target config's language-model part (multimodal configs nest it under text_config)."""
     for k in _TEXT_KEYS:
         if isinstance(cfg.get(k), dict) and "num_hidden_layers" in cfg[k]:
             return cfg[k]
     return cfg
-
-
-def _flat(cfg: dict) -> dict:
-    layer = cfg.get("transformer_layer_config")
-    out = dict(layer) if isinstance(layer, dict) else {}
-    out.update({k: v for k, v in cfg.items() if k != "transformer_layer_config" and not (k in out and k in (
-        "vocab_size", "hidden_size", "max_position_embeddings", "rope_theta", "rope_scaling"))})
-    return out
 
 
 def _int(x):
@@ -64,7 +60,7 @@ def _aux_ids(cfg: dict) -> list[int]:
 def compare_to_target(draft_cfg: dict, target_cfg: dict, *, draft_embed: torch.Tensor | None = None,
                       target_embed: torch.Tensor | None = None, fc_in: int | None = None) -> list[Mismatch]:
     """Every way the draft (its config.json, embedding, fc input width) does not fit the target."""
-    d, t = _flat(draft_cfg or {}), _text(target_cfg or {})
+    d, t = flat_config(draft_cfg or {}), text_config(target_cfg or {})
     out: list[Mismatch] = []
     dv = _int(d.get("target_vocab_size")) or _int(d.get("vocab_size"))
     tv = _int(t.get("vocab_size"))

@@ -120,3 +120,17 @@ def test_drift_twin_with_its_head_moved_is_no_error(broken):
     assert [f.severity for f in fs if f.code == "mapping-drift"] == ["info"]
     same = diagnose(SAMPLES / "tiny_draft_sglang", "all", check_weights=False, previous=SAMPLES / "tiny_draft_sglang")
     assert not [f for f in same if f.code == "mapping-drift"]
+
+
+def test_diff_figure_counts_every_moved_id(broken):
+    from helpers.draft_diff import diff_drafts
+    from helpers.plots import plot_draft_diff
+
+    d = diff_drafts(SAMPLES / "tiny_draft_sglang", broken["mapping-drift"]["draft"])
+    fig = plot_draft_diff(d)
+    left, right = fig.axes
+    assert sum(len(c.get_offsets()) for c in left.collections) == d["shared"]
+    bars = [sum(p.get_height() for p in c) for c in right.containers]
+    assert bars == [len(d["moved"]), len(d["moved"])]
+    with pytest.raises(TypeError):
+        plot_draft_diff({"verdict": "x"})

@@ -46,8 +46,7 @@ def run(args) -> int:
         out = _options.figure_path(args.out)
         fig = plot_draft_diff(d)
         try:
-            written = save_figure(fig, out, source=d.sources, verdict=d["verdict"],
-                                  caption=f"{d['a']} -> {d['b']}: {d['verdict']}",
+            written = save_figure(fig, out, source=d.sources, verdict=d["verdict"].split(":")[0],
                                   formats=(Path(out).suffix.lstrip(".").lower(),))
         except OSError as e:
             raise BadInputError(e.filename or out, f"cannot write the figure ({e.strerror or e})") from None
