@@ -26,7 +26,11 @@ The checks live beside this module: `helpers.checks_mapping` (vocab sizes, d2t/t
 `helpers.checks_weights` (keys, shapes, aux layers, NaN/Inf) and `helpers.checks_variants`
 (what each engine does with the producers' options: fc_norm, input_norm, norm_output,
 norm_before_residual, q_norm/k_norm, attention bias, sliding window), on the rules in
-`helpers.engine_rules`; findings are `helpers.findings.Finding`. The fixer (`plan_fix`,
+`helpers.engine_rules`, and `helpers.checks_target` (EAGLE-3 served as EAGLE, borrowed lm_head,
+aux-id counts and places, and with `target=` the target's embedding and context, compared by
+`helpers.target_match`); `previous=` adds mapping drift (`helpers.draft_diff`). The engine files
+and issue threads behind that second wave are in docs/doctor-findings.md. Findings are
+`helpers.findings.Finding`. The fixer (`plan_fix`,
 `fix_checkpoint`: a corrected copy, planned first, checked after) is `helpers.fix`; its names
 still resolve here, imported on first use.
 """
