@@ -127,7 +127,6 @@ def test_http_reads_kilobytes_and_gives_the_local_json(command, served, cache, c
     RangeHandler.sent = 0
     got = cli(*command, url, "--json")
     assert got.returncode == want.returncode, got.stderr
-    print("BYTES", command, RangeHandler.sent)
     assert RangeHandler.sent < 1_000_000, RangeHandler.sent
     assert any(r[2] for r in RangeHandler.requests), "no range request was made"
     _same_apart_from_location(json.loads(want.stdout), json.loads(got.stdout), local, url)
