@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import remote
 from .errors import BadInputError
 from .mapping import VocabMapping
 from .pt_files import MAPPING_NAMES, follow_latest, pt_kind, scan_pts  # noqa: F401  (pt_kind re-exported)
@@ -45,7 +46,9 @@ _NPY_NAME = re.compile(r"^(d2t|t2d)(?:[-_](\d+))?\.npy$")
 
 # -- configs ---------------------------------------------------------------------------------------
 def read_config(path: str | os.PathLike) -> dict:
-    """Parse a `config.json` (or the one inside a folder) into a dict."""
+    """Parse a `config.json` (or the one inside a folder, local or remote) into a dict."""
+    if remote.is_remote(path):
+        return _from_remote(path, read_config)
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -114,12 +117,13 @@ class Checkpoint:
     tensors: TensorStore = field(default_factory=TensorStore)
     mapping_files: dict[str, Path] = field(default_factory=dict)  # "d2t"/"t2d"/"dict" -> file
     ignored: dict[str, str] = field(default_factory=dict)  # file beside the checkpoint -> why it was not used
+    origin: str | None = None  # the URL a remote checkpoint was opened from (`path` is then its cached stand-in)
 
     @property
     def sources(self) -> list[str]:
         files = ([self.config_path] if self.config_path else []) + self.tensors.files
         files += [p for p in self.mapping_files.values() if p not in files]
-        return [str(p) for p in dict.fromkeys(files)]
+        return [remote.display(p) for p in dict.fromkeys(files)]
 
     @property
     def key_layout(self) -> str:
@@ -212,8 +216,27 @@ def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
             raise BadInputError(p, f"is not a mapping dict {{'d2t', 't2d'}} nor draft weights: it holds {what}")
 
 
+def _from_remote(url: str, opener):
+    """`opener` on the local stand-in of a remote location, its messages naming the URL."""
+    try:
+        return opener(remote.mirror(url))
+    except BadInputError as e:
+        if e.path is None:
+            raise
+        raise BadInputError(remote.display(e.path), e.problem) from None
+
+
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
-    """Open a checkpoint folder or a single weights / mapping file, reading no tensor data yet."""
+    """Open a checkpoint folder or a single weights / mapping file, reading no tensor data yet.
+
+    `path` may also be `hf://ORG/REPO[@REV][/SUBDIR]` or an http(s) URL (`helpers.remote`): then
+    only configs, headers and small mapping files are fetched, into the cache.
+    """
+    if remote.is_remote(path):
+        ck = _from_remote(path, open_checkpoint)
+        ck.origin = str(path).strip()
+        return ck
+    shown = path if isinstance(path, str) else None  # Path('hf://a/b') would print hf:/a/b
     path = Path(path)
     try:
         exists = path.exists()
@@ -223,7 +246,9 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if not exists:
         if path.is_symlink():
             raise BadInputError(path, "is a broken or looping symbolic link")
-        raise BadInputError(path, "no such file or folder")
+        tip = remote.hint(shown if shown is not None else os.fspath(path))
+        raise BadInputError(shown if shown is not None else path,
+                            "no such file or folder" + (f" (not a local path nor a URL; {tip})" if tip else ""))
     ck = Checkpoint(path=path)
     if is_dir:
         try:
@@ -321,24 +346,24 @@ def read_mapping_tensors(ck: Checkpoint) -> tuple[torch.Tensor | None, torch.Ten
     k = ck.tensors.find("d2t")
     if k is not None:
         d2t = ck.tensors.get(k)
-        used.append(str(ck.tensors.file_of(k)))
+        used.append(remote.display(ck.tensors.file_of(k)))
     k = ck.tensors.find("t2d")
     if k is not None:
         t2d = ck.tensors.get(k)
-        used.append(str(ck.tensors.file_of(k)))
+        used.append(remote.display(ck.tensors.file_of(k)))
     mf = ck.mapping_files
     if d2t is None and "dict" in mf:
         obj = torch_load(mf["dict"])
         if not isinstance(obj, dict) or "d2t" not in obj:
             raise BadInputError(mf["dict"], "is not a mapping dict {'d2t', 't2d'}")
         d2t, t2d = obj["d2t"], obj.get("t2d", t2d)
-        used.append(str(mf["dict"]))
+        used.append(remote.display(mf["dict"]))
     if d2t is None and "d2t" in mf:
         d2t = _read_side(mf["d2t"])
-        used.append(str(mf["d2t"]))
+        used.append(remote.display(mf["d2t"]))
     if t2d is None and "t2d" in mf:
         t2d = _read_side(mf["t2d"])
-        used.append(str(mf["t2d"]))
+        used.append(remote.display(mf["t2d"]))
     return d2t, t2d, list(dict.fromkeys(used))
 
 
@@ -351,13 +376,13 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
         full = full_vocab_size(ck)
         if full is not None:  # speculators writes no d2t when the draft keeps the full target vocab
             return VocabMapping(torch.zeros(full, dtype=torch.int64), t2d, target_vocab_size=full,
-                                sources=used or [str(ck.config_path)])
+                                sources=used or [remote.display(ck.config_path)])
         ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
         raise BadInputError(
             ck.path, "has no d2t tensor (looked in the weights and for d2t/t2d .pt/.npy files and mapping .pt dicts)"
             + (f"; ignored {ign}" if ign else ""),
         )
-    where = used[0] if used else str(ck.path)
+    where = used[0] if used else remote.display(ck.path)
     if (
         target_cfg is None and isinstance(d2t, torch.Tensor) and isinstance(t2d, torch.Tensor)
         and d2t.dim() == 1 and t2d.dim() == 1 and d2t.numel() and not d2t.dtype.is_floating_point
@@ -370,11 +395,11 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
         )
     if draft_cfg is not None and hasattr(d2t, "shape") and len(d2t.shape) == 1 and d2t.shape[0] != draft_cfg:
         raise BadInputError(
-            where, f"d2t has {d2t.shape[0]:,} entries but {ck.config_path} says draft_vocab_size={draft_cfg:,}"
+            where, f"d2t has {d2t.shape[0]:,} entries but {remote.display(ck.config_path)} says draft_vocab_size={draft_cfg:,}"
         )
     if target_cfg is not None and t2d is not None and hasattr(t2d, "shape") and len(t2d.shape) == 1 and t2d.shape[0] != target_cfg:
         raise BadInputError(
-            used[-1], f"t2d has length {t2d.shape[0]:,} but {ck.config_path} says vocab_size={target_cfg:,}"
+            used[-1], f"t2d has length {t2d.shape[0]:,} but {remote.display(ck.config_path)} says vocab_size={target_cfg:,}"
         )
     return VocabMapping(d2t, t2d, target_vocab_size=target_cfg, sources=used)
 

@@ -235,15 +235,9 @@ def row_chunks(ck: Checkpoint, key: str, max_bytes: int = CHUNK_BYTES):
     rows = shape[0]
     step = max(1, int(rows * max_bytes // max(nbytes, 1)))
     path = store.file_of(key)
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
+    if path.suffix == ".safetensors":  # local (a fresh mapping per chunk) or remote (one range per chunk)
         for a in range(0, rows, step):
-            try:  # a fresh mapping per chunk, so pages read are released after each chunk
-                with safe_open(str(path), framework="pt", device="cpu") as f:
-                    part = f.get_slice(key)[a:a + step]
-            except Exception as e:
-                raise BadInputError(path, f"tensor {key!r} cannot be read ({e})") from None
+            part = store.get_rows(key, a, a + step)
             yield part
             del part
     else:

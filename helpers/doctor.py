@@ -26,7 +26,11 @@ The checks live beside this module: `helpers.checks_mapping` (vocab sizes, d2t/t
 `helpers.checks_weights` (keys, shapes, aux layers, NaN/Inf) and `helpers.checks_variants`
 (what each engine does with the producers' options: fc_norm, input_norm, norm_output,
 norm_before_residual, q_norm/k_norm, attention bias, sliding window), on the rules in
-`helpers.engine_rules`; findings are `helpers.findings.Finding`. The fixer (`plan_fix`,
+`helpers.engine_rules`, and `helpers.checks_target` (EAGLE-3 served as EAGLE, borrowed lm_head,
+aux-id counts and places, and with `target=` the target's embedding and context, compared by
+`helpers.target_match`); `previous=` adds mapping drift (`helpers.draft_diff`). The engine files
+and issue threads behind that second wave are in docs/doctor-findings.md. Findings are
+`helpers.findings.Finding`. The fixer (`plan_fix`,
 `fix_checkpoint`: a corrected copy, planned first, checked after) is `helpers.fix`; its names
 still resolve here, imported on first use.
 """
@@ -45,6 +49,7 @@ from .checkpoint import (
     read_mapping_tensors,
 )
 from .checks_mapping import check_mapping, check_vocab
+from .checks_target import check_algorithm, check_aux_config, check_head_borrow, check_target
 from .checks_variants import check_variants
 from .checks_weights import (  # noqa: F401  (CHUNK_BYTES)
     CHUNK_BYTES,
@@ -117,17 +122,23 @@ def diagnose_each(path, engine: str = "all", target_config=None, *, check_weight
 
 
 def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bool = True,
-             progress: bool = False) -> Findings:
+             progress: bool = False, target=None, previous=None, algorithm: str | None = None) -> Findings:
     """All findings for the draft checkpoint at `path`, errors first (a `Findings` list, whose
     `to_dict()` is the `doctor --json` object and `report()` the doctor's text).
 
     `engine`: 'sglang', 'vllm' or 'all'. `target_config`: the target's config.json (path or dict),
     for the aux-layer and size checks. `check_weights=False` skips the NaN/Inf scan (the only
-    check that reads every weight). Unreadable input raises `BadInputError`.
+    check that reads every weight). `target`: the target's folder (config.json and, when there,
+    its weights: only embed_tokens is read) for the target checks (`helpers.checks_target`).
+    `previous`: an earlier checkpoint of the same draft, for the mapping-drift check
+    (`helpers.draft_diff`). `algorithm`: 'eagle' / 'eagle3', the flag the draft is served with.
+    Paths may be hf:// or http(s):// locations. Unreadable input raises `BadInputError`.
     """
     engines = engines_for(engine)
     ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     tcfg = None
+    if target_config is None and target is not None:
+        target_config = target
     if target_config is not None:
         tcfg = target_config if isinstance(target_config, dict) else read_config(target_config)
     cfg = flat_config(ck.config) if ck.config else {}
@@ -148,6 +159,14 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         check_variants(c)
         check_shapes(c, tcfg)
         check_aux(c, tcfg)
+        check_algorithm(c, tcfg, algorithm)
+        check_head_borrow(c)
+        check_aux_config(c, tcfg)
+        check_target(c, tcfg, target)
+        if previous is not None:
+            from .draft_diff import check_drift
+
+            check_drift(c, previous)
         if check_weights:
             check_finite(c, progress)
     return Findings(c.findings, path=path if not isinstance(path, Checkpoint) else ck.path, engine=engine)

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import remote
 from .checkpoint import (
     Checkpoint,
     load_mapping,
@@ -241,5 +242,5 @@ def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None
                 f"d2t has {mapping.draft_vocab_size:,} entries but lm_head has {cfg.draft_vocab_size:,} rows",
             )
     model.set_mapping(mapping)
-    model.source = os.fspath(Path(path))
+    model.source = str(path).strip() if remote.is_remote(path) else os.fspath(Path(path))
     return model

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .target_match import text_config  # noqa: F401  (re-exported: the checks import it from here)
+
 ENGINES = ("sglang", "vllm")
 ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 
@@ -90,14 +92,6 @@ def engine_accepts(engine: str, key: str) -> bool:
     if "lm_head" in key:
         return key == "lm_head.weight"
     return not info.prefixed and is_known_param(info) and info.name != "fc.bias"
-
-
-def text_config(cfg: dict) -> dict:
-    """A target config's language-model part (multimodal configs nest it under text_config)."""
-    for k in ("text_config", "language_config", "llm_config"):
-        if isinstance(cfg.get(k), dict) and "num_hidden_layers" in cfg[k]:
-            return cfg[k]
-    return cfg
 
 
 def aux_layer_ids(cfg: dict | None) -> dict[str, list[int] | None]:

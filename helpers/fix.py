@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import remote
 from .checkpoint import (
     Checkpoint,
     TensorStore,
@@ -198,6 +199,9 @@ def plan_fix(src, engine: str = "all", target_config=None, *, check_weights: boo
     be written); an error code whose count drops is in `fixes`, errors left are `unfixable`.
     """
     engines_for(engine)
+    if remote.is_remote(src):
+        raise BadInputError(str(src).strip(), "fix writes a corrected copy of a local folder: download the checkpoint "
+                            "first (hf download ORG/REPO --local-dir DIR), then fix DIR")
     src = Path(src)
     ck = _open_fix_source(src)
     if target_config is not None and not isinstance(target_config, dict):

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import remote
 from .errors import BadInputError
 from .notebook import read_numbers
 from .settings import RunSettings
@@ -163,6 +164,8 @@ def all_parameters(declared: dict, values: dict) -> dict:
 def _existing(path, what: str) -> str | None:
     if path is None or str(path) == "":
         return None
+    if remote.is_remote(path):  # hf:// or http(s)://: read where it lives (helpers.remote)
+        return str(path).strip()
     p = Path(path).resolve()
     if not p.exists():
         raise BadInputError(p, f"no such {what}")

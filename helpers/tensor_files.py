@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import remote
 from .errors import BadInputError
 
 
@@ -126,15 +127,18 @@ class TensorStore:
         self._where: dict[str, tuple[Path, str]] = {}  # name -> (file, kind)
         self._torch_cache: dict[Path, dict] = {}
         self._meta: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+        self._spans: dict[str, tuple[int, int]] = {}  # safetensors: name -> byte span in its file
         self.files: list[Path] = []
 
     # construction
     def add_safetensors(self, path: Path) -> None:
         # Only the JSON header is read here (not `safe_open`, which maps the whole file: that fails
         # for a file larger than memory, and the draft loader must see shapes first to refuse it).
-        for k, (shape, dtype) in read_safetensors_header(path).items():
-            self._where[k] = (path, "safetensors")
+        spans: dict[str, tuple[int, int]] = {}
+        for k, (shape, dtype) in read_safetensors_header(path, spans).items():
+            self._where[k] = (path, "remote" if remote.stub_size(path) is not None else "safetensors")
             self._meta[k] = (shape, dtype)
+            self._spans[k] = spans[k]
         self.files.append(path)
 
     def add_torch(self, path: Path, obj=None) -> None:
@@ -202,7 +206,9 @@ class TensorStore:
     def get(self, name: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> torch.Tensor:
         """Read one tensor (only that one) onto `device`, cast to `dtype` if given."""
         path, kind = self._where[name]
-        if kind == "safetensors":
+        if kind == "remote":  # a stub of a remote file: only this tensor's bytes are fetched
+            t = self._from_bytes(name, *self._spans[name])
+        elif kind == "safetensors":
             from safetensors import safe_open
 
             try:
@@ -215,6 +221,33 @@ class TensorStore:
         if dtype is not None and t.dtype.is_floating_point:
             return t.to(device=device, dtype=dtype)
         return t.to(device=device)
+
+    def get_rows(self, name: str, a: int, b: int) -> torch.Tensor:
+        """Rows [a, b) of a tensor, reading only those rows where the file allows it."""
+        path, kind = self._where[name]
+        shape = self._meta[name][0]
+        if kind == "remote" and len(shape) >= 1:
+            b = min(b, shape[0])
+            row = self.nbytes(name) // max(shape[0], 1)
+            start = self._spans[name][0]
+            return self._from_bytes(name, start + a * row, start + b * row, (b - a, *shape[1:]))
+        if kind == "safetensors":
+            from safetensors import safe_open
+
+            try:  # a fresh mapping per call, so pages read are released after each chunk
+                with safe_open(str(path), framework="pt", device="cpu") as f:
+                    return f.get_slice(name)[a:b]
+            except Exception as e:
+                raise BadInputError(path, f"tensor {name!r} cannot be read ({_safetensors_problem(str(e))})") from None
+        return self.get(name)[a:b]
+
+    def _from_bytes(self, name: str, start: int, end: int, shape=None) -> torch.Tensor:
+        shape = self._meta[name][0] if shape is None else shape
+        dtype = self._meta[name][1]
+        raw = remote.read_range(self._where[name][0], start, end)
+        if not raw:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
 
     def find(self, short: str) -> str | None:
         """The key named `short`, or ending in `.short` (for prefixed exports)."""
@@ -229,16 +262,21 @@ _ST_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 
 _ST_MAX_HEADER = 100_000_000  # safetensors' own limit
 
 
-def read_safetensors_header(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+def read_safetensors_header(path: str | os.PathLike, spans: dict | None = None,
+                            ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """{tensor name: (shape, dtype)} from a safetensors file's header, checked as safetensors does.
 
     Reads 8 bytes and the JSON header, nothing else; every inconsistency (truncated file, corrupt
     header, shapes that do not match the data offsets) is a `BadInputError` naming the file.
+    `spans`, when given, receives each tensor's byte span in the file. A stub of a remote file
+    (`helpers.remote`) is checked against the remote file's size.
     """
     path = Path(path)
     check_readable_file(path)
-    bad = lambda words: BadInputError(path, f"not a readable safetensors file: {words}")  # noqa: E731
-    size = path.stat().st_size
+    shown = remote.display(path)
+    bad = lambda words: BadInputError(shown, f"not a readable safetensors file: {words}")  # noqa: E731
+    size = remote.stub_size(path)
+    size = path.stat().st_size if size is None else size
     try:
         with open(path, "rb") as f:
             head = f.read(8)
@@ -257,7 +295,7 @@ def read_safetensors_header(path: str | os.PathLike) -> dict[str, tuple[tuple[in
     if not isinstance(header, dict):
         raise bad("the header is not a JSON object (corrupt header)")
     out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
-    spans = []
+    found = []
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -272,10 +310,12 @@ def read_safetensors_header(path: str | os.PathLike) -> dict[str, tuple[tuple[in
         if end - begin != math.prod(shape) * _ST_ITEMSIZE.get(dt, dtype.itemsize):
             raise bad(f"tensor {name!r}: its shape {shape} and dtype {dt} do not match its data offsets in the header")
         out[name] = (tuple(shape), dtype)
-        spans.append((begin, end))
+        found.append((begin, end))
+        if spans is not None:
+            spans[name] = (8 + n + begin, 8 + n + end)
     data = size - 8 - n
     pos = 0
-    for begin, end in sorted(spans):
+    for begin, end in sorted(found):
         if begin != pos:
             raise bad("the tensors' data offsets in the header overlap or leave gaps (corrupt header)")
         pos = end

@@ -15,12 +15,13 @@ HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 LAYERS = [  # lowest first; a module not listed fails the test (add it to the doc and here)
     ("types", {"terms", "errors", "mapping", "outputs"}),
-    ("files", {"tensor_files", "pt_files", "checkpoint", "samples", "logs", "prompts", "metrics", "metric_records"}),
+    ("files", {"tensor_files", "pt_files", "checkpoint", "samples", "logs", "prompts", "metrics", "metric_records",
+               "remote", "target_match"}),
     ("model", {"devices", "draft_config", "draft_keys", "draft_layer", "draft", "target_head", "chat", "distributed"}),
     ("numbers", {"predict", "scores", "eval_conclusion", "evaluate", "replay", "engine_rules", "findings", "checks_mapping",
                  "checks_weights", "checks_variants", "doctor", "fix_plan", "fix", "inspection", "montecarlo", "draft_tree",
                  "simulate", "throughput", "settings", "primer", "primer_exercises", "target", "capture", "acceptance",
-                 "references"}),
+                 "references", "checks_target", "draft_diff"}),
     ("figures", {"plots"}),
     ("front ends", {"notebook", "html_export", "summary", "report", "widgets", "commands", "__main__", "__init__"}),
 ]

@@ -65,6 +65,11 @@ CASES = {
     "report-out-is-file": (lambda b: ["report", DRAFT, "-o", b / "a_file"], "is a file"),
     "report-out-through-file": (lambda b: ["report", DRAFT, "-o", b / "a_file" / "sub" / "rep"], "is a file, not a folder"),
 }
+CASES.update({
+    "diff-out-missing-parent": (lambda b: ["diff", DRAFT, FIXABLE, "-o", b / "nope" / "x.png"], "does not exist"),
+    "diff-out-is-folder": (lambda b: ["diff", DRAFT, FIXABLE, "-o", b / "a_folder"], "is a folder"),
+    "diff-out-unknown-format": (lambda b: ["diff", DRAFT, FIXABLE, "-o", b / "x.foo"], "unknown figure format"),
+})
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -45,3 +45,20 @@ def device_dtype(p) -> None:
 def show_progress(args) -> bool:
     """Progress bars only for a person at a terminal, never with --json."""
     return not getattr(args, "json", False) and sys.stderr.isatty()
+
+
+def figure_path(path, what: str = "figure"):
+    """Where `-o FIG` writes a figure: checked as an output file, '.png' added to a bare name,
+    an unknown format refused (one line, exit 2)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from ..errors import BadInputError
+    from ..outputs import output_file
+
+    p = output_file(path, what)
+    if not p.suffix:
+        return output_file(p.with_name(p.name + ".png"), what)
+    known = FigureCanvasBase.get_supported_filetypes()
+    if p.suffix[1:].lower() not in known:
+        raise BadInputError(p, f"unknown figure format {p.suffix!r} (use one of {', '.join('.' + k for k in sorted(known))})")
+    return p

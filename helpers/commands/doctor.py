@@ -14,6 +14,14 @@ embed_tokens, an fc that does not take 3 x the target hidden size, aux layers (w
 --target-config: which target layers each engine captures) and NaN/Inf weights (read tensor by
 tensor, in row chunks).
 
+--target TARGET (the target's folder: config.json and, when there, its weights, of which only
+embed_tokens is read) adds the target checks: vocab and hidden sizes, aux layer ids against its
+layers, embed_tokens equal to the target's (or off by a constant factor such as Gemma's
+sqrt(hidden)), and max_position_embeddings / RoPE shorter than the target's. --previous CKPT
+(an earlier checkpoint of the same draft) adds the mapping-drift check (see d2t-lab diff).
+--algorithm eagle says the draft is served with the EAGLE (1/2) flag. Every path may be
+hf://ORG/REPO[@REV][/SUBDIR] or an http(s):// URL (only headers and the tensors read are fetched).
+
 Each finding has a code, a severity (error / warning / info), what is wrong and how to fix it.
 Exit 0 when no error was found, 1 when one was, 2 when the input cannot be read."""
 
@@ -22,6 +30,12 @@ def add_arguments(p) -> None:
     _options.checkpoint(p, "draft checkpoint folder (or weights file)")
     _options.engine(p)
     _options.target_config(p)
+    p.add_argument("--target", metavar="TARGET", default=None,
+                   help="the target model's folder (config.json; embed_tokens read from its weights when present)")
+    p.add_argument("--previous", metavar="CKPT", default=None,
+                   help="an earlier checkpoint of this draft: check for mapping drift against it")
+    p.add_argument("--algorithm", choices=("eagle", "eagle3"), default=None,
+                   help="the speculative algorithm flag the draft is served with (default: not checked)")
     p.add_argument("--no-weights", action="store_true",
                    help="skip the NaN/Inf scan (the only check that reads every weight)")
     _options.json_flag(p, "print one JSON object: path, engine, counts and findings [{code, severity, message, fix}]")
@@ -31,6 +45,7 @@ def run(args) -> int:
     from ..doctor import diagnose, has_error
 
     findings = diagnose(args.checkpoint, args.engine, args.target_config, check_weights=not args.no_weights,
-                        progress=_options.show_progress(args))
+                        progress=_options.show_progress(args), target=args.target, previous=args.previous,
+                        algorithm=args.algorithm)
     print(json.dumps(findings.to_dict(), indent=2) if args.json else findings.report())
     return 1 if has_error(findings) else 0

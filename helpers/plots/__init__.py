@@ -22,6 +22,7 @@ The modules, each usable through this package's names (`plots.plot_staircase`, `
     speculation  accept-length distribution, throughput, accept length over time, prediction curve
     serving      per-position acceptance from serving against the offline figures
     findings     plot_findings (the doctor's findings grid)
+    draft_diff   plot_draft_diff (what `d2t-lab diff` found: moved ids, lm_head agreement)
 
 `plots.style` is the context manager `style()`, not the module of that name: the package binds
 the function last, so `from helpers.plots import style` and `plots.style()` both get it. The
@@ -30,6 +31,7 @@ module is `sys.modules["helpers.plots.style"]` (or `from helpers.plots.style imp
 from __future__ import annotations
 
 from .accuracy import accuracy_table, plot_accuracy, plot_step_accuracy
+from .draft_diff import plot_draft_diff
 from .findings import SEVERITY_COLORS, plot_findings
 from .mapping import (
     STANDARD,
@@ -80,4 +82,6 @@ __all__ = [
     "plot_online_offline",
     # findings
     "SEVERITY_COLORS", "plot_findings",
+    # draft_diff
+    "plot_draft_diff",
 ]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import matplotlib as mpl
 
+from .. import remote
 from ..errors import BadInputError
 from ..mapping import VocabMapping
 from .style import DPI
@@ -32,7 +33,7 @@ def mapping_label(m: VocabMapping) -> str:
     """A short name for a mapping: the folder its files came from."""
     if not m.sources:
         return "d2t"
-    parents = {str(Path(s).parent) for s in m.sources}
+    parents = {s.rsplit("/", 1)[0] if remote.is_remote(s) else str(Path(s).parent) for s in m.sources}
     return parents.pop() if len(parents) == 1 else ", ".join(m.sources)
 
 
@@ -58,7 +59,7 @@ def _source_files(source) -> tuple[str | None, list[Path]]:
     if source is None:
         return None, []
     if isinstance(source, VocabMapping):
-        return mapping_label(source), [Path(s) for s in source.sources]
+        return mapping_label(source), [_file(s) for s in source.sources]
     if isinstance(source, (str, os.PathLike)):
         p = Path(source)
         if p.is_dir():
@@ -66,15 +67,23 @@ def _source_files(source) -> tuple[str | None, list[Path]]:
         if not p.exists():
             raise BadInputError(p, "source file for the figure metadata does not exist")
         return str(p), [p]
-    files = [Path(s) for s in source]
-    parents = {str(f.parent) for f in files}
+    files = [_file(s) for s in source]
+    parents = {str(f).rsplit("/", 1)[0] if isinstance(f, str) else str(f.parent) for f in files}
     return (parents.pop() if len(parents) == 1 else ", ".join(map(str, files))), files
 
 
+def _file(s):
+    """A source as a Path, or as the URL string it is (a remote file is recorded by its URL only)."""
+    return s if remote.is_remote(s) else Path(s)
+
+
 def _file_records(files: list[Path]) -> list[dict]:
-    """Path, size and SHA-256 of each file."""
+    """Path, size and SHA-256 of each file (a remote file: its URL)."""
     recs = []
     for f in files:
+        if isinstance(f, str):
+            recs.append({"path": f, "size": None, "sha256": None})
+            continue
         try:
             recs.append({"path": str(f), "size": f.stat().st_size, "sha256": _sha256(f)})
         except OSError as e:

@@ -1,0 +1,55 @@
+"""`diff CHECKPOINT_A CHECKPOINT_B`: what changed between two drafts' mappings, and their lm_head rows."""
+from __future__ import annotations
+
+import json
+
+from . import _options
+
+HELP = "compare two drafts' vocab mappings: ids added / removed / moved, lm_head rows under each mapping"
+DESCRIPTION = """\
+Compare the d2t mappings of two drafts (an earlier and a fine-tuned checkpoint, say), read with
+the offset reading (draft slot i -> target id i + d2t[i]): target ids only in A (removed), only
+in B (added), and kept by both at another draft slot (moved, listed exactly as target id: slot
+in A -> slot in B). When both have an lm_head, the rows of the moved ids are compared (cosine
+similarity with A's row for the same id) under B's mapping and under A's: agreement under A's
+mapping only is mapping drift (the mapping was rebuilt while lm_head kept the old row order).
+
+Only d2t/t2d and lm_head are read; either checkpoint may be hf:// or http(s)://.
+-o/--out FILE.png saves the figure (slots in A vs B; lm_head agreement) with provenance.
+JSON (--json): a, b, draft_vocab_a, draft_vocab_b, shared, added [ids], removed [ids],
+moved [{target_id, slot_a, slot_b}], lm_head {rows_compared, threshold, agree_under_b,
+agree_under_a} or null, verdict. Exit 0 (whatever changed); 2 on unreadable input."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("a", metavar="CHECKPOINT_A", help="the earlier (reference) draft")
+    p.add_argument("b", metavar="CHECKPOINT_B", help="the draft to compare with it")
+    _options.out(p, "save the figure here (PNG; .svg also works)", metavar="FIGURE")
+    _options.json_flag(p, "print one JSON object (fields above) instead of the text report")
+
+
+def run(args) -> int:
+    from ..draft_diff import diff_drafts
+
+    if args.out:
+        _options.figure_path(args.out)  # a bad output path is refused before anything is read
+    d = diff_drafts(args.a, args.b)
+    if args.out:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from pathlib import Path
+
+        from ..errors import BadInputError
+        from ..plots import plot_draft_diff, save_figure
+
+        out = _options.figure_path(args.out)
+        fig = plot_draft_diff(d)
+        try:
+            written = save_figure(fig, out, source=d.sources, verdict=d["verdict"].split(":")[0],
+                                  formats=(Path(out).suffix.lstrip(".").lower(),))
+        except OSError as e:
+            raise BadInputError(e.filename or out, f"cannot write the figure ({e.strerror or e})") from None
+        d["figure"] = [str(w) for w in written]
+    print(json.dumps(d, indent=2) if args.json else d.report() + "".join(f"\n  figure: {w}" for w in d.get("figure", [])))
+    return 0
