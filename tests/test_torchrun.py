@@ -21,7 +21,7 @@ def _run(*args, ranks: int = 1, timeout: float = 600) -> subprocess.CompletedPro
     if ranks == 1:
         cmd = [sys.executable, "-m", "helpers", *map(str, args)]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port", "0",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--standalone",
                "-m", "helpers", *map(str, args)]
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
@@ -70,7 +70,7 @@ def test_a_killed_rank_is_named_and_the_rerun_resumes(tmp_path):
     out = tmp_path / "o"
     args = ["capture", SAMPLES / "tiny_target", "--prompts", SAMPLES / "prompts.jsonl", "--regenerate",
             "--max-new-tokens", "24", "--batch-size", "1", "--device", "cpu", "-o", out]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
            "-m", "helpers", *map(str, args)]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     deadline = time.time() + 180
