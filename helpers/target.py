@@ -17,7 +17,8 @@ default to layers 2, L//2, L-3): docs/eagle3-facts.md, 'Aux layers'.
 
 `draft_mismatches` compares a target with a draft checkpoint: vocab size, hidden size
 (`target_hidden_size`) and, when the draft carries one, its `embed_tokens` (a wrong target
-revision or a missed embedding scale shows here). Each mismatch is one line.
+revision or a missed embedding scale shows here), with the doctor's own comparison
+(`helpers.target_match`). Each mismatch is one line.
 """
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import flat_config, open_checkpoint, read_config
+from .checkpoint import open_checkpoint, read_config
 from .devices import available_bytes, default_dtype, parse_dtype, resolve_device
 from .engine_rules import captured_layers
 from .errors import BadInputError
+from .target_match import compare_to_target
 
 ACTIVATION_MARGIN = 1.2  # weights x this: room for activations and the KV cache of short prompts
 
@@ -202,37 +204,25 @@ def draft_aux_ids(draft_path) -> dict[str, list[int] | None]:
 
 
 def draft_mismatches(target: Target, draft_path, embed_rows: int = 4096) -> list[str]:
-    """One line per way the draft at `draft_path` does not fit `target` (empty: it fits)."""
+    """One line per way the draft at `draft_path` does not fit `target` (empty: it fits): vocab
+    size, hidden size, and the draft's own `embed_tokens` against the target's (the same
+    `embed_rows` evenly spaced rows of both), by `target_match.compare_to_target`."""
     ck = open_checkpoint(draft_path)
-    cfg = flat_config(ck.config) if ck.config else {}
-    out = []
-    vocab = cfg.get("vocab_size")
-    if vocab is not None and int(vocab) != target.vocab_size:
-        out.append(f"vocab size: the draft says {int(vocab):,}, the target has {target.vocab_size:,}")
-    th = cfg.get("target_hidden_size") or cfg.get("hidden_size")
-    if th is not None and int(th) != target.hidden_size:
-        out.append(f"hidden size: the draft's target_hidden_size is {int(th)}, the target's hidden_size is "
-                   f"{target.hidden_size} (the draft's fc expects {3 * int(th)} aux inputs)")
+    fc = ck.tensors.find("fc.weight")
     key = ck.tensors.find("embed_tokens.weight")
-    if key is not None and not out:
-        mine = ck.tensors.get(key, "cpu", torch.float32)
-        theirs = target.embedding()
-        if tuple(mine.shape) != tuple(theirs.shape):
-            out.append(f"embed_tokens: the draft's is {list(mine.shape)}, the target's {list(theirs.shape)}")
-        else:
-            n = min(embed_rows, mine.shape[0])
-            rows = torch.linspace(0, mine.shape[0] - 1, n).long()
-            a = mine[rows]
-            b = theirs[rows.to(theirs.device)].detach().float().cpu()
-            tol = 1e-2 * float(b.abs().max()) + 1e-6  # bf16 storage of the same weights passes
-            diff = float((a - b).abs().max())
-            if diff > tol:
-                scale = float((a * b).sum() / (b * b).sum().clamp(min=1e-12))
-                hint = f" (the draft's rows are {scale:.3g} x the target's: an embedding scale?)" if \
-                    float((a - scale * b).abs().max()) <= tol * max(1.0, abs(scale)) else \
-                    " (a different target, or another revision of it?)"
-                out.append(f"embed_tokens: the draft's embedding differs from the target's by up to {diff:.3g}{hint}")
-    return out
+    theirs = target.embedding()
+    mine = ours = None
+    if key is not None:
+        shape = tuple(ck.tensors.shape(key))
+        if shape == tuple(theirs.shape):  # the same evenly spaced rows of both
+            rows = torch.linspace(0, shape[0] - 1, min(embed_rows, shape[0])).long()
+            mine = ck.tensors.get(key, "cpu")[rows].float()
+            ours = theirs.detach()[rows.to(theirs.device)].float().cpu()
+        else:  # only the shapes are compared: nothing to read
+            mine, ours = torch.empty(shape, device="meta"), torch.empty(tuple(theirs.shape), device="meta")
+    found = compare_to_target(ck.config or {}, target.text_config.to_dict(), draft_embed=mine, target_embed=ours,
+                              fc_in=ck.tensors.shape(fc)[1] if fc else None)
+    return [f"{m.field}: {m.detail}" for m in found if m.field in ("vocab_size", "hidden_size", "embed_tokens")]
 
 
 def describe(target: Target) -> dict:

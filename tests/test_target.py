@@ -98,10 +98,10 @@ def test_mismatched_targets_are_one_line(cli, tmp_path):
 
     embed = load_file(str(TARGET / "model.safetensors"))["model.embed_tokens.weight"].float()
     cases = {
-        "vocab": (_mismatch(tmp_path, "vocab", vocab=4000, hidden=64), "vocab size"),
-        "hidden": (_mismatch(tmp_path, "hidden", hidden=32), "hidden size"),
+        "vocab": (_mismatch(tmp_path, "vocab", vocab=4000, hidden=64), "vocab_size"),
+        "hidden": (_mismatch(tmp_path, "hidden", hidden=32), "hidden_size"),
         "embedding": (_mismatch(tmp_path, "embedding", hidden=64), "embed_tokens"),
-        "scaled": (_mismatch(tmp_path, "scaled", hidden=64, embed=embed * 8), "an embedding scale"),
+        "scaled": (_mismatch(tmp_path, "scaled", hidden=64, embed=embed * 8), "times 0.125"),
     }
     for name, (tgt, words) in cases.items():
         before = {p.name: p.read_bytes() for p in tgt.iterdir()}
