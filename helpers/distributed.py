@@ -141,3 +141,23 @@ def finish(ranks: Ranks) -> None:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def torchrun_hint(total_samples: int, done_samples: int, seconds: float, devices: int | None = None,
+                  worth: float = 60.0) -> str | None:
+    """When a run over `total_samples` would be worth spreading with torchrun: the time it would
+    take here (measured `seconds` for `done_samples`) against N processes, or None when it is short.
+
+    `devices`: how many processes could run (GPUs present, else CPU cores / 2)."""
+    if done_samples <= 0 or seconds <= 0 or total_samples <= done_samples:
+        return None
+    per = seconds / done_samples
+    whole = per * total_samples
+    if whole < worth:
+        return None
+    n = devices or (torch.cuda.device_count() if torch.cuda.is_available() else max(1, (os.cpu_count() or 2) // 2))
+    if n < 2:
+        return (f"all {total_samples:,} samples would take about {whole / 60:.1f} min here "
+                f"({per * 1000:.0f} ms each); a machine with more devices could split them with torchrun")
+    return (f"all {total_samples:,} samples would take about {whole / 60:.1f} min here ({per * 1000:.0f} ms each); "
+            f"with torchrun --nproc-per-node {n} about {whole / n / 60:.1f} min")

@@ -90,3 +90,12 @@ def test_a_killed_rank_is_named_and_the_rerun_resumes(tmp_path):
     res = json.loads(again.stdout)
     assert res["skipped"] == done and res["written"] == 32 - done
     assert len(list(out.rglob("data_*.ckpt"))) == 32 and not list(out.rglob("*.tmp"))
+
+
+def test_torchrun_hint_from_measured_time():
+    from helpers.distributed import torchrun_hint
+
+    assert torchrun_hint(100, 10, 1.0) is None  # 10 s in all: not worth it
+    text = torchrun_hint(100_000, 100, 20.0, devices=8)  # 0.2 s a sample: 5.6 h, 42 min on 8
+    assert "333.3 min here" in text and "--nproc-per-node 8 about 41.7 min" in text
+    assert "more devices" in torchrun_hint(100_000, 100, 20.0, devices=1)
