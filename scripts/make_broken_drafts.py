@@ -105,18 +105,25 @@ def _drop_head_and_mapping(t):
     del t["lm_head.weight"], t["d2t"], t["t2d"]
 
 
+def _embed_key(t) -> str:
+    """The embedding's name: a draft's `embed_tokens.weight`, a transformers target's `model.embed_tokens.weight`."""
+    return "embed_tokens.weight" if "embed_tokens.weight" in t else "model.embed_tokens.weight"
+
+
 def _scaled_embed(factor):
     def f(t):
-        t["embed_tokens.weight"] = (t["embed_tokens.weight"].float() * factor).to(t["embed_tokens.weight"].dtype)
+        k = _embed_key(t)
+        t[k] = (t[k].float() * factor).to(t[k].dtype)
     return f
 
 
 def _other_revision(t):
-    e = t["embed_tokens.weight"].float()
+    k = _embed_key(t)
+    e = t[k].float()
     g = torch.Generator().manual_seed(7)
     rows = torch.randperm(e.shape[0], generator=g)[:200]
     e[rows] += torch.randn(200, e.shape[1], generator=g) * e.std()
-    t["embed_tokens.weight"] = e.to(t["embed_tokens.weight"].dtype)
+    t[k] = e.to(t[k].dtype)
 
 
 def build(out: Path) -> dict:
