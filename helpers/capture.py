@@ -226,7 +226,9 @@ def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=
         out.mkdir(parents=True, exist_ok=True)
         for stale in out.glob("rows_*/*.tmp"):  # left by a run killed while writing
             stale.unlink()
-        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        tmp = out / (MANIFEST + ".tmp")  # atomic: another rank may be reading it
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+        os.replace(tmp, out / MANIFEST)
     barrier(ranks)
     result = CaptureResult(out, manifest)
     skipped: list[int] = []

@@ -109,6 +109,9 @@ def from_env(device=None) -> Ranks:
     if store is not None:
         store.set(f"d2t/pid/{rank}", str(os.getpid()))
     signal.signal(signal.SIGTERM, _on_term(ranks))
+    import atexit
+
+    atexit.register(finish, ranks)  # leave the group cleanly on every exit, an error's included
     return ranks
 
 
