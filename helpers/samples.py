@@ -216,11 +216,8 @@ def write_sample(path, input_ids, loss_mask, hidden_state, aux_hidden_state) -> 
     buf = io.BytesIO()
     torch.save(item, buf)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(buf.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, path)  # a killed process leaves the old state or the whole file, never a part
 
 
 class _Failed:
