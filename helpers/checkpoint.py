@@ -48,7 +48,7 @@ _NPY_NAME = re.compile(r"^(d2t|t2d)(?:[-_](\d+))?\.npy$")
 def read_config(path: str | os.PathLike) -> dict:
     """Parse a `config.json` (or the one inside a folder, local or remote) into a dict."""
     if remote.is_remote(path):
-        return _from_remote(path, read_config)
+        return remote.via_mirror(path, read_config)
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -216,16 +216,6 @@ def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
             raise BadInputError(p, f"is not a mapping dict {{'d2t', 't2d'}} nor draft weights: it holds {what}")
 
 
-def _from_remote(url: str, opener):
-    """`opener` on the local stand-in of a remote location, its messages naming the URL."""
-    try:
-        return opener(remote.mirror(url))
-    except BadInputError as e:
-        if e.path is None:
-            raise
-        raise BadInputError(remote.display(e.path), e.problem) from None
-
-
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Open a checkpoint folder or a single weights / mapping file, reading no tensor data yet.
 
@@ -233,7 +223,7 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     only configs, headers and small mapping files are fetched, into the cache.
     """
     if remote.is_remote(path):
-        ck = _from_remote(path, open_checkpoint)
+        ck = remote.via_mirror(path, open_checkpoint)
         ck.origin = str(path).strip()
         return ck
     shown = path if isinstance(path, str) else None  # Path('hf://a/b') would print hf:/a/b

@@ -385,3 +385,13 @@ def display(path) -> str:
                 rel = p.relative_to(cand)
                 return m["base"] + ("/" + rel.as_posix() if str(rel) != "." else "")
     return os.fspath(path)
+
+
+def via_mirror(url: str, opener):
+    """`opener` on the local stand-in of a remote location, its messages naming the URL."""
+    try:
+        return opener(mirror(url))
+    except BadInputError as e:
+        if e.path is None:
+            raise
+        raise BadInputError(display(e.path), e.problem) from None
