@@ -182,17 +182,22 @@ class SpecRun:
         return (s["total"] - s["target"] - s["draft"]) / s["total"] if s["total"] else float("nan")
 
     def to_dict(self, prompts: bool = True) -> dict:
-        d = {"settings": self.settings, "mean_accept_length": self.mean, "stderr": self.stderr,
+        d = {"settings": self.settings, "mean_accept_length": _num(self.mean), "stderr": _num(self.stderr),
              "verify_steps": self.verify_steps, "accepted_tokens": self.accepted_tokens,
              "histogram": self.histogram, "accepted_per_position": self.accepted_per_position.tolist(),
-             "per_position_unconditional": self.per_position_unconditional,
-             "per_position_conditional": self.per_position_conditional,
+             "per_position_unconditional": [_num(x) for x in self.per_position_unconditional],
+             "per_position_conditional": [_num(x) for x in self.per_position_conditional],
              "target_forwards": self.target_forwards, "target_tokens_fed": self.target_tokens_fed,
-             "target_forwards_per_token": self.forwards_per_token, "draft_forwards": self.draft_forwards,
-             "seconds": dict(self.seconds), "loop_overhead_fraction": self.overhead_fraction}
+             "target_forwards_per_token": _num(self.forwards_per_token), "draft_forwards": self.draft_forwards,
+             "seconds": dict(self.seconds), "loop_overhead_fraction": _num(self.overhead_fraction)}
         if prompts:
             d["prompts"] = [p.to_dict() for p in self.prompts]
         return d
+
+
+def _num(x: float) -> float | None:
+    """A float for JSON: None where undefined (NaN: no verify step reached that position)."""
+    return None if x is None or x != x else float(x)
 
 
 # -- verification ---------------------------------------------------------------------------------

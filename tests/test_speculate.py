@@ -218,3 +218,40 @@ def test_settings_are_checked():
     with pytest.raises(ValueError, match="drafted token"):
         S.SpecSettings(steps=2, topk=2, draft_tokens=1).check()
     assert dataclasses.asdict(S.SpecSettings())["reading"] == "offset"
+
+
+# -- the command --------------------------------------------------------------------------------
+def test_speculate_command_json_runs_on_the_bundled_samples(cli, models, tmp_path):
+    import json
+
+    target, _ = models
+    r = cli("speculate", DRAFT, "--max-prompts", 3, "--max-new-tokens", 12, "--steps", 3, "--topk", 2,
+            "--draft-tokens", 5, "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out["readings"]) == {"offset", "absolute", "none"}
+    off = out["readings"]["offset"]
+    assert off["settings"]["drafting"] == "tree" and off["settings"]["topk"] == 2
+    for key in ("mean_accept_length", "stderr", "histogram", "per_position_unconditional",
+                "per_position_conditional", "target_forwards_per_token", "prompts"):
+        assert key in off
+    assert len(off["per_position_unconditional"]) == 3
+    p0 = off["prompts"][0]
+    assert len(p0["output_ids"]) == 12 and p0["text"] == target.tokenizer.decode(p0["output_ids"])
+    # the same text under every reading: only the accept length changes
+    assert all(out["readings"][r]["prompts"][0]["output_ids"] == p0["output_ids"] for r in out["readings"])
+    assert out["readings"]["absolute"]["mean_accept_length"] < off["mean_accept_length"]
+
+
+def test_speculate_command_text_and_bad_input(cli, tmp_path):
+    r = cli("speculate", DRAFT, "--max-prompts", 1, "--max-new-tokens", 6, "--reading", "offset", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "offset" in r.stdout and "accept length" in r.stdout and "absolute" not in r.stdout
+    r = cli("speculate", DRAFT, "--steps", 3, "--device", "cpu")
+    assert r.returncode == 2 and "--topk" in r.stderr and "Traceback" not in r.stderr
+    r = cli("speculate", DRAFT, "--prompts", tmp_path / "missing.jsonl")
+    assert r.returncode == 2 and "missing.jsonl" in r.stderr
+    r = cli("speculate", DRAFT, "--temperature", "-1", "--device", "cpu")
+    assert r.returncode == 2 and "temperature" in r.stderr
+    r = cli("speculate", "--help")
+    assert r.returncode == 0 and "unconditional" in r.stdout
