@@ -93,6 +93,7 @@ class Drafter:
 
     def _layer(self, h, emb, positions, past_k, past_v, allowed):
         """One pass of the draft layer: queries for `h`/`emb` over past keys + their own keys."""
+        t0 = time.perf_counter()
         layer, attn = self.layer, self.attn
         hn = layer.hidden_norm(h)
         residual = hn if layer.norm_before_residual else h
@@ -108,6 +109,8 @@ class Drafter:
         h = h + layer.mlp(layer.post_attention_layernorm(h))
         normed = self.model.norm(h) if self.final_norm or self.feed_normed else h
         logits = self.model.lm_head(normed)
+        self.forwards += 1
+        self.seconds += time.perf_counter() - t0  # model time only: what the loop around it costs is overhead
         return (normed if self.feed_normed else h), logits, k, v
 
     @torch.inference_mode()
@@ -117,6 +120,7 @@ class Drafter:
         n, m = self.length, int(next_ids.shape[1])
         h = self.model.project(aux.to(self.device, self.dtype))
         emb = self.model.embed_tokens(next_ids.to(self.device))
+        self.seconds += time.perf_counter() - t0
         pos = torch.arange(n, n + m, device=self.device)
         kpos = torch.arange(n + m, device=self.device)
         allowed = kpos[None, :] <= pos[:, None]
@@ -126,8 +130,6 @@ class Drafter:
         self.k0 = k if self.k0 is None else torch.cat([self.k0, k], dim=2)
         self.v0 = v if self.v0 is None else torch.cat([self.v0, v], dim=2)
         self.h_last, self.logits_last = h[:, -1:], logits[0, -1].float()
-        self.forwards += 1
-        self.seconds += time.perf_counter() - t0
 
     def _pick(self, logits: torch.Tensor, topk: int, sample: bool, temperature: float, gen):
         """Per row of logits [r, V]: (ids [r, k], log-probs [r, k], probs [r, V] or None)."""
@@ -143,7 +145,6 @@ class Drafter:
     def propose(self, root_token: int, steps: int, topk: int, draft_tokens: int, *, sample: bool = False,
                 temperature: float = 1.0, generator=None) -> Proposal:
         """Draft a tree (see the module docstring) after the root token `root_token`."""
-        t0 = time.perf_counter()
         n = self.length
         ids, lp, probs = self._pick(self.logits_last[None], topk, sample, temperature, generator)
         # candidates: cumulative log-prob, parent candidate (0 = root), depth, draft id
@@ -173,7 +174,6 @@ class Drafter:
             h, logits, k, v = self._layer(beam_h, emb, pos, torch.cat([self.k0, fed_k], 2) if fed_k is not None
                                           else self.k0, torch.cat([self.v0, fed_v], 2) if fed_v is not None
                                           else self.v0, allowed)
-            self.forwards += 1
             fed += beam
             fed_k = k if fed_k is None else torch.cat([fed_k, k], dim=2)
             fed_v = v if fed_v is None else torch.cat([fed_v, v], dim=2)
@@ -197,7 +197,6 @@ class Drafter:
         tokens = [int(root_token)] + self.target_ids(torch.tensor(draft_ids[1:], dtype=torch.long)).tolist()
         prop = Proposal(tokens, [-1] + [index[c_parent[c]] for c in kept], [0] + [c_depth[c] for c in kept],
                         draft_ids, {index[c]: c_q[c] for c in kept if c in c_q})
-        self.seconds += time.perf_counter() - t0
         return prop
 
     @staticmethod
