@@ -94,11 +94,12 @@ class PromptRun:
     draft_pos: list[int] = field(default_factory=list)  # drafted position (0-based) of "draft" tokens, else -1
     accept_lengths: list[int] = field(default_factory=list)
     text: str = ""
+    pieces: list[str] = field(default_factory=list)  # each output token decoded on its own (token view)
 
     def to_dict(self) -> dict:
         return {"index": self.index, "prompt_tokens": len(self.prompt_ids), "output_ids": self.output_ids,
                 "text": self.text, "kinds": self.kinds, "draft_pos": self.draft_pos,
-                "accept_lengths": self.accept_lengths,
+                "accept_lengths": self.accept_lengths, "pieces": self.pieces,
                 "mean_accept_length": float(np.mean(self.accept_lengths)) if self.accept_lengths else None}
 
 
@@ -390,6 +391,7 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
     run.seconds["total"] += time.perf_counter() - t_start
     if target.tokenizer is not None:
         out.text = target.tokenizer.decode(out.output_ids)
+        out.pieces = [target.tokenizer.decode([t]) for t in out.output_ids]
     return out
 
 

@@ -21,6 +21,7 @@ The modules, each usable through this package's names (`plots.plot_staircase`, `
     accuracy     accuracy_table, plot_accuracy, plot_step_accuracy
     speculation  accept-length distribution, throughput, accept length over time, prediction curve
     findings     plot_findings (the doctor's findings grid)
+    tokens       plot_token_view (generated text, each token marked by how speculative decoding made it)
 
 `plots.style` is the context manager `style()`, not the module of that name: the package binds
 the function last, so `from helpers.plots import style` and `plots.style()` both get it. The
@@ -57,6 +58,7 @@ from .speculation import (
     plot_throughput,
 )
 from .style import BAD, DPI, FORMULAS, GOOD, READING_COLORS, REF, set_style, style_rc
+from .tokens import plot_token_view, token_style
 
 # last, so that the name is the context manager and not the submodule `helpers.plots.style`
 from .style import style  # noqa: E402  isort: skip
@@ -76,4 +78,6 @@ __all__ = [
     "plot_accept_length_over_time", "plot_accept_lengths", "plot_prediction_curve", "plot_throughput",
     # findings
     "SEVERITY_COLORS", "plot_findings",
+    # tokens
+    "plot_token_view", "token_style",
 ]
