@@ -19,7 +19,7 @@ LAYERS = [  # lowest first; a module not listed fails the test (add it to the do
     ("model", {"devices", "draft_config", "draft_keys", "draft_layer", "draft", "target_head", "chat"}),
     ("numbers", {"predict", "scores", "eval_conclusion", "evaluate", "replay", "engine_rules", "findings", "checks_mapping",
                  "checks_weights", "checks_variants", "doctor", "fix_plan", "fix", "inspection", "montecarlo", "draft_tree",
-                 "simulate", "throughput", "settings", "primer", "target", "capture", "spec_draft", "speculate",
+                 "simulate", "throughput", "settings", "primer", "target", "capture", "spec_draft", "spec_result", "speculate",
                  "spec_compare"}),
     ("figures", {"plots"}),
     ("front ends", {"notebook", "html_export", "token_view", "summary", "report", "widgets", "commands", "__main__", "__init__"}),
