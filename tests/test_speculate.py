@@ -255,3 +255,33 @@ def test_speculate_command_text_and_bad_input(cli, tmp_path):
     assert r.returncode == 2 and "temperature" in r.stderr
     r = cli("speculate", "--help")
     assert r.returncode == 0 and "unconditional" in r.stdout
+
+
+# -- the report with a target -------------------------------------------------------------------------
+@pytest.mark.slow
+def test_report_with_a_target_runs_notebook_07_and_quotes_it(tmp_path):
+    import json
+
+    from helpers.report import run_report
+    from helpers.settings import RunSettings
+
+    s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), steps=4, max_samples=3,
+                    device="cpu")
+    res = run_report(s, tmp_path / "out", notebooks=(), progress=None)
+    assert [r.name for r in res.runs] == ["07_speculative_decoding"] and res.ok, res.runs[0].error
+    figs = {Path(f).name for f in res.runs[0].figures}
+    assert {"token_view.png", "speculate_accept_lengths.png", "speculate_throughput.png"} <= figs
+    spec = json.loads((tmp_path / "out" / "summary.json").read_text())["numbers"]["speculate"]
+    assert spec["settings"]["steps"] == 4 and spec["prompts"] == 3 and spec["same_text"] is True
+    off, ab = spec["speculate"]["offset"], spec["speculate"]["absolute"]
+    assert off["mean_accept_length"] > ab["mean_accept_length"] == 1.0
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Speculative decoding with the target (notebook 07)" in md
+    assert f"| offset | **{off['mean_accept_length']:.3f}**" in md
+
+
+def test_report_target_needs_prompts(cli, tmp_path):
+    r = cli("report", DRAFT, "-o", tmp_path / "out", "--target", TARGET)
+    assert r.returncode == 2 and "--prompts" in r.stderr
+    r = cli("report", DRAFT, "-o", tmp_path / "out", "--target", tmp_path / "nothing", "--prompts", PROMPTS)
+    assert r.returncode == 2 and "nothing" in r.stderr
