@@ -59,6 +59,7 @@ class LiveTokenView:
 
         self.runs = {r: {"pieces": [], "kinds": [], "draft_pos": []} for r in readings}
         self.title = title
+        self.updates = 0  # redraws so far (one per verify step while streaming)
         self.widget = W.HTML(token_view_html(self.runs, title=title))
 
     def update(self, reading: str, prompt_run, tokenizer=None) -> None:
@@ -69,4 +70,5 @@ class LiveTokenView:
             [tokenizer.decode([t]) for t in prompt_run.output_ids] if tokenizer is not None
             else [str(t) for t in prompt_run.output_ids])
         self.runs[reading] = d
+        self.updates += 1
         self.widget.value = token_view_html(self.runs, title=self.title)

@@ -285,3 +285,43 @@ def test_report_target_needs_prompts(cli, tmp_path):
     assert r.returncode == 2 and "--prompts" in r.stderr
     r = cli("report", DRAFT, "-o", tmp_path / "out", "--target", tmp_path / "nothing", "--prompts", PROMPTS)
     assert r.returncode == 2 and "nothing" in r.stderr
+
+
+# -- the token view and the dashboard's speculate mode ----------------------------------------------
+def test_token_view_html_marks_every_token(models, records):
+    from helpers.token_view import token_view_html
+
+    target, draft = models
+    runs = S.speculate_readings(target, draft, records[:1], S.SpecSettings(max_new_tokens=12), ["offset", "absolute"])
+    page = token_view_html({r: run.prompts[0] for r, run in runs.items()})
+    assert page.count('data-reading="') == 2
+    assert page.count("d2t-tok ") == 24
+    kinds = runs["offset"].prompts[0].kinds
+    assert page.count("d2t-draft") == kinds.count("draft") > 0  # only the offset column has accepted drafts
+    assert page.count("d2t-correction") >= 11
+
+
+def test_dashboard_speculate_mode_streams_the_token_view(models):
+    from helpers.widgets import Dashboard
+
+    dash = Dashboard(root=ROOT / "data_samples", checkpoint=DRAFT, mode="speculate", target=TARGET, steps=3,
+                     max_new_tokens=16, device="cpu", dtype="float32")
+    assert dash.samples.layout.display == "none" and dash.spec.controls.layout.display is None
+    assert str(TARGET) in dash.spec.target.options  # the target picker lists the bundled target
+    dash.run_button.click()
+    assert dash.error is None, dash.error
+    assert set(dash.spec.runs) == {"offset", "absolute"}
+    steps = sum(run.verify_steps for run in dash.spec.runs.values())
+    assert dash.spec.view.updates == steps + 2  # redrawn after every verify step, then once per reading
+    view = dash.spec.live.children[0].value
+    assert view.count("d2t-tok ") == 32 and "accept length" in view
+    out = "".join(o.get("data", {}).get("text/html", "") for o in dash.output.outputs)
+    assert "offset</b> reading: accept length" in out
+    assert dash.spec.runs["absolute"].mean == 1.0 < dash.spec.runs["offset"].mean
+    # no target: one line, no exception
+    dash.spec.target.value = ""
+    dash.run_button.click()
+    assert dash.error and "target" in dash.error
+    # back to accuracy mode: the samples picker returns
+    dash.mode.value = "accuracy"
+    assert dash.samples.layout.display is None and dash.spec.controls.layout.display == "none"
