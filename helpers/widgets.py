@@ -154,10 +154,11 @@ class Dashboard:
         self.run_button.on_click(lambda _: self.run())
 
         controls = W.VBox([
-            self.mode, self.root, self.checkpoint, self.embed_from, self.samples, self.spec.controls,
+            self.mode, self.root, self.checkpoint, self.embed_from, self.samples,
             W.HBox([self.device, self.dtype]),
             self.reading,
             W.HBox([self.max_samples, self.steps]),
+            self.spec.controls,
             W.HBox([self.run_button, self.status]),
         ])
         self.widget = W.VBox([
@@ -194,8 +195,9 @@ class Dashboard:
         self.embed_from = W.Combobox(description="embed from", value="" if embed_from is None else str(embed_from),
                                      placeholder="only for drafts without embed_tokens: the target",
                                      ensure_option=False, continuous_update=False, style=style, layout=wide)
-        self.samples = W.Combobox(description="samples", placeholder="pick or type a folder",
-                                  ensure_option=False, continuous_update=False, style=style, layout=wide)
+        self.samples = W.Combobox(description="samples", placeholder="pick or type a folder",  # own layout: hidden
+                                  ensure_option=False, continuous_update=False, style=style,  # in speculate mode
+                                  layout=W.Layout(width=wide.width))
         devices = available_devices()
         self.device = W.Dropdown(options=devices, value=device if device in devices else devices[0],
                                  description="device", style=style, layout=W.Layout(width="240px"))

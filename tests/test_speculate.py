@@ -307,6 +307,7 @@ def test_dashboard_speculate_mode_streams_the_token_view(models):
     dash = Dashboard(root=ROOT / "data_samples", checkpoint=DRAFT, mode="speculate", target=TARGET, steps=3,
                      max_new_tokens=16, device="cpu", dtype="float32")
     assert dash.samples.layout.display == "none" and dash.spec.controls.layout.display is None
+    assert dash.checkpoint.layout.display is None and dash.root.layout.display is None  # only samples hidden
     assert str(TARGET) in dash.spec.target.options  # the target picker lists the bundled target
     dash.run_button.click()
     assert dash.error is None, dash.error
