@@ -113,12 +113,15 @@ def _keep_rows(cache, n: int, keep: list[int], chain: bool) -> None:
         if drop > 0:
             cache.crop(-drop)
         return
-    idx = None
-    for layer in cache.layers:
-        if idx is None:
-            idx = torch.tensor(list(range(n)) + [n + k for k in keep], device=layer.keys.device)
-        layer.keys = layer.keys.index_select(2, idx.to(layer.keys.device))
-        layer.values = layer.values.index_select(2, idx.to(layer.values.device))
+    rows = list(range(n)) + [n + k for k in keep]
+    if hasattr(cache, "layers"):  # transformers >= 4.56: one object per layer
+        for layer in cache.layers:
+            idx = torch.tensor(rows, device=layer.keys.device)
+            layer.keys, layer.values = layer.keys.index_select(2, idx), layer.values.index_select(2, idx)
+    else:  # earlier: lists of tensors
+        for i, (k, v) in enumerate(zip(cache.key_cache, cache.value_cache)):
+            idx = torch.tensor(rows, device=k.device)
+            cache.key_cache[i], cache.value_cache[i] = k.index_select(2, idx), v.index_select(2, idx)
 
 
 # -- the loop -------------------------------------------------------------------------------------
@@ -158,7 +161,10 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
     eos = _eos_ids(target)
     out = PromptRun(index, list(ids))
     drafter = Drafter(draft, settings.reading)
-    cache = DynamicCache(config=target.config)
+    try:
+        cache = DynamicCache(config=target.config)
+    except TypeError:  # transformers < 4.56 takes no config
+        cache = DynamicCache()
     model = target.model
     cache_kw = _cache_argument(model)
     t_start = time.perf_counter()
