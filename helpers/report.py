@@ -47,6 +47,8 @@ SEQUENCE = (
 )
 # Notebook parameters that only exist for a notebook opened by hand; in a report they take these
 # values, so nothing is compared with bundled samples and no fixed copy is written.
+# With a target (--target and --prompts), the report also runs speculative decoding with it.
+SPECULATE = "07_speculative_decoding"
 REPORT_ONLY = {"write_fixed_copy": False, "accept_rate": None, "mapping_path": None, "misencoded_path": None,
                "misencoded_checkpoint": None}
 
@@ -208,6 +210,16 @@ def validate(settings: RunSettings) -> RunSettings:
         "target_config": _existing(s.target_config, "target config"),
         "target_head": _existing(s.target_head, "target head folder"),
     }
+    paths["target"] = _existing(s.target, "target folder")
+    paths["prompts"] = _existing(s.prompts, "prompt file")
+    if paths["target"] and not paths["prompts"]:
+        raise BadInputError(None, "--target needs --prompts FILE (the prompts to run speculative decoding on)")
+    if paths["prompts"] and not paths["target"]:
+        raise BadInputError(None, "--prompts needs --target DIR (the Hugging Face target that verifies the draft)")
+    if paths["target"]:
+        from .target import read_target_config
+
+        read_target_config(paths["target"])  # a folder without config.json is refused here, not in notebook 07
     logs = tuple(_existing(p, "log file") for p in s.logs)
     for p in logs:
         read_log(p)  # a file with no line the kit reads is refused here, not in notebook 04
@@ -236,7 +248,7 @@ def validate(settings: RunSettings) -> RunSettings:
 
 
 def _check_out(out: Path, s: RunSettings) -> None:
-    for name in ("checkpoint", "samples"):
+    for name in ("checkpoint", "samples", "target"):
         p = getattr(s, name)
         if p and (out == Path(p) or Path(p) in out.parents):
             raise BadInputError(out, "the report must not be written inside the checkpoint or samples folder")
@@ -249,6 +261,8 @@ def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print
     from .summary import summary_dict, summary_markdown
 
     s = validate(settings)
+    if s.target and SPECULATE not in notebooks:
+        notebooks = (*notebooks, SPECULATE)
     out = Path(out).resolve()
     _check_out(out, s)
     out.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,9 @@ class RunSettings:
     # comparisons a notebook draws beside the user's checkpoint when they are named
     misencoded: str | None = None  # a copy with d2t stored as absolute ids
     compare_with: tuple[str, ...] = ()  # more checkpoints for the doctor's overview
+    # the target in the loop: notebook 07 runs speculative decoding with it on these prompts
+    target: str | None = None  # Hugging Face target folder
+    prompts: str | None = None  # JSONL prompt file
     sources: dict = field(default_factory=dict, compare=False)  # setting -> where its value came from
 
     def __post_init__(self):

@@ -21,7 +21,9 @@ NOT_GIVEN = {
     "embed_from": "not given (needed only when the draft has no embed_tokens): --embed-from DIR",
     "baseline_tps": "not given: pass --baseline-tps to place the accept length on a tokens/s curve",
     "spec_tps": "not given: pass --spec-tps, or a log with generation throughput",
+    "target": "not given: pass --target DIR --prompts FILE to run speculative decoding with the target (notebook 07)",
 }
+SPECULATE = "07_speculative_decoding"
 SECTION_OF = {  # which notebook computes what
     "verdict": "01_mapping_inspection",
     "accuracy": "03_accuracy_with_and_without_mapping",
@@ -69,6 +71,12 @@ def summary_dict(s: RunSettings, runs, env: dict) -> dict:
                       ("conclusion", "accept_length_conclusion"), ("status", "accept_length_status")):
         if nb04.get(key) is not None:
             numbers[name] = nb04[key]
+    if s.target:
+        nb07 = _numbers(runs, SPECULATE)
+        if nb07.get("speculate"):
+            numbers["speculate"] = {k.removeprefix("speculate_"): v for k, v in nb07.items() if k.startswith("speculate")}
+        elif (why := _failed(runs, SPECULATE)):
+            errors["speculative decoding"] = why
     settings = s.to_dict()
     if nb04.get("drafting"):
         settings["drafting"] = nb04["drafting"]["label"]
@@ -123,6 +131,11 @@ def conclusion(numbers: dict) -> list[str]:
         lines.append(f"Accuracy: {acc['conclusion']} (notebook 03)")
     if numbers.get("accept_length_conclusion"):
         lines.append(f"Accept length: {numbers['accept_length_conclusion']} (notebook 04)")
+    spec = numbers.get("speculate")
+    if spec:
+        lines.append("With the target in the loop: " + "; ".join(
+            f"{r} reading accept length {d['mean_accept_length']:.2f}" for r, d in spec["speculate"].items())
+            + " (notebook 07).")
     return lines
 
 
@@ -199,6 +212,29 @@ def _accept_section(n: dict) -> list[str]:
     return L
 
 
+def _speculate_section(n: dict, s: RunSettings) -> list[str]:
+    spec = n.get("speculate")
+    if not spec:
+        return [f"- {n['skipped']['target']}"] if "target" in n["skipped"] else ["- no numbers recorded (see errors above)"]
+    st = spec.get("settings") or {}
+    L = [f"target {s.target}, {spec.get('prompts')} prompts from {s.prompts}; {st.get('drafting')} (steps "
+         f"{st.get('steps')}, topk {st.get('topk')}), temperature {st.get('temperature')}; same text under every "
+         f"reading: {spec.get('same_text')}", "",
+         "| reading | accept length | ± stderr | verify steps | target forwards / token | predicted from accuracy "
+         "| replay | replay, walked |", "|---|---|---|---|---|---|---|---|"]
+    f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    for r, d in spec["speculate"].items():
+        c = (spec.get("comparison") or {}).get(r, {})
+        L.append(f"| {r} | **{f(d['mean_accept_length'])}** | {f(d['stderr'])} | {d['verify_steps']} | "
+                 f"{f(d['target_forwards_per_token'])} | {f(c.get('predicted_from_accuracy'))} | {f(c.get('replay'))} | "
+                 f"{f(c.get('replay_walked'))} |")
+    tp = spec.get("throughput")
+    if tp:
+        L += ["", f"- tokens/s on the report's machine: target alone {tp['baseline_tps']:.1f}, step cost "
+              f"{tp['step_cost']:.2f}, break-even accept length {tp['break_even_accept_length']:.2f}"]
+    return L
+
+
 def summary_markdown(s: RunSettings, runs, summary: dict, env: dict) -> str:
     n = summary["numbers"]
     L = [f"# d2t-lab report: `{s.checkpoint}`", "", f"made {time.strftime('%Y-%m-%d %H:%M')} with d2t-lab "
@@ -225,6 +261,7 @@ def summary_markdown(s: RunSettings, runs, summary: dict, env: dict) -> str:
           if what in n["skipped"]]
     for what, err in n["errors"].items():
         L.append(f"- **{what}** unavailable: {err}")
+    L += ["", "## Speculative decoding with the target (notebook 07)", ""] + _speculate_section(n, s)
     L += ["", "## Notebooks", "", "| notebook | result | seconds | figures |", "|---|---|---|---|"]
     for r in runs:
         res = "ok" if r.ok else f"FAILED: {r.error}"

@@ -129,6 +129,10 @@ class Dashboard:
         max_samples: int | None = None,
         steps: int = 1,
         embed_from: str | os.PathLike | None = None,
+        mode: str = "accuracy",
+        target: str | os.PathLike | None = None,
+        prompt: str | None = None,
+        max_new_tokens: int = 32,
     ):
         self.result = None  # last EvalResult, or None
         self.error: str | None = None  # last one-line error, or None
@@ -136,21 +140,32 @@ class Dashboard:
         self._make_inputs(Path(root) if root is not None else DEFAULT_ROOT, device, dtype, reading, max_samples, steps,
                           embed_from)
         self._make_outputs()
+        from .spec_panel import SpeculatePanel
+
+        self.spec = SpeculatePanel(None if target is None else str(target), prompt, max_new_tokens)
+        self.mode = W.ToggleButtons(options=("accuracy", "speculate"), value=mode, description="mode",
+                                    style={"description_width": "110px", "button_width": "90px"},
+                                    tooltips=["the draft's accuracy on the samples",
+                                              "speculative decoding of the prompt with the target, token by token"])
+        self.mode.add_class("d2t-mode")
+        self.mode.observe(lambda _: self._show_mode(), names="value")
         self.root.observe(lambda _: self.rescan(), names="value")
         self.checkpoint.observe(lambda _: self.show_summary(), names="value")
         self.run_button.on_click(lambda _: self.run())
 
         controls = W.VBox([
-            self.root, self.checkpoint, self.embed_from, self.samples,
+            self.mode, self.root, self.checkpoint, self.embed_from, self.samples,
             W.HBox([self.device, self.dtype]),
             self.reading,
             W.HBox([self.max_samples, self.steps]),
+            self.spec.controls,
             W.HBox([self.run_button, self.status]),
         ])
         self.widget = W.VBox([
             W.HTML("<b>EAGLE-3 draft: live forward pass</b>"),
             W.HBox([controls, self.summary]),
             self.progress,
+            self.spec.live,
             self.output,
         ])
         self.widget.add_class("d2t-dashboard")
@@ -158,6 +173,15 @@ class Dashboard:
         self.rescan()  # nothing is preselected unless asked: the first folder found may be no draft
         self.checkpoint.value = "" if checkpoint is None else str(checkpoint)
         self.samples.value = "" if samples is None else str(samples)
+        self._show_mode()
+
+    def _show_mode(self) -> None:
+        """Speculate mode shows the target and prompt controls instead of the samples picker."""
+        spec = self.mode.value == "speculate"
+        self.spec.controls.layout.display = None if spec else "none"
+        self.samples.layout.display = "none" if spec else None
+        self.run_button.tooltip = ("decode the prompt with the target verifying the draft, two readings side by side"
+                                   if spec else "load the draft, run it on the samples, show accuracy")
 
     def _make_inputs(self, root: Path, device, dtype, reading, max_samples, steps, embed_from) -> None:
         """The pickers and settings (left column)."""
@@ -171,8 +195,9 @@ class Dashboard:
         self.embed_from = W.Combobox(description="embed from", value="" if embed_from is None else str(embed_from),
                                      placeholder="only for drafts without embed_tokens: the target",
                                      ensure_option=False, continuous_update=False, style=style, layout=wide)
-        self.samples = W.Combobox(description="samples", placeholder="pick or type a folder",
-                                  ensure_option=False, continuous_update=False, style=style, layout=wide)
+        self.samples = W.Combobox(description="samples", placeholder="pick or type a folder",  # own layout: hidden
+                                  ensure_option=False, continuous_update=False, style=style,  # in speculate mode
+                                  layout=W.Layout(width=wide.width))
         devices = available_devices()
         self.device = W.Dropdown(options=devices, value=device if device in devices else devices[0],
                                  description="device", style=style, layout=W.Layout(width="240px"))
@@ -215,6 +240,7 @@ class Dashboard:
         self.checkpoint.options = tuple(str(p) for p in find_checkpoints(root)) if root.is_dir() else ()
         self.samples.options = tuple(str(p) for p in find_sample_folders(root)) if root.is_dir() else ()
         self.embed_from.options = self.checkpoint.options
+        self.spec.rescan(root)
 
     def show_summary(self) -> None:
         """Show the `inspect` summary (verdict, sizes, key layout) of the chosen checkpoint."""
@@ -258,13 +284,17 @@ class Dashboard:
         t0 = time.perf_counter()
         try:
             args = self.kwargs()
-            for name in ("checkpoint", "samples"):
+            for name in ("checkpoint",) if self.mode.value == "speculate" else ("checkpoint", "samples"):
                 if not args[name]:
                     raise BadInputError(None, f"choose a {name} first")
             self.output.outputs = ()
-            result = self._evaluate(args)
-            self.result = result
-            self._show_result(result)
+            if self.mode.value == "speculate":
+                self._speculate(args)
+            else:
+                self.spec.live.children = ()
+                result = self._evaluate(args)
+                self.result = result
+                self._show_result(result)
             self.status.value = f"done in {time.perf_counter() - t0:.1f} s"
         except BadInputError as e:
             self._show_error(e.one_line())
@@ -275,6 +305,16 @@ class Dashboard:
             self.status.value = "error"
         finally:
             self.run_button.disabled = False
+
+    def _speculate(self, args: dict) -> None:
+        """Speculate mode: the panel streams the token view; the headline goes to the output area."""
+        from IPython.display import HTML
+
+        headline = self.spec.run(args["checkpoint"], device=args["device"], dtype=args["dtype"],
+                                 embed_from=args["embed_from"], steps=args["steps"], reading=self.reading.value)
+        self.result = self.spec.runs
+        self.output.outputs = ()
+        self.output.append_display_data(HTML(headline))
 
     def _evaluate(self, args: dict):
         """`evaluate(**args)`, with tqdm.auto's progress bars shown above the output area.

@@ -21,9 +21,10 @@ LAYERS = [  # lowest first; a module not listed fails the test (add it to the do
     ("numbers", {"predict", "scores", "eval_conclusion", "evaluate", "replay", "engine_rules", "findings", "checks_mapping",
                  "checks_weights", "checks_variants", "doctor", "fix_plan", "fix", "inspection", "montecarlo", "draft_tree",
                  "simulate", "throughput", "settings", "primer", "primer_exercises", "target", "capture", "acceptance",
-                 "references", "checks_target", "draft_diff"}),
+                 "references", "checks_target", "draft_diff", "spec_draft", "spec_result", "speculate",
+                 "spec_compare"}),
     ("figures", {"plots"}),
-    ("front ends", {"notebook", "html_export", "summary", "report", "widgets", "commands", "__main__", "__init__"}),
+    ("front ends", {"notebook", "html_export", "token_view", "spec_panel", "summary", "report", "widgets", "commands", "__main__", "__init__"}),
 ]
 LAYER = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 

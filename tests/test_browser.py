@@ -4,7 +4,8 @@ A `jupyter lab` server is started on a free loopback port with a token, its root
 holding a copy of `notebooks/` and a link to `data_samples/` (so the notebook's `../data_samples`
 paths work and nothing is written into the repository). The test opens notebook 05, runs all
 cells, waits for the kernel to be idle, checks that the dashboard's controls render, clicks Run
-and waits for the accuracy table and the figure in the output area. Screenshots go to the test's
+and waits for the accuracy table and the figure in the output area; then switches to speculate
+mode and waits for the token view the loop streams (two readings side by side). Screenshots go to the test's
 tmp folder; with `D2T_SAVE_SCREENSHOT=1` the final one is also copied to
 `docs/figures/dashboard.png` (for the README).
 
@@ -33,7 +34,7 @@ SAMPLES = ROOT / "data_samples"
 
 
 NOTEBOOK = "05_live_forward_pass.ipynb"
-BUDGET_S = 125  # browser work; with the server start (<= 40 s) the test stays under 3 minutes
+BUDGET_S = 170  # browser work; with the server start (<= 40 s) the test stays under 3.5 minutes
 
 
 def _free_port() -> int:
@@ -154,6 +155,15 @@ _DONE = """(reading) => {
 }"""
 
 
+_SPEC_DONE = """() => {
+  const d = document.querySelector('.d2t-dashboard');
+  const v = d.querySelector('.d2t-live .d2t-token-view');
+  return !d.querySelector('button.d2t-run').disabled && v !== null
+    && v.querySelectorAll('.d2t-col').length === 2
+    && /offset reading: accept length/.test(d.querySelector('.d2t-output').innerText);
+}"""
+
+
 def _run_and_wait(page, dash, reading: str, dl: Deadline) -> str:
     """Click Run; wait for one table + one figure under this reading's headline; return the text."""
     page.evaluate(_WATCH)
@@ -233,6 +243,26 @@ def test_dashboard_in_jupyterlab(tmp_path, request, chromium):
             assert m and float(m.group(1)) <= 5.0, text
             assert "offset reading" not in text, text
             page.screenshot(path=str(shots / "03_absolute.png"))
+
+            # Speculate mode: the target and prompt controls replace the samples picker; Run decodes
+            # the prompt with the target in the loop and the token view appears, both readings.
+            dash.locator(".d2t-mode button", has_text="speculate").click()
+            dash.locator(".d2t-speculate-controls textarea").wait_for(state="visible", timeout=dl.left_ms(20))
+            assert dash.locator(".d2t-speculate-controls input[list]").input_value().endswith("tiny_target")
+            assert dash.locator("input[list]").first.is_visible()  # the checkpoint picker stays
+            dash.locator(".widget-toggle-buttons button", has_text="offset").first.click()
+            dash.locator("button.d2t-run").click()
+            page.wait_for_function(_SPEC_DONE, timeout=dl.left_ms(90))
+            view = dash.locator(".d2t-live .d2t-token-view")
+            cols = view.locator(".d2t-col")
+            assert cols.nth(0).get_attribute("data-reading") == "offset"
+            assert cols.nth(1).get_attribute("data-reading") == "absolute"
+            assert cols.nth(0).locator(".d2t-tok").count() == cols.nth(1).locator(".d2t-tok").count() == 32
+            assert cols.nth(0).locator(".d2t-draft").count() > 0  # accepted drafts under offset
+            assert cols.nth(1).locator(".d2t-draft").count() == 0  # none under the misread table
+            assert dash.locator(".d2t-output [data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+            page.screenshot(path=str(shots / "04_speculate.png"))
+            dash.screenshot(path=str(shots / "dashboard_speculate.png"))
         except BaseException:
             if page is not None:  # keep what the page looked like for whoever reads the failure
                 page.screenshot(path=str(shots / "failure.png"))

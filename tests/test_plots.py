@@ -105,14 +105,14 @@ def test_save_mapping_figures_refuses_a_path_before_writing(tmp_path):
 
 
 def test_plots_modules_import_one_way():
-    """Within plots: style <- provenance <- mapping, and style <- accuracy / speculation / findings.
+    """Within plots: style <- provenance <- mapping, and style <- accuracy / speculation / findings / tokens.
     Outside: only helpers.mapping, helpers.errors (and the kit version); never the CLI or widgets/report."""
     import ast
 
     allowed = {
         "style": set(), "provenance": {"style"}, "mapping": {"style", "provenance"},
-        "accuracy": {"style"}, "speculation": {"style"}, "serving": {"style"}, "findings": {"style"},
-        "__init__": {"style", "provenance", "mapping", "accuracy", "speculation", "serving", "findings"},
+        "accuracy": {"style"}, "speculation": {"style"}, "serving": {"style"}, "findings": {"style"}, "tokens": {"style"},
+        "__init__": {"style", "provenance", "mapping", "accuracy", "speculation", "serving", "findings", "tokens"},
     }
     allowed["draft_diff"] = {"style"}
     allowed["__init__"] = allowed["__init__"] | {"draft_diff"}
@@ -524,3 +524,23 @@ def test_plot_prediction_curve_draws_the_closed_form():
     assert ax.lines[1].get_ydata()[0] == pytest.approx(chain_expected(0.5, 4))
     assert "acceptance" in ax.get_xlabel() and "accept length" in ax.get_ylabel()
     plt.close("all")
+
+
+def test_token_view_figure_marks_each_token_by_how_it_came(tmp_path):
+    """The token view draws one box per generated token, coloured by kind, one panel per reading."""
+    from matplotlib.colors import to_hex
+
+    run = {"pieces": ["a", "b", "\n", "c"], "kinds": ["target", "draft", "draft", "correction"],
+           "draft_pos": [-1, 0, 1, -1], "mean_accept_length": 2.0}
+    miss = {**run, "kinds": ["target", "correction", "correction", "correction"], "draft_pos": [-1] * 4,
+            "mean_accept_length": 1.0}
+    fig = plots.plot_token_view({"offset": run, "absolute": miss})
+    ax0, ax1 = fig.axes[:2]
+    colours = [[to_hex(p.get_facecolor()) for p in ax.patches] for ax in (ax0, ax1)]
+    bad = plots.token_style("correction")[0].lower()
+    assert colours[0][1] != colours[0][2] and colours[0][3] == bad  # draft positions shaded apart
+    assert colours[1][1:] == [bad] * 3
+    assert "\u21b5" in [t.get_text() for t in ax0.texts]  # the newline token is visible
+    assert "accept length 1.00" in ax1.get_title()
+    written = plots.save_figure(fig, tmp_path / "tv", source=None)
+    assert written[0].suffix == ".png" and plots.read_figure_metadata(written[0])

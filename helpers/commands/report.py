@@ -20,7 +20,9 @@ the inputs you pass, and write to OUT:
                              kit version and time in the PNG metadata; numbers.json beside them
 Only your inputs are read: no bundled sample is compared with your checkpoint, and a section
 whose input you did not give says so (e.g. "not given: pass --log FILE"). Every input is
-checked before the first notebook starts (exit 2, one line). The drafting settings come from
+checked before the first notebook starts (exit 2, one line). With --target DIR --prompts FILE
+the report also runs 07_speculative_decoding: real speculative decoding with that target under
+both readings of d2t (token view, measured vs predicted accept length, tokens/s). The drafting settings come from
 --steps/--topk/--draft-tokens, else from the first --log with SGLang's server_args= (or vLLM's
 num_speculative_tokens) line, else a 3-token chain; summary.md says which.
 OUT is created (with missing parents); it must not be a file.
@@ -41,6 +43,9 @@ def add_arguments(p) -> None:
     g.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
     g.add_argument("--embed-from", default=None, help="embed_tokens for a draft that has none (the target's weights folder)")
     g.add_argument("--target-config", default=None, help="the target's config.json, for the doctor's aux-layer check")
+    g.add_argument("--target", metavar="DIR", default=None,
+                   help="Hugging Face target folder: also run speculative decoding with it (notebook 07; needs --prompts)")
+    g.add_argument("--prompts", metavar="FILE", default=None, help="JSONL prompts for --target")
     g.add_argument("--target-head", default=None, help="target final norm + lm_head, to score against the target's argmax")
     d = p.add_argument_group("deployment (SGLang's names; default: from the log's server_args, else a 3-token chain)")
     d.add_argument("--steps", type=int, default=None, help="drafting depth, --speculative-num-steps")
@@ -61,7 +66,7 @@ def settings_from_args(args) -> RunSettings:
     s = RunSettings(
         checkpoint=args.checkpoint, samples=args.samples, embed_from=args.embed_from, target_head=args.target_head,
         target_config=args.target_config, engine=args.engine, logs=tuple(args.logs), metrics=args.metrics, baseline_tps=args.baseline_tps,
-        spec_tps=args.spec_tps, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
+        spec_tps=args.spec_tps, target=args.target, prompts=args.prompts, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
     )
     try:
         return resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)

@@ -23,6 +23,7 @@ The modules, each usable through this package's names (`plots.plot_staircase`, `
     serving      per-position acceptance from serving against the offline figures
     findings     plot_findings (the doctor's findings grid)
     draft_diff   plot_draft_diff (what `d2t-lab diff` found: moved ids, lm_head agreement)
+    tokens       plot_token_view (generated text, each token marked by how speculative decoding made it)
 
 `plots.style` is the context manager `style()`, not the module of that name: the package binds
 the function last, so `from helpers.plots import style` and `plots.style()` both get it. The
@@ -61,6 +62,7 @@ from .speculation import (
     plot_throughput,
 )
 from .style import BAD, DPI, FORMULAS, GOOD, READING_COLORS, REF, set_style, style_rc
+from .tokens import plot_token_view, token_style
 
 # last, so that the name is the context manager and not the submodule `helpers.plots.style`
 from .style import style  # noqa: E402  isort: skip
@@ -84,4 +86,6 @@ __all__ = [
     "SEVERITY_COLORS", "plot_findings",
     # draft_diff
     "plot_draft_diff",
+    # tokens
+    "plot_token_view", "token_style",
 ]

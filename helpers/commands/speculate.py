@@ -1,0 +1,135 @@
+"""`speculate CHECKPOINT --target TARGET --prompts FILE`: real speculative decoding, no engine."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import BadInputError
+from . import _options
+
+HELP = "run speculative decoding with a Hugging Face target and the draft, per reading of d2t"
+BUNDLED = Path(__file__).resolve().parents[2] / "data_samples"
+DESCRIPTION = """\
+Speculative decoding in plain PyTorch, as EAGLE-3 engines run it: the draft proposes from the
+target's aux hidden states of the accepted tokens (a chain of --draft-tokens K, or SGLang's tree:
+--steps S --topk T --draft-tokens N, N counting the root), the target verifies every proposed token
+in one forward with its KV cache (a tree attention mask for trees) and keeps only the accepted
+tokens' cache rows. Temperature 0 verifies greedily (the output is token for token the target's
+own greedy output); temperature > 0 uses the rejection rule (the output follows the target's own
+sampling). Each reading of d2t (offset, absolute, none) is run on the same prompts, so a misread
+table shows as accept length ~1.0 while the text stays the same.
+
+Measured, per reading: accept length per verify step (the correction/bonus token included, as
+engines count), its mean and standard error, the histogram, per-position acceptance
+(unconditional = accepted at position j / verify steps, vLLM's definition; conditional = / steps
+that reached j), target forwards per generated token (1 / accept length: the cache is reused).
+
+--target and --prompts default to the bundled tiny target and prompts (data_samples/), so
+  d2t-lab speculate data_samples/tiny_draft_sglang
+runs as is; --reading limits the run to one reading.
+
+JSON (--json): checkpoint, target, prompts, readings{R: settings{reading, drafting, steps, topk,
+draft_tokens, temperature, max_new_tokens, seed, engine, chat_template}, mean_accept_length,
+stderr, verify_steps, accepted_tokens, histogram, accepted_per_position,
+per_position_unconditional, per_position_conditional, target_forwards, target_tokens_fed,
+target_forwards_per_token, draft_forwards, seconds, loop_overhead_fraction,
+prompts[{index, prompt_tokens, output_ids, text, kinds, draft_pos, accept_lengths,
+mean_accept_length}]}.
+Exit 0 when done; 2 with one line on unusable input."""
+
+
+def add_arguments(p) -> None:
+    _options.checkpoint(p, "draft checkpoint folder")
+    p.add_argument("--target", metavar="DIR", default=None,
+                   help="Hugging Face target folder (default: the bundled data_samples/tiny_target)")
+    p.add_argument("--prompts", metavar="FILE", default=None,
+                   help="JSONL prompt file (default: the bundled data_samples/prompts.jsonl)")
+    p.add_argument("--reading", choices=("offset", "absolute", "none", "all"), default="all",
+                   help="reading of d2t to run (default: all three)")
+    p.add_argument("--draft-tokens", type=int, default=5,
+                   help="chain: drafted tokens K (default 5); tree: SGLang's num-draft-tokens (counts the root)")
+    p.add_argument("--steps", type=int, default=None, help="tree: depth (SGLang num-steps)")
+    p.add_argument("--topk", type=int, default=None, help="tree: children per expanded node (SGLang eagle-topk)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: speculative sampling")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
+    p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
+                   help="whose aux-layer convention feeds the draft (default sglang)")
+    p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
+                   help="auto: the tokenizer's chat template when it has one (default); none: plain text")
+    _options.device_dtype(p)
+    _options.embed_from(p)
+    _options.json_flag(p)
+
+
+def _f(x, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _report(out: dict) -> str:
+    lines = [f"speculate: {out['checkpoint']} with target {out['target']} on {out['prompts']}"]
+    for r, d in out["readings"].items():
+        s = d["settings"]
+        shape = (f"chain of {s['steps']}" if s["drafting"] == "chain"
+                 else f"tree steps {s['steps']} topk {s['topk']} draft tokens {s['draft_tokens']}")
+        lines.append(f"  {r:8s} accept length {_f(d['mean_accept_length'])} ± {_f(d['stderr'])} over "
+                     f"{d['verify_steps']} verify steps ({shape}, temperature {s['temperature']}); "
+                     f"target forwards/token {_f(d['target_forwards_per_token'])}")
+        lines.append("           per position: unconditional " +
+                     " ".join(_f(x, 2) for x in d["per_position_unconditional"]) + " | conditional " +
+                     " ".join(_f(x, 2) for x in d["per_position_conditional"]))
+    first = next(iter(out["readings"].values()))["prompts"]
+    if first:
+        lines.append(f"  prompt {first[0]['index']}: {first[0]['text'][:120]!r}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from ..devices import parse_dtype
+
+    try:
+        dtype = parse_dtype(args.dtype)
+    except ValueError as e:
+        raise BadInputError(None, f"--dtype: {e}") from None
+    target_dir = Path(args.target) if args.target else BUNDLED / "tiny_target"
+    prompts = Path(args.prompts) if args.prompts else BUNDLED / "prompts.jsonl"
+    if not prompts.is_file():
+        raise BadInputError(prompts, "no such prompt file")
+    if (args.steps is None) != (args.topk is None):
+        raise BadInputError(None, "a tree needs both --steps and --topk (a chain neither)")
+    import torch
+
+    from ..draft import load_draft
+    from ..prompts import read_prompts
+    from ..speculate import SpecSettings, result_json, speculate_readings
+    from ..target import draft_mismatches, load_target
+
+    target = load_target(target_dir, device=args.device, dtype=dtype)
+    bad = draft_mismatches(target, args.checkpoint)
+    if bad:
+        raise BadInputError(args.checkpoint, "does not fit the target " + str(target_dir) + ": " + "; ".join(bad))
+    draft = load_draft(args.checkpoint, device=target.input_device, dtype=target.dtype,
+                       embed_from=args.embed_from)
+    if draft.d2t is None and args.reading in ("offset", "absolute"):
+        raise BadInputError(args.checkpoint, f"has no d2t: --reading {args.reading} needs one (use none)")
+    readings = ["offset", "absolute", "none"] if args.reading == "all" else [args.reading]
+    if draft.d2t is None:
+        readings = ["none"]
+    settings = SpecSettings(draft_tokens=args.draft_tokens, steps=args.steps, topk=args.topk,
+                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                            engine=args.engine, chat_template=args.chat_template)
+    try:
+        settings.check()
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None
+    records = list(read_prompts(prompts, args.max_prompts))
+    if not records:
+        raise BadInputError(prompts, "holds no prompt records")
+    with torch.inference_mode():
+        runs = speculate_readings(target, draft, records, settings, readings, progress=_options.show_progress(args))
+    out = result_json(runs, target=str(target_dir), checkpoint=args.checkpoint, prompts=str(prompts))
+    print(json.dumps(out, indent=2, allow_nan=False) if args.json else _report(out), file=sys.stdout)
+    return 0
+

@@ -1,0 +1,328 @@
+"""Engine-free speculative decoding (helpers.speculate) on the bundled tiny target and draft.
+
+Lossless: greedy output equals target.generate(do_sample=False) token for token, for every
+reading, chain and tree; sampled output follows the target's own distribution (chi-square), and a
+deliberately wrong rejection rule fails that test. Measurement: the offset chain agrees with the
+replay on captured states of the same prompts; misread tables measure 1.0; a top-1 tree is the chain.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import helpers.speculate as S
+from helpers.draft import load_draft
+from helpers.prompts import read_prompts
+from helpers.spec_compare import predicted_per_position, replay_walk
+from helpers.target import load_target
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = ROOT / "data_samples" / "tiny_target"
+DRAFT = ROOT / "data_samples" / "tiny_draft_sglang"
+PROMPTS = ROOT / "data_samples" / "prompts.jsonl"
+CHAIN = {"draft_tokens": 5}
+TREE = {"steps": 3, "topk": 4, "draft_tokens": 8}
+CHI2_19_AT_0_001 = 43.82  # chi-square critical value, 19 degrees of freedom, p = 0.001
+
+
+@pytest.fixture(scope="module")
+def models():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models on a shared CPU: one thread is fastest
+    yield load_target(TARGET, "cpu", "float32"), load_draft(DRAFT, "cpu", torch.float32)
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def records():
+    return list(read_prompts(PROMPTS))
+
+
+def _reference(target, run, max_new: int) -> list[list[int]]:
+    eos = S._eos_ids(target)
+    out = []
+    with torch.inference_mode():
+        for pr in run.prompts:
+            x = torch.tensor([pr.prompt_ids])
+            g = target.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+                                      max_new_tokens=max_new, temperature=None, top_p=None, top_k=None,
+                                      pad_token_id=0)[0, x.shape[1]:].tolist()
+            cut = next((i + 1 for i, t in enumerate(g) if t in eos), len(g))
+            out.append(g[:cut])
+    return out
+
+
+def test_greedy_lossless_quick(models, records):
+    target, draft = models
+    run = S.speculate(target, draft, records[:4], S.SpecSettings(max_new_tokens=16, **TREE))
+    assert [p.output_ids for p in run.prompts] == _reference(target, run, 16)
+    assert all(len(p.output_ids) == 16 for p in run.prompts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reading", ["offset", "absolute", "none"])
+@pytest.mark.parametrize("shape", [CHAIN, TREE], ids=["chain5", "tree3x4x8"])
+def test_greedy_output_equals_target_generate(models, records, reading, shape):
+    target, draft = models
+    run = S.speculate(target, draft, records, S.SpecSettings(reading=reading, max_new_tokens=24, **shape))
+    ref = _reference(target, run, 24)
+    bad = [p.index for p, r in zip(run.prompts, ref) if p.output_ids != r]
+    assert not bad, f"prompts {bad} differ from target.generate"
+    assert len(run.prompts) == len(records) >= 24
+    for p in run.prompts:  # every generated token is accounted for by its origin
+        assert len(p.kinds) == len(p.output_ids) and p.kinds[0] == "target"
+        assert sum(k == "draft" for k in p.kinds) <= sum(a - 1 for a in p.accept_lengths)
+
+
+def test_tree_with_topk_1_is_the_chain(models, records):
+    target, draft = models
+    chain = S.speculate(target, draft, records[:8], S.SpecSettings(max_new_tokens=32, draft_tokens=4))
+    tree = S.speculate(target, draft, records[:8], S.SpecSettings(max_new_tokens=32, steps=4, topk=1, draft_tokens=5))
+    assert chain.histogram == tree.histogram and chain.mean == tree.mean
+    assert chain.per_position_conditional == tree.per_position_conditional
+    assert [p.kinds for p in chain.prompts] == [p.kinds for p in tree.prompts]
+
+
+def test_cache_reused_and_counts_add_up_over_shards(models, records):
+    target, draft = models
+    st = S.SpecSettings(max_new_tokens=20, **TREE)
+    whole = S.speculate(target, draft, records[:6], st)
+    # one target forward per verify step: forwards per token is exactly 1 / accept length
+    assert whole.forwards_per_token == pytest.approx(1 / whole.mean)
+    assert whole.target_forwards == whole.verify_steps + 6
+    assert whole.target_tokens_fed == sum(len(p.prompt_ids) for p in whole.prompts) + whole.verify_steps * 8
+    assert whole.accepted_tokens == sum(sum(p.accept_lengths) for p in whole.prompts)
+    # per-position counts: unconditional is monotone, conditional = ratio of neighbours
+    u, c = whole.per_position_unconditional, whole.per_position_conditional
+    assert all(a >= b for a, b in zip(u, u[1:]))
+    assert c[1] == pytest.approx(whole.accepted_per_position[1] / whole.accepted_per_position[0])
+    # two shards (as torchrun ranks would run them) sum to the whole
+    merged = S.SpecRun.merge([S.speculate(target, draft, records[3:6], st), S.speculate(target, draft, records[:3], st)])
+    assert merged.histogram == whole.histogram and merged.verify_steps == whole.verify_steps
+    assert merged.accepted_per_position.tolist() == whole.accepted_per_position.tolist()
+    assert [p.index for p in merged.prompts] == [p.index for p in whole.prompts]
+    assert merged.to_dict()["mean_accept_length"] == whole.to_dict()["mean_accept_length"]
+
+
+# -- sampling ---------------------------------------------------------------------------------------
+def _pit_chi2(target, run, temperature: float, seed: int = 0, bins: int = 20) -> tuple[float, int]:
+    """Chi-square of randomized PIT values of every verified token under the target's own law.
+
+    For each generated token after the first, its conditional distribution under the target (at
+    `temperature`) is computed with one forward of the whole output; with the vocabulary sorted by
+    probability, u = P(earlier tokens) + V * P(token), V uniform, is uniform on [0, 1) exactly when
+    the tokens follow the target's sampling - at every position, whatever came before.
+    """
+    rng = np.random.default_rng(seed)
+    us = []
+    with torch.inference_mode():
+        for pr in run.prompts:
+            seq = pr.prompt_ids + pr.output_ids
+            logits = target.model(input_ids=torch.tensor([seq])).logits[0].float()
+            P = len(pr.prompt_ids)
+            for i in range(1, len(pr.output_ids)):
+                p = torch.softmax(logits[P + i - 1] / temperature, -1)
+                order = torch.argsort(p, descending=True)
+                rank = int((order == pr.output_ids[i]).nonzero())
+                ps = p[order]
+                us.append(float(ps[:rank].sum()) + rng.random() * float(ps[rank]))
+    counts = np.histogram(us, bins=bins, range=(0, 1))[0]
+    expected = len(us) / bins
+    return float(((counts - expected) ** 2 / expected).sum()), len(us)
+
+
+def _sampled(models, records, shape, seed=0):
+    target, draft = models
+    run = S.speculate(target, draft, records * 4, S.SpecSettings(temperature=1.5, max_new_tokens=8, seed=seed, **shape))
+    return _pit_chi2(target, run, 1.5), run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [{"draft_tokens": 3}, {"steps": 3, "topk": 3, "draft_tokens": 6}],
+                         ids=["chain", "tree"])
+def test_sampling_follows_the_target_distribution(models, records, shape):
+    (chi2, n), run = _sampled(models, records, shape)
+    assert n >= 800
+    assert run.mean > 1.2  # drafts were accepted: the rejection rule, not only the target, made these tokens
+    assert chi2 < CHI2_19_AT_0_001, f"chi-square {chi2:.1f} over {n} tokens"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [{"draft_tokens": 3}, {"steps": 3, "topk": 3, "draft_tokens": 6}],
+                         ids=["chain", "tree"])
+def test_a_wrong_rejection_rule_fails_the_chi_square(models, records, shape, monkeypatch):
+    right = S.accept_rule
+
+    def resample_from_target(p, q, token, gen):  # the classic bug: after a rejection, sample p, not max(p-q, 0)
+        ok, _ = right(p, q, token, gen)
+        return ok, p
+
+    monkeypatch.setattr(S, "accept_rule", resample_from_target)
+    (chi2, n), _ = _sampled(models, records, shape)
+    assert chi2 > CHI2_19_AT_0_001, f"chi-square {chi2:.1f} over {n} tokens did not catch the wrong rule"
+
+
+def test_residual_rule_is_exact_on_a_small_vocab():
+    """Accept-or-resample with q != p gives exactly p (checked by enumeration of the rule's terms)."""
+    p = torch.tensor([0.5, 0.3, 0.2, 0.0])
+    q = torch.tensor([0.1, 0.6, 0.1, 0.2])
+    accept = torch.minimum(torch.ones(4), p / q)
+    out = q * accept + (1 - (q * accept).sum()) * S.residual(p, q)
+    assert torch.allclose(out, p)
+
+
+# -- measurement vs the replay ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def captured(models, tmp_path_factory):
+    from helpers.capture import capture
+
+    target, _ = models
+    out = tmp_path_factory.mktemp("captured")
+    capture(target, PROMPTS, out, regenerate=True, max_new_tokens=24, draft=DRAFT)
+    return out
+
+
+@pytest.mark.slow
+def test_offset_chain_agrees_with_the_replay_and_misreads_measure_one(models, records, captured):
+    from helpers.evaluate import evaluate
+    from helpers.replay import replay
+
+    target, draft = models
+    runs = S.speculate_readings(target, draft, records, S.SpecSettings(max_new_tokens=24, draft_tokens=5),
+                                ["offset", "absolute", "none"])
+    off = runs["offset"]
+    rp = replay(draft, captured, steps=5, reading="offset", progress=False)
+    se = float(np.hypot(off.stderr, rp.stderr))
+    assert abs(off.mean - rp.mean) <= se, (off.mean, rp.mean, se)
+    walked = replay_walk(draft, captured, steps=5, reading="offset")
+    assert abs(off.mean - walked.mean) <= float(np.hypot(off.stderr, walked.stderr))
+    assert off.mean > 2
+    for r in ("absolute", "none"):
+        assert runs[r].mean == pytest.approx(1.0, abs=0.05), (r, runs[r].mean)
+    ev = evaluate(draft, captured, readings=["offset"], steps=5, progress=False)
+    pred = predicted_per_position(ev.overall.readings["offset"].step_top1, 5)
+    meas = off.per_position_unconditional
+    assert all(a > b for a, b in zip(meas, meas[1:]))  # decays
+    assert np.max(np.abs(np.array(meas) - np.array(pred))) < 0.1, (meas, pred)
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="reading"):
+        S.SpecSettings(reading="sideways").check()
+    with pytest.raises(ValueError, match="temperature"):
+        S.SpecSettings(temperature=-1).check()
+    with pytest.raises(ValueError, match="drafted token"):
+        S.SpecSettings(steps=2, topk=2, draft_tokens=1).check()
+    assert dataclasses.asdict(S.SpecSettings())["reading"] == "offset"
+
+
+# -- the command --------------------------------------------------------------------------------
+def test_speculate_command_json_runs_on_the_bundled_samples(cli, models, tmp_path):
+    import json
+
+    target, _ = models
+    r = cli("speculate", DRAFT, "--max-prompts", 3, "--max-new-tokens", 12, "--steps", 3, "--topk", 2,
+            "--draft-tokens", 5, "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out["readings"]) == {"offset", "absolute", "none"}
+    off = out["readings"]["offset"]
+    assert off["settings"]["drafting"] == "tree" and off["settings"]["topk"] == 2
+    for key in ("mean_accept_length", "stderr", "histogram", "per_position_unconditional",
+                "per_position_conditional", "target_forwards_per_token", "prompts"):
+        assert key in off
+    assert len(off["per_position_unconditional"]) == 3
+    p0 = off["prompts"][0]
+    assert len(p0["output_ids"]) == 12 and p0["text"] == target.tokenizer.decode(p0["output_ids"])
+    # the same text under every reading: only the accept length changes
+    assert all(out["readings"][r]["prompts"][0]["output_ids"] == p0["output_ids"] for r in out["readings"])
+    assert out["readings"]["absolute"]["mean_accept_length"] < off["mean_accept_length"]
+
+
+def test_speculate_command_text_and_bad_input(cli, tmp_path):
+    r = cli("speculate", DRAFT, "--max-prompts", 1, "--max-new-tokens", 6, "--reading", "offset", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "offset" in r.stdout and "accept length" in r.stdout and "absolute" not in r.stdout
+    r = cli("speculate", DRAFT, "--steps", 3, "--device", "cpu")
+    assert r.returncode == 2 and "--topk" in r.stderr and "Traceback" not in r.stderr
+    r = cli("speculate", DRAFT, "--prompts", tmp_path / "missing.jsonl")
+    assert r.returncode == 2 and "missing.jsonl" in r.stderr
+    r = cli("speculate", DRAFT, "--temperature", "-1", "--device", "cpu")
+    assert r.returncode == 2 and "temperature" in r.stderr
+    r = cli("speculate", "--help")
+    assert r.returncode == 0 and "unconditional" in r.stdout
+
+
+# -- the report with a target -------------------------------------------------------------------------
+@pytest.mark.slow
+def test_report_with_a_target_runs_notebook_07_and_quotes_it(tmp_path):
+    import json
+
+    from helpers.report import run_report
+    from helpers.settings import RunSettings
+
+    s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), steps=4, max_samples=3,
+                    device="cpu")
+    res = run_report(s, tmp_path / "out", notebooks=(), progress=None)
+    assert [r.name for r in res.runs] == ["07_speculative_decoding"] and res.ok, res.runs[0].error
+    figs = {Path(f).name for f in res.runs[0].figures}
+    assert {"token_view.png", "speculate_accept_lengths.png", "speculate_throughput.png"} <= figs
+    spec = json.loads((tmp_path / "out" / "summary.json").read_text())["numbers"]["speculate"]
+    assert spec["settings"]["steps"] == 4 and spec["prompts"] == 3 and spec["same_text"] is True
+    off, ab = spec["speculate"]["offset"], spec["speculate"]["absolute"]
+    assert off["mean_accept_length"] > ab["mean_accept_length"] == 1.0
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Speculative decoding with the target (notebook 07)" in md
+    assert f"| offset | **{off['mean_accept_length']:.3f}**" in md
+
+
+def test_report_target_needs_prompts(cli, tmp_path):
+    r = cli("report", DRAFT, "-o", tmp_path / "out", "--target", TARGET)
+    assert r.returncode == 2 and "--prompts" in r.stderr
+    r = cli("report", DRAFT, "-o", tmp_path / "out", "--target", tmp_path / "nothing", "--prompts", PROMPTS)
+    assert r.returncode == 2 and "nothing" in r.stderr
+
+
+# -- the token view and the dashboard's speculate mode ----------------------------------------------
+def test_token_view_html_marks_every_token(models, records):
+    from helpers.token_view import token_view_html
+
+    target, draft = models
+    runs = S.speculate_readings(target, draft, records[:1], S.SpecSettings(max_new_tokens=12), ["offset", "absolute"])
+    page = token_view_html({r: run.prompts[0] for r, run in runs.items()})
+    assert page.count('data-reading="') == 2
+    assert page.count("d2t-tok ") == 24
+    kinds = runs["offset"].prompts[0].kinds
+    assert page.count("d2t-draft") == kinds.count("draft") > 0  # only the offset column has accepted drafts
+    assert page.count("d2t-correction") >= 11
+
+
+def test_dashboard_speculate_mode_streams_the_token_view(models):
+    from helpers.widgets import Dashboard
+
+    dash = Dashboard(root=ROOT / "data_samples", checkpoint=DRAFT, mode="speculate", target=TARGET, steps=3,
+                     max_new_tokens=16, device="cpu", dtype="float32")
+    assert dash.samples.layout.display == "none" and dash.spec.controls.layout.display is None
+    assert dash.checkpoint.layout.display is None and dash.root.layout.display is None  # only samples hidden
+    assert str(TARGET) in dash.spec.target.options  # the target picker lists the bundled target
+    dash.run_button.click()
+    assert dash.error is None, dash.error
+    assert set(dash.spec.runs) == {"offset", "absolute"}
+    steps = sum(run.verify_steps for run in dash.spec.runs.values())
+    assert dash.spec.view.updates == steps + 2  # redrawn after every verify step, then once per reading
+    view = dash.spec.live.children[0].value
+    assert view.count("d2t-tok ") == 32 and "accept length" in view
+    out = "".join(o.get("data", {}).get("text/html", "") for o in dash.output.outputs)
+    assert "offset</b> reading: accept length" in out
+    assert dash.spec.runs["absolute"].mean == 1.0 < dash.spec.runs["offset"].mean
+    # no target: one line, no exception
+    dash.spec.target.value = ""
+    dash.run_button.click()
+    assert dash.error and "target" in dash.error
+    # back to accuracy mode: the samples picker returns
+    dash.mode.value = "accuracy"
+    assert dash.samples.layout.display is None and dash.spec.controls.layout.display == "none"
