@@ -164,3 +164,19 @@ def torchrun_hint(total_samples: int, done_samples: int, seconds: float, devices
                 f"({per * 1000:.0f} ms each); a machine with more devices could split them with torchrun")
     return (f"all {total_samples:,} samples would take about {whole / 60:.1f} min here ({per * 1000:.0f} ms each); "
             f"with torchrun --nproc-per-node {n} about {whole / n / 60:.1f} min")
+
+
+def gather_to_main(obj, ranks: Ranks) -> list | None:
+    """Every rank's `obj` (picklable), in rank order, on rank 0; None on the others (a single
+    process gets `[obj]`). For results that are more than counts: per-prompt outputs, runs to merge."""
+    if not ranks.distributed:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * ranks.world if ranks.main else None
+    try:
+        dist.gather_object(obj, out, dst=0, group=ranks.group)
+    except (RuntimeError, dist.DistBackendError) as e:
+        print(_name_the_stopped_rank(ranks, str(e).splitlines()[0][:80]), file=sys.stderr, flush=True)
+        os._exit(1)
+    return out

@@ -247,7 +247,6 @@ def speculate(target: Target, draft, records, settings: SpecSettings, *, progres
     layers = _layers(target, draft, settings.engine)
     template = uses_template(target.tokenizer, settings.chat_template) if target.tokenizer is not None else False
     gen = torch.Generator(device=target.input_device)
-    gen.manual_seed(int(settings.seed))
     from tqdm.auto import tqdm
 
     with _cpu_threads(target.model):  # a small model on a busy CPU: one thread (see predict._cpu_threads)
@@ -257,6 +256,7 @@ def speculate(target: Target, draft, records, settings: SpecSettings, *, progres
                 ids, index = [int(t) for t in rec], k
             else:
                 ids, index = prompt_ids(target.tokenizer, rec.prompt_messages(), template), rec.index
+            gen.manual_seed(int(settings.seed) * 1_000_003 + index)  # per prompt: the same tokens however prompts are split
             pr = speculate_prompt(target, draft, ids, settings, run, index=index, layers=layers, generator=gen,
                                   on_round=on_round)
             run.prompts.append(pr)

@@ -137,7 +137,11 @@ def _pit_chi2(target, run, temperature: float, seed: int = 0, bins: int = 20) ->
 
 def _sampled(models, records, shape, seed=0):
     target, draft = models
-    run = S.speculate(target, draft, records * 4, S.SpecSettings(temperature=1.5, max_new_tokens=8, seed=seed, **shape))
+    import dataclasses
+
+    # each prompt 4 times, as separate records: sampling is seeded per record index, so copies must differ in it
+    copies = [dataclasses.replace(r, index=r.index + 1000 * k) for k in range(4) for r in records]
+    run = S.speculate(target, draft, copies, S.SpecSettings(temperature=1.5, max_new_tokens=8, seed=seed, **shape))
     return _pit_chi2(target, run, 1.5), run
 
 

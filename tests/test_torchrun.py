@@ -99,3 +99,23 @@ def test_torchrun_hint_from_measured_time():
     text = torchrun_hint(100_000, 100, 20.0, devices=8)  # 0.2 s a sample: 5.6 h, 42 min on 8
     assert "333.3 min here" in text and "--nproc-per-node 8 about 41.7 min" in text
     assert "more devices" in torchrun_hint(100_000, 100, 20.0, devices=1)
+
+
+def _without_times(d):
+    """The JSON without wall-clock fields (seconds, overhead fractions): what must be equal."""
+    if isinstance(d, dict):
+        return {k: _without_times(v) for k, v in d.items() if "second" not in k and "overhead" not in k}
+    if isinstance(d, list):
+        return [_without_times(v) for v in d]
+    return d
+
+
+@pytest.mark.parametrize("extra", [[], ["--temperature", "0.8", "--seed", "3"]])
+def test_speculate_two_ranks_equals_one_process(extra):
+    args = ["speculate", SAMPLES / "tiny_draft_sglang", "--draft-tokens", "3", "--max-new-tokens", "12",
+            "--max-prompts", "6", "--reading", "all", "--device", "cpu", "--json", *extra]
+    one, two = _run(*args), _run(*args, ranks=2)
+    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
+    a, b = json.loads(one.stdout), json.loads(two.stdout)
+    assert _without_times(a) == _without_times(b)
+    assert a["readings"]["offset"]["verify_steps"] > 0 and len(a["readings"]["offset"]["prompts"]) == 6

@@ -29,6 +29,10 @@ that reached j), target forwards per generated token (1 / accept length: the cac
   d2t-lab speculate data_samples/tiny_draft_sglang
 runs as is; --reading limits the run to one reading.
 
+Under torchrun (torchrun --nproc-per-node N -m helpers speculate ...) prompt i is rank i % N's, and
+rank 0 merges the runs (sums of counts) and prints. With --temperature > 0 each prompt's sampling
+is seeded from --seed and its own index, so the tokens do not depend on how prompts are split.
+
 JSON (--json): checkpoint, target, prompts, readings{R: settings{reading, drafting, steps, topk,
 draft_tokens, temperature, max_new_tokens, seed, engine, chat_template}, mean_accept_length,
 stderr, verify_steps, accepted_tokens, histogram, accepted_per_position,
@@ -103,10 +107,14 @@ def run(args) -> int:
 
     from ..draft import load_draft
     from ..prompts import read_prompts
+    from ..spec_result import SpecRun
     from ..speculate import SpecSettings, result_json, speculate_readings
     from ..target import draft_mismatches, load_target
 
-    target = load_target(target_dir, device=args.device, dtype=dtype)
+    from ..distributed import finish, from_env, gather_to_main
+
+    ranks = from_env(args.device)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
+    target = load_target(target_dir, device=ranks.device(args.device), dtype=dtype)
     bad = draft_mismatches(target, args.checkpoint)
     if bad:
         raise BadInputError(args.checkpoint, "does not fit the target " + str(target_dir) + ": " + "; ".join(bad))
@@ -127,9 +135,15 @@ def run(args) -> int:
     records = list(read_prompts(prompts, args.max_prompts))
     if not records:
         raise BadInputError(prompts, "holds no prompt records")
+    mine = [rec for rec in records if ranks.takes(rec.index)]
     with torch.inference_mode():
-        runs = speculate_readings(target, draft, records, settings, readings, progress=_options.show_progress(args))
-    out = result_json(runs, target=str(target_dir), checkpoint=args.checkpoint, prompts=str(prompts))
-    print(json.dumps(out, indent=2, allow_nan=False) if args.json else _report(out), file=sys.stdout)
+        runs = speculate_readings(target, draft, mine, settings, readings,
+                                  progress=_options.show_progress(args) and ranks.main)
+    shards = gather_to_main(runs, ranks)
+    if ranks.main:
+        runs = {r: SpecRun.merge([shard[r] for shard in shards]) for r in readings}
+        out = result_json(runs, target=str(target_dir), checkpoint=args.checkpoint, prompts=str(prompts))
+        print(json.dumps(out, indent=2, allow_nan=False) if args.json else _report(out), file=sys.stdout)
+    finish(ranks)
     return 0
 
