@@ -118,6 +118,8 @@ def headline(result) -> str:
 class Dashboard:
     """Checkpoint + samples pickers, device/dtype/reading/steps controls, Run, output area."""
 
+    HINT_AFTER_S = 60.0  # say how long the whole folder would take when that is longer than this
+
     def __init__(
         self,
         root: str | os.PathLike | None = None,
@@ -135,6 +137,7 @@ class Dashboard:
         max_new_tokens: int = 32,
     ):
         self.result = None  # last EvalResult, or None
+        self.hint = None  # after a run: how long the whole folder would take, and with torchrun
         self.error: str | None = None  # last one-line error, or None
         self.figure_png: bytes | None = None  # last figure, as PNG bytes
         self._make_inputs(Path(root) if root is not None else DEFAULT_ROOT, device, dtype, reading, max_samples, steps,
@@ -295,7 +298,8 @@ class Dashboard:
                 result = self._evaluate(args)
                 self.result = result
                 self._show_result(result)
-            self.status.value = f"done in {time.perf_counter() - t0:.1f} s"
+                self._torchrun_hint(args["samples"], result, time.perf_counter() - t0)
+            self.status.value = f"done in {time.perf_counter() - t0:.1f} s" + (f"; {self.hint}" if self.hint else "")
         except BadInputError as e:
             self._show_error(e.one_line())
             self.status.value = "error"
@@ -339,6 +343,17 @@ class Dashboard:
         if failure is not None:
             raise failure
         return result
+
+    def _torchrun_hint(self, samples, result, seconds: float) -> None:
+        """For the status line: how long all the folder's samples would take, and with torchrun."""
+        from .distributed import torchrun_hint
+        from .samples import sample_files, split_folders
+
+        try:
+            total = sum(len(sample_files(f)) for f in (split_folders(samples) or {"all": samples}).values())
+        except BadInputError:
+            return
+        self.hint = torchrun_hint(total, result.overall.samples, seconds, worth=self.HINT_AFTER_S)
 
     def _show_result(self, result) -> None:
         from IPython.display import HTML, Image

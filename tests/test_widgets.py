@@ -228,3 +228,16 @@ def test_memory_estimate_refusal_shows_one_line(dash, tmp_path):
     dash.checkpoint.value = str(CKPT)
     dash.run_button.click()
     _assert_ran(dash, "offset")
+
+
+def test_status_says_when_torchrun_would_help(dash):
+    """A run on part of a folder: the status line tells how long all of it would take, and with torchrun."""
+    dash.max_samples.value = 1
+    dash.HINT_AFTER_S = 0.0  # any run is "long" here
+    dash.run_button.click()
+    _assert_ran(dash, "offset")
+    assert dash.hint and "all 384 samples would take about" in dash.hint
+    assert dash.hint in dash.status.value
+    dash.HINT_AFTER_S = 1e9
+    dash.run_button.click()
+    assert dash.hint is None and dash.status.value.startswith("done in")
