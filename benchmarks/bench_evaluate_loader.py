@@ -1,4 +1,4 @@
-"""`evaluate` with sample files read ahead by a DataLoader worker, against reading alone and computing alone.
+"""`evaluate` with sample files read ahead by a reader thread, against reading alone and computing alone.
 
 Target: evaluate with the loader takes at most 1.1x the larger of (read-only time, compute-only
 time) on the same files, i.e. reading is hidden behind compute (or the reverse).
@@ -10,14 +10,16 @@ forward. Measured in one run, best of `--repeats`:
 
 - read only: every file loaded and checked (`stream_samples`, no workers), nothing computed;
 - compute only: the same samples already in memory, scored by `evaluate`;
-- loader: `evaluate` on the folder with `--workers 1` (one process reads ahead, the main process
+- loader: `evaluate` on the folder with `--workers 1` (one thread reads ahead while the draft
   computes);
-- no loader: `evaluate` on the folder with `--workers 0` (read, then compute, in turn).
+- no loader: `evaluate` on the folder with `--workers 0` (read, then compute, in turn);
+- for the record, the same with a `DataLoader` worker process reading ahead
+  (`stream_samples(processes=True)`).
 
 The page cache is dropped before each timed pass when /proc/sys/vm/drop_caches is writable (root
 on a normal machine); otherwise the files stay cached and "read" is decompression + unpickling.
 
-Usage: .venv/bin/python benchmarks/bench_evaluate_loader.py [--files 96 --seq 400 --steps 1]
+Usage: .venv/bin/python benchmarks/bench_evaluate_loader.py [--files 64 --seq 1024 --steps 1]
 """
 from __future__ import annotations
 
@@ -67,8 +69,8 @@ def make_files(folder: Path, n: int, seq: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--files", type=int, default=96)
-    ap.add_argument("--seq", type=int, default=400)
+    ap.add_argument("--files", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
@@ -99,6 +101,14 @@ def main() -> None:
         t_compute = timed(lambda: evaluate(model, loaded, **kw))
         t_loader = timed(lambda: evaluate(model, folder, workers=1, **kw))
         t_plain = timed(lambda: evaluate(model, folder, workers=0, **kw))
+        import helpers.samples as hs
+
+        threads = hs.stream_samples
+        hs.stream_samples = lambda *a, **k: threads(*a, **{**k, "processes": True})
+        try:
+            t_proc = timed(lambda: evaluate(model, folder, workers=1, **kw))
+        finally:
+            hs.stream_samples = threads
         a, b = evaluate(model, folder, workers=1, **kw), evaluate(model, folder, workers=0, **kw)
         same = a.to_dict()["readings"] == b.to_dict()["readings"]
     tokens = sum(s.length for s in loaded)
@@ -107,7 +117,8 @@ def main() -> None:
     print(f"read only     {t_read:6.2f} s")
     print(f"compute only  {t_compute:6.2f} s")
     print(f"no loader     {t_plain:6.2f} s  (read, then compute, in turn)")
-    print(f"loader        {t_loader:6.2f} s  (1 worker reading ahead); same scores as without: {same}")
+    print(f"loader        {t_loader:6.2f} s  (1 thread reading ahead); same scores as without: {same}")
+    print(f"DataLoader    {t_proc:6.2f} s  (1 worker process reading ahead: fork + inter-process copies)")
     ratio = t_loader / max(t_read, t_compute)
     print(f"loader / max(read, compute) = {ratio:.2f} (target <= 1.10) -> {'met' if ratio <= 1.10 else 'NOT met'}")
 

@@ -23,7 +23,6 @@ from .engine_rules import (
     text_config,
     variant_of_key,
 )
-from .errors import BadInputError
 from .findings import CheckContext
 from .findings import fmt_number as _fmt
 

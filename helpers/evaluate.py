@@ -236,8 +236,8 @@ def evaluate(
     is speculators 0.9.0's rule: step j at t counts where loss_mask[t+1+j] is 1 (its shift_batch
     drops the first token with the last aux state).
 
-    `workers`: DataLoader worker processes reading sample files ahead of the draft (None: one
-    when there are 32 files or more, else none). `ranks` (`helpers.distributed.Ranks`, from
+    `workers`: threads reading and decompressing sample files ahead of the draft (None: one
+    when there are 32 files or more, else none; `helpers.samples.stream_samples`). `ranks` (`helpers.distributed.Ranks`, from
     torchrun or a notebook's own process group): this process scores every world-th file and the
     counts are summed over ranks, so every rank returns the whole run's result.
 

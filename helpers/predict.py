@@ -214,11 +214,12 @@ def as_model(checkpoint, device=None, dtype=None, embed_from=None, draft_config=
                       draft_config=draft_config)
 
 
-def _as_samples(samples, max_samples, aux_width, shard=(0, 1), workers=0, pin_memory=False):
+def _as_samples(samples, max_samples, aux_width, shard=(0, 1), workers=0, pin_memory=False, ahead=16):
     if isinstance(samples, (str, os.PathLike)):
         from .samples import stream_samples
 
-        return stream_samples(samples, max_samples, aux_width, shard=shard, workers=workers, pin_memory=pin_memory)
+        return stream_samples(samples, max_samples, aux_width, shard=shard, workers=workers, pin_memory=pin_memory,
+                              ahead=ahead)
     it = iter(samples)
     if max_samples is not None:
         import itertools
@@ -263,8 +264,8 @@ def iter_batches(model, samples, *, steps, readings, topk, batch_size, max_sampl
                  mask_at="label", shard=(0, 1), workers=0):
     """(batch of samples, `predict_batch`'s output) per batch, each sample checked against the draft.
 
-    `shard=(rank, world)` keeps every world-th sample file; `workers` read files ahead in
-    DataLoader worker processes (pinned memory when the draft is on a GPU)."""
+    `shard=(rank, world)` keeps every world-th sample file; `workers` threads read files ahead
+    (pinned memory when the draft is on a GPU)."""
     aux_w_cfg, vocab, _ = draft_sizes(model)
     aux_width = 3 * aux_w_cfg
     total = _count_files(samples, max_samples)
@@ -276,7 +277,7 @@ def iter_batches(model, samples, *, steps, readings, topk, batch_size, max_sampl
     bar = tqdm(total=total, desc=desc, unit="sample", disable=quiet, leave=False)
 
     def checked():
-        for s in _as_samples(samples, max_samples, aux_width, shard, workers, pin):
+        for s in _as_samples(samples, max_samples, aux_width, shard, workers, pin, ahead=2 * batch_size):
             _check_sample(s, aux_width, vocab, None if head is None else head.hidden_size)
             yield s
 

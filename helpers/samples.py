@@ -242,22 +242,55 @@ class _SampleFiles(torch.utils.data.Dataset):
 
 
 def stream_samples(folder, max_samples: int | None = None, expect_aux_width: int | None = None, *,
-                   shard: tuple[int, int] = (0, 1), workers: int = 0, pin_memory: bool = False) -> Iterator[Sample]:
+                   shard: tuple[int, int] = (0, 1), workers: int = 0, pin_memory: bool = False,
+                   ahead: int = 16, processes: bool = False) -> Iterator[Sample]:
     """Checked samples in numeric order, like `iter_samples`, with two additions:
 
     - `shard=(rank, world)`: only files i with i % world == rank (after `max_samples`);
-    - `workers > 0`: files are read and decompressed by that many `DataLoader` worker processes
-      while the caller computes on earlier ones (order kept; `pin_memory` for a GPU consumer).
+    - `workers > 0`: files are read and decompressed ahead, up to `ahead` files in advance (make
+      it at least two of the caller's batches, or the readers stall while a batch is computed),
+      while the caller computes on earlier ones; order kept; pinned memory with `pin_memory` (a
+      GPU consumer). The readers are threads (zlib and torch release the GIL while they work,
+      and nothing is copied between processes), or with `processes=True` `DataLoader` worker
+      processes, for reading that holds the GIL.
     """
     rank, world = shard
     files = sample_files(folder)[:max_samples][rank::world]
     if workers <= 0 or len(files) < 2:
         for f in files:
-            yield load_sample(f, expect_aux_width)
+            s = load_sample(f, expect_aux_width)
+            yield s.pin_memory() if pin_memory else s
         return
+    if processes:
+        yield from _process_readers(files, expect_aux_width, workers, pin_memory, ahead)
+        return
+    import collections
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(f):
+        s = load_sample(f, expect_aux_width)
+        return s.pin_memory() if pin_memory else s
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="d2t-read") as pool:
+        pending = collections.deque()
+        todo = iter(files)
+        for f in todo:
+            pending.append(pool.submit(read, f))
+            if len(pending) >= max(1, ahead):
+                break
+        while pending:
+            s = pending.popleft().result()  # a reader's BadInputError is raised here, as it was
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append(pool.submit(read, nxt))
+            yield s
+
+
+def _process_readers(files, expect_aux_width, workers, pin_memory, ahead) -> Iterator[Sample]:
     loader = torch.utils.data.DataLoader(_SampleFiles(files, expect_aux_width), batch_size=None, shuffle=False,
                                          num_workers=min(workers, len(files)), pin_memory=pin_memory,
-                                         prefetch_factor=4, persistent_workers=False)
+                                         prefetch_factor=max(2, -(-ahead // min(workers, len(files)))),
+                                         persistent_workers=False)
     for item in loader:
         if isinstance(item, _Failed):
             raise BadInputError(item.path, item.problem)

@@ -45,7 +45,6 @@ import collections
 import gzip
 import importlib
 import inspect
-import io
 import json
 import math
 import os

@@ -170,3 +170,27 @@ def test_fifo_sample_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(BadInputError, match="FIFO"):
         load_sample(fifo)
+
+
+@pytest.mark.parametrize("processes", [False, True])
+def test_reading_ahead_gives_the_same_samples_in_order(tmp_path, processes):
+    """Reader threads (or DataLoader processes) return what a plain read returns, in order, per shard;
+    a bad file is one BadInputError naming it, as without readers."""
+    import shutil
+
+    from helpers.errors import BadInputError
+    from helpers.samples import iter_samples, stream_samples
+
+    src = Path(__file__).resolve().parents[1] / "data_samples" / "tiny_hidden_states" / "val"
+    plain = list(iter_samples(src))
+    for shard in ((0, 1), (1, 3)):
+        got = list(stream_samples(src, shard=shard, workers=2, ahead=5, processes=processes))
+        want = plain[shard[0]::shard[1]]
+        assert [s.path for s in got] == [s.path for s in want]
+        assert all(torch.equal(a.aux_hidden_state, b.aux_hidden_state) for a, b in zip(got, want))
+    bad = tmp_path / "v"
+    shutil.copytree(src, bad)
+    victim = sorted(bad.rglob("data_7.ckpt.gz"))[0]
+    victim.write_bytes(b"not gzip")
+    with pytest.raises(BadInputError, match="data_7.ckpt.gz"):
+        list(stream_samples(bad, workers=2, processes=processes))

@@ -43,7 +43,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-samples", type=int, default=None, help="score at most N samples (per split)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default 8)")
     p.add_argument("--workers", type=int, default=None,
-                   help="processes reading sample files ahead of the draft (default: 1 from 32 files on, else 0)")
+                   help="threads reading sample files ahead of the draft (default: 1 from 32 files on, else 0)")
     _options.embed_from(p)
     p.add_argument("--draft-config", metavar="FILE", default=None,
                    help="the draft's config.json, for a checkpoint without one (a SpecForge trainer step folder: "
