@@ -20,6 +20,22 @@ from .samples import split_folders
 from .simulate import chain_expected
 
 
+def histogram_mean(counts: np.ndarray) -> float:
+    """Mean accept length of a histogram (`counts[L]` = how often accept length L was seen)."""
+    n = int(counts.sum())
+    return float((np.arange(counts.size) * counts).sum() / n) if n else float("nan")
+
+
+def histogram_stderr(counts: np.ndarray) -> float:
+    """Standard error of that mean (the sample variance of the lengths over n)."""
+    n = int(counts.sum())
+    if n < 2:
+        return float("nan")
+    x = np.arange(counts.size)
+    var = ((x - histogram_mean(counts)) ** 2 * counts).sum() / (n - 1)
+    return float(math.sqrt(var / n))
+
+
 @dataclass
 class ReplayResult:
     """Accept lengths of the real draft, drafted greedily for `steps` tokens from each position.
@@ -43,18 +59,12 @@ class ReplayResult:
 
     @property
     def mean(self) -> float:
-        n = self.positions
-        return float((np.arange(self.counts.size) * self.counts).sum() / n) if n else float("nan")
+        return histogram_mean(self.counts)
 
     @property
     def stderr(self) -> float:
         """Standard error of the mean, treating positions as independent (they are not quite)."""
-        n = self.positions
-        if n < 2:
-            return float("nan")
-        x = np.arange(self.counts.size)
-        var = ((x - self.mean) ** 2 * self.counts).sum() / (n - 1)
-        return float(math.sqrt(var / n))
+        return histogram_stderr(self.counts)
 
     @property
     def distribution(self) -> np.ndarray:

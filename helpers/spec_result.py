@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .replay import histogram_stderr
 from .terms import check_reading
 
 
@@ -130,12 +131,7 @@ class SpecRun:
 
     @property
     def stderr(self) -> float:
-        n = self.verify_steps
-        if n < 2:
-            return float("nan")
-        x = np.arange(self.histogram_counts.size)
-        var = ((x - self.mean) ** 2 * self.histogram_counts).sum() / (n - 1)
-        return float(math.sqrt(var / n))
+        return histogram_stderr(self.histogram_counts)
 
     @property
     def histogram(self) -> dict[int, int]:
