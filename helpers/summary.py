@@ -152,6 +152,8 @@ def _inputs_section(s: RunSettings, summary: dict) -> list[str]:
         rows.append((label, f"`{getattr(s, key)}`" if getattr(s, key) else skipped[key]))
     rows.append(("serving logs", ", ".join(f"`{p}`" for p in s.logs) if s.logs else skipped["logs"]))
     rows.append(("serving metrics", f"`{s.metrics}`" if s.metrics else skipped["metrics"]))
+    rows.append(("target in the loop", f"`{s.target}` on prompts `{s.prompts}`" if s.target
+                 else skipped.get("target", NOT_GIVEN["target"])))
     drafting = summary["settings"]["drafting"]
     rows.append(("drafting", f"{drafting} - steps {s.steps} ({src.get('steps', 'given')}), top-k {s.topk} "
                  f"({src.get('topk', 'given')}), draft tokens {s.num_draft_tokens} ({src.get('draft_tokens', 'given')})"))

@@ -282,6 +282,7 @@ def test_report_with_a_target_runs_notebook_07_and_quotes_it(tmp_path):
     md = (tmp_path / "out" / "summary.md").read_text()
     assert "## Speculative decoding with the target (notebook 07)" in md
     assert f"| offset | **{off['mean_accept_length']:.3f}**" in md
+    assert f"| target in the loop | `{TARGET}` on prompts `" in md  # the inputs table names what was given
 
 
 def test_report_target_needs_prompts(cli, tmp_path):
