@@ -343,6 +343,11 @@ def test_notebook_04_reads_metrics_and_says_not_given_without(tmp_path, run_note
     executed = run_notebook(nb, tmp_path / "b", {"checkpoint": None, "samples": None, "logs": []})
     text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "not given: no serving metrics" in text
+    # metrics but no log: the conclusion measures with the metrics' accept length
+    out_c = tmp_path / "out_c"
+    run_notebook(nb, tmp_path / "c", {"output_dir": str(out_c), "metrics": str(metrics), "logs": []})
+    conclusion = json.loads((out_c / "numbers.json").read_text())["conclusion"]
+    assert "Measured 2.66" in conclusion, conclusion  # the metrics accept length, as no log was given
 
 
 def test_report_refuses_a_metrics_source_that_does_not_read(cli, tmp_path, samples_dir):
