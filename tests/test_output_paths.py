@@ -130,3 +130,19 @@ def test_unwritable_folder_is_refused_even_for_root():
     with pytest.raises(BadInputError, match="not writable"):
         output_dir("/proc/d2t-figures/sub")
     assert not os.path.exists("/proc/d2t-figures")
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    """`d2t-lab logs LOG --json | head -c 10`: the pipe closes early; no traceback on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.Popen([sys.executable, "-m", "helpers", "logs", str(root / "data_samples" / "logs" / "sglang.log"),
+                          "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=os.environ | {"PYTHONPATH": os.fspath(root)})
+    p.stdout.read(10)
+    p.stdout.close()  # the reader leaves with most of the 140 kB JSON unread
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141 and "Traceback" not in err, err
