@@ -221,6 +221,9 @@ def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=
                          template, max_samples, records, draft)
     if out.exists() and not out.is_dir():
         raise BadInputError(out, "exists and is not a folder")
+    if out.is_dir() and not (out / MANIFEST).is_file() and any(out.iterdir()):
+        raise BadInputError(out, "holds other files and no capture.json: choose a new or empty folder "
+                            "(a capture never writes among someone else's files)")
     _check_resume(out, manifest)
     if ranks.main:
         out.mkdir(parents=True, exist_ok=True)

@@ -208,3 +208,15 @@ def test_speculators_generated_data_is_read(tmp_path):
 
     with pytest.raises(BadInputError, match="at least 2 tensors"):
         load_sample(tmp_path / "data_1.pt")
+
+
+def test_capture_never_writes_among_other_files(cli, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    before = sorted(p.name for p in folder.iterdir())
+    r = cli("capture", str(TARGET), "--prompts", str(PROMPTS), "--regenerate", "--device", "cpu", "-o", str(folder))
+    assert r.returncode == 2 and "no capture.json" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in folder.iterdir()) == before
+    r = cli("capture", str(TARGET), "--prompts", str(PROMPTS), "--regenerate", "-o", str(folder / "config.json"))
+    assert r.returncode == 2 and "is a file" in r.stderr

@@ -70,6 +70,7 @@ def run(args) -> int:
     from ..capture import capture
     from ..devices import parse_dtype
     from ..distributed import finish, from_env
+    from ..outputs import output_dir
     from ..prompts import count_prompts
     from ..target import load_target
 
@@ -79,6 +80,7 @@ def run(args) -> int:
         raise BadInputError(None, f"--dtype: {e}") from None
     layers = parse_layers(args.aux_layers)
     count_prompts(args.prompts, args.max_samples)  # a bad prompt file fails before the target loads
+    output_dir(args.out, "capture folder", create=False)  # not a file, its parents creatable
     ranks = from_env(args.device)  # under torchrun: this rank, its share of the batches
     target = load_target(args.target, device=ranks.device(args.device), dtype=args.dtype)
     result = capture(target, args.prompts, args.out, engine=args.engine, aux_layers=layers, draft=args.draft,
