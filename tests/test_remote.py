@@ -51,8 +51,8 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
             if f:
                 data = f.read()
                 f.close()
+                self._count(len(data))  # counted before sending: the client cannot finish before the count
                 self.wfile.write(data)
-                self._count(len(data))
             return
         size = os.path.getsize(path)
         m = re.match(r"bytes=(\d+)-(\d*)$", rng)
@@ -72,8 +72,20 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
+        self._count(len(data))  # before sending (see above): a test that resets the count sees no late bytes
         self.wfile.write(data)
-        self._count(len(data))
+
+
+def _quiet_server(settle: float = 0.3, limit: float = 10.0) -> None:
+    """Wait until the server has sent nothing for `settle` s (a request the last run left in flight)."""
+    import time
+
+    end = time.time() + limit
+    last, since = RangeHandler.sent, time.time()
+    while time.time() < end and time.time() - since < settle:
+        time.sleep(0.05)
+        if RangeHandler.sent != last:
+            last, since = RangeHandler.sent, time.time()
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +180,7 @@ def test_offline_from_the_cache_and_cold_cache_refused(served, cache, cli, monke
     url = f"{base}/big_draft"
     online = cli("doctor", url, "--no-weights", "--json")
     monkeypatch.setenv("D2T_LAB_OFFLINE", "1")
+    _quiet_server()
     RangeHandler.sent = 0
     offline = cli("doctor", url, "--no-weights", "--json")
     assert RangeHandler.sent == 0 and offline.returncode == online.returncode
