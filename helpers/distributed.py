@@ -111,7 +111,7 @@ def from_env(device=None) -> Ranks:
     signal.signal(signal.SIGTERM, _on_term(ranks))
     import atexit
 
-    atexit.register(finish, ranks)  # leave the group cleanly on every exit, an error's included
+    atexit.register(_leave)  # an exit on an error leaves the group too (no barrier: a peer may be elsewhere)
     return ranks
 
 
@@ -137,13 +137,26 @@ def barrier(ranks: Ranks) -> None:
         sum_counts([0], ranks)  # an all_reduce doubles as a barrier, and fails the same way
 
 
+def _leave() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def finish(ranks: Ranks) -> None:
-    """Leave the process group at the end of a run."""
+    """Leave the process group at the end of a run, together: a barrier first, so that no rank
+    closes its connections while a peer is still receiving the last collective's data from it
+    (gloo aborts the receiving process when that happens)."""
     if ranks.distributed:
         import torch.distributed as dist
 
         if dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                dist.barrier(group=ranks.group)
+            except (RuntimeError, dist.DistBackendError):
+                pass  # a peer is gone already: nothing left to wait for
+            _leave()
 
 
 def torchrun_hint(total_samples: int, done_samples: int, seconds: float, devices: int | None = None,
