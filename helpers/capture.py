@@ -63,10 +63,6 @@ class CaptureResult:
         ])
 
 
-def _sha256_file(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-
-
 def _manifest(target: Target, prompts: Path, engine: str, ids, ids_source: str, layers, regenerate: bool,
               max_new_tokens: int, chat_template: str, template: bool, max_samples, records: int, draft) -> dict:
     tok = target.tokenizer
@@ -74,7 +70,7 @@ def _manifest(target: Target, prompts: Path, engine: str, ids, ids_source: str, 
     return {
         "format": "specforge-offline",
         "target": describe(target) | {"device": None},
-        "target_config_sha256": _sha256_file(target.path / "config.json"),
+        "target_config_sha256": file_sha256(target.path / "config.json"),
         "tokenizer": {"class": type(tok).__name__, "vocab_size": len(tok) if tok is not None else None,
                       "chat_template_sha256": hashlib.sha256(tmpl.encode()).hexdigest() if tmpl else None},
         "prompts": os.fspath(prompts), "prompts_sha256": file_sha256(prompts), "records": records,
