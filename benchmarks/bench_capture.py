@@ -5,7 +5,7 @@ SwiGLU 1536, the bundled 4,096-token tokenizer), saved to a temporary folder; th
 bundled training prompts with their own text as the answer (teacher-forced, so the work per
 sample is one forward). Measured in one run, best of `--repeats`:
 
-- capture: `helpers.capture.capture` end to end (tokenizing with the chat template, the forward
+- capture: `helpers.model.capture.capture` end to end (tokenizing with the chat template, the forward
   with the aux/final hooks, slicing, bf16 conversion, atomic file writes), into a fresh folder;
 - bare: the same padded batches through the same decoder with no hooks and nothing written.
 
@@ -58,10 +58,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from helpers.capture import _forward, _pad, capture
-    from helpers.chat import encode_conversation, uses_template
-    from helpers.prompts import read_prompts
-    from helpers.target import HiddenStateCapture, load_target
+    from helpers.model.capture import _forward, _pad, capture
+    from helpers.io.chat import encode_conversation, uses_template
+    from helpers.io.prompts import read_prompts
+    from helpers.model.target import HiddenStateCapture, load_target
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from helpers.draft import Eagle3Draft
-from helpers.draft_config import DraftConfig
+from helpers.model.draft import Eagle3Draft
+from helpers.model.config import DraftConfig
 
 KIMI = {
     "hidden_size": 7168, "target_hidden_size": 7168, "draft_vocab_size": 32000, "num_attention_heads": 64,

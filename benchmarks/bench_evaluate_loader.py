@@ -48,7 +48,7 @@ def drop_caches() -> bool:
 
 
 def make_files(folder: Path, n: int, seq: int) -> None:
-    from helpers.samples import iter_samples, sample_path
+    from helpers.io.samples import iter_samples, sample_path
 
     src = list(iter_samples(SAMPLES / "tiny_hidden_states" / "train"))
     k = 0
@@ -75,9 +75,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
 
-    from helpers.draft import load_draft
-    from helpers.evaluate import evaluate
-    from helpers.samples import stream_samples
+    from helpers.model.draft import load_draft
+    from helpers.measure.evaluate import evaluate
+    from helpers.io.samples import stream_samples
 
     model = load_draft(DRAFT, device="cpu", dtype=torch.float32)
     kw = dict(steps=args.steps, readings=["offset"], progress=False)
@@ -101,7 +101,7 @@ def main() -> None:
         t_compute = timed(lambda: evaluate(model, loaded, **kw))
         t_loader = timed(lambda: evaluate(model, folder, workers=1, **kw))
         t_plain = timed(lambda: evaluate(model, folder, workers=0, **kw))
-        import helpers.samples as hs
+        import helpers.io.samples as hs
 
         threads = hs.stream_samples
         hs.stream_samples = lambda *a, **k: threads(*a, **{**k, "processes": True})

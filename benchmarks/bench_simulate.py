@@ -3,7 +3,7 @@
 python benchmarks/bench_simulate.py [--loop-chain 20000] [--loop-tree 10000]
 
 - chain: one million verify steps at k = 16 drafted tokens, per-token acceptance 0.7
-  (helpers.simulate.simulate_chain vs simulate_chain_loop);
+  (helpers.acceptance.chain.simulate_chain vs simulate_chain_loop);
 - tree: one hundred thousand verify steps of SGLang's tree with steps 8, top-k 4, 32 draft
   tokens, acceptance 0.7 (simulate_tree vs simulate_tree_loop).
 The vectorised runs do the full number of steps. The Python loop is timed on a subsample and
@@ -20,14 +20,8 @@ import time
 
 import torch  # noqa: F401  (loaded, so the Monte Carlo counts large uint8 batches with torch, as in a notebook)
 
-from helpers.simulate import (
-    chain_expected,
-    simulate_chain,
-    simulate_chain_loop,
-    simulate_tree,
-    simulate_tree_loop,
-    tree_expected,
-)
+from helpers.acceptance.chain import chain_expected, simulate_chain, simulate_chain_loop
+from helpers.acceptance.tree import simulate_tree, simulate_tree_loop, tree_expected
 
 RATE = 0.7
 

@@ -8,7 +8,7 @@ tokens are rarely accepted, so each verify step is close to one token: the worst
 loop's overhead per token. Measured in one run, for a 5-token chain and an SGLang tree
 (steps 5, topk 4, draft tokens 16), over the bundled held-out prompts:
 
-- wall time of `helpers.speculate.speculate`, the time inside the target's forward calls and
+- wall time of `helpers.speculate.loop.speculate`, the time inside the target's forward calls and
   inside the draft's layer calls; overhead = the rest (tree building, verification, cache cuts);
 - target forwards per generated token against 1 / accept length, and the tokens the target
   computed against prompt tokens + verify-step tokens (nothing recomputed).
@@ -31,7 +31,7 @@ SAMPLES = ROOT / "data_samples"
 
 
 def make_draft(hidden_target: int):
-    from helpers.draft import Eagle3Draft, load_draft
+    from helpers.model.draft import Eagle3Draft, load_draft
 
     bundled = load_draft(SAMPLES / "tiny_draft_sglang", "cpu", torch.float32)
     cfg = bundled.config.__class__(**{**bundled.config.__dict__, "target_hidden_size": hidden_target})
@@ -66,10 +66,11 @@ def main() -> None:
 
     from bench_capture import make_target
 
-    from helpers.draft import load_draft
-    from helpers.prompts import read_prompts
-    from helpers.speculate import SpecSettings, speculate
-    from helpers.target import load_target
+    from helpers.model.draft import load_draft
+    from helpers.io.prompts import read_prompts
+    from helpers.speculate.result import SpecSettings
+    from helpers.speculate.loop import speculate
+    from helpers.model.target import load_target
 
     records = list(read_prompts(SAMPLES / "prompts.jsonl", args.prompts))
     shapes = {"chain5": {"draft_tokens": 5}, "tree": {"steps": 5, "topk": 4, "draft_tokens": 16}}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.tensor_files import torch_load
+from helpers.io.tensor_files import torch_load
 
 ROOT = Path(__file__).resolve().parents[1]
 MAPPING = ROOT / "data_samples" / "kimi_k25_mapping"

@@ -11,8 +11,8 @@ import importlib
 import pkgutil
 import sys
 
-from . import __version__, commands
-from .errors import BadInputError
+from helpers import __version__, commands
+from helpers.core.errors import BadInputError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,7 @@
 python scripts/make_logs.py [--out data_samples/logs]
 
 Three handwritten-by-script logs in the engines' own line formats (see helpers/logs.py), with
-accept lengths drawn from the tree model of helpers.simulate (`build_tree`) so that the numbers
+accept lengths drawn from the tree model of helpers.acceptance.chain (`build_tree`) so that the numbers
 hang together:
 
 - sglang.log: current SGLang, `--speculative-num-steps 5 --speculative-eagle-topk 4
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.simulate import build_tree, rate_for_accept_length
+from helpers.acceptance.tree import build_tree
+from helpers.acceptance.chain import rate_for_accept_length
 
 BASELINE_TPS = 90.0
 STEP_COST = 1.9 * 90.0 / 46.7  # decode steps per speculative step, from the investigation

@@ -30,11 +30,11 @@ files come out byte-identical on the same machine. About 3-4 minutes on one CPU 
    Stored as bf16 in SpecForge's offline layout: train as `.ckpt`, val as `.ckpt.gz`; val prompts
    come from docstrings (every sixth) that no train prompt comes from.
 5. Draft vocab: the 800 most frequent target ids among train loss_mask tokens
-   (`helpers.mapping.build_from_frequencies`), about a fifth of the target vocab (Kimi's ratio).
-6. Draft: `helpers.draft.Eagle3Draft` (H 64, 4 heads / 2 kv heads) trained with the model's own
+   (`helpers.io.mapping.build_from_frequencies`), about a fifth of the target vocab (Kimi's ratio).
+6. Draft: `helpers.model.draft.Eagle3Draft` (H 64, 4 heads / 2 kv heads) trained with the model's own
    `draft_steps` (3-step training-time test, teacher-forced tokens, SpecForge's soft targets
    over the draft vocab and its position mask), saved in four layouts (bf16), and scored by
-   loading the saved SGLang-style copy with `helpers.draft.load_draft`.
+   loading the saved SGLang-style copy with `helpers.model.draft.load_draft`.
 
 Usage: .venv/bin/python scripts/make_samples.py [--out data_samples]
 """
@@ -60,11 +60,12 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from helpers.draft import MLP, Eagle3Draft, RMSNorm, load_draft, rotate_half
-from helpers.draft_config import DraftConfig, rope_inv_freq
-from helpers.checkpoint import open_checkpoint
-from helpers.mapping import build_from_frequencies, to_target_ids
-from helpers.samples import iter_samples
+from helpers.model.layer import MLP, RMSNorm, rotate_half
+from helpers.model.draft import Eagle3Draft, load_draft
+from helpers.model.config import DraftConfig, rope_inv_freq
+from helpers.io.checkpoint import open_checkpoint
+from helpers.io.mapping import build_from_frequencies, to_target_ids
+from helpers.io.samples import iter_samples
 
 SEED = 1234
 THREADS = 1  # one thread: deterministic, and 2 OpenMP threads crawl on a shared 2-core box
@@ -287,7 +288,7 @@ def save_target(out: Path, target: TinyTarget, tok) -> Path:
 @torch.no_grad()
 def check_conversion(target: TinyTarget, folder: Path, ids: torch.Tensor) -> float:
     """The saved HF model computes what TinyTarget (with bf16-rounded weights) computes."""
-    from helpers.target import load_target
+    from helpers.model.target import load_target
 
     ref = TinyTarget()
     sd = {k: v.to(torch.bfloat16).float() for k, v in target.state_dict().items()}
@@ -308,8 +309,8 @@ def write_prompts(path: Path, texts: list[str]) -> None:
 
 def capture_split(target_dir: Path, prompts: Path, dest: Path, gz: bool) -> None:
     """Capture one split with the kit's own `capture` (what `d2t-lab capture ... --regenerate` does)."""
-    from helpers.capture import capture
-    from helpers.target import load_target
+    from helpers.model.capture import capture
+    from helpers.model.target import load_target
 
     if dest.exists():
         shutil.rmtree(dest)

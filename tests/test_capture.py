@@ -35,8 +35,8 @@ def tokenizer():
 @pytest.mark.slow
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_capture_reproduces_the_bundled_samples(cli, tmp_path, split):
-    from helpers.evaluate import evaluate
-    from helpers.samples import iter_samples
+    from helpers.measure.evaluate import evaluate
+    from helpers.io.samples import iter_samples
 
     bundled = SAMPLES / "tiny_hidden_states" / split
     made = json.loads((bundled / "capture.json").read_text())
@@ -63,7 +63,7 @@ def test_capture_reproduces_the_bundled_samples(cli, tmp_path, split):
 
 # -- loss_mask: 1 exactly on assistant tokens -----------------------------------------------------------
 def test_loss_mask_is_the_assistant_text(tokenizer):
-    from helpers.chat import encode_conversation
+    from helpers.io.chat import encode_conversation
 
     msgs = [{"role": "user", "content": "Return the number of items."},
             {"role": "assistant", "content": " The list is empty."}]
@@ -76,7 +76,7 @@ def test_loss_mask_is_the_assistant_text(tokenizer):
 
 def test_loss_mask_without_generation_markers(tokenizer):
     """A template without {% generation %}: the assistant tokens are found by text offsets."""
-    from helpers.chat import encode_conversation
+    from helpers.io.chat import encode_conversation
 
     tok = tokenizer
     old = tok.chat_template
@@ -94,7 +94,7 @@ def test_loss_mask_without_generation_markers(tokenizer):
 
 
 def test_prompt_formats_give_the_same_conversation(tmp_path):
-    from helpers.prompts import read_prompts
+    from helpers.io.prompts import read_prompts
 
     f = tmp_path / "p.jsonl"
     rows = [{"prompt": "Hi", "response": "Hello"},
@@ -109,7 +109,7 @@ def test_prompt_formats_give_the_same_conversation(tmp_path):
 
 @pytest.mark.slow
 def test_teacher_forced_capture_masks_the_answer(cli, tmp_path, tokenizer):
-    from helpers.samples import iter_samples
+    from helpers.io.samples import iter_samples
 
     f = tmp_path / "chat.jsonl"
     f.write_text(json.dumps({"messages": [{"role": "user", "content": "Return a new list."},
@@ -168,7 +168,7 @@ def test_killed_capture_resumes_without_recomputing(tmp_path):
     proc.wait()
     done = sorted(out.rglob("data_*.ckpt"))
     assert 5 <= len(done) < 32, "the run was not interrupted mid-way"
-    from helpers.samples import load_sample
+    from helpers.io.samples import load_sample
 
     stamps = {p: p.stat().st_mtime_ns for p in done}
     for p in done:
@@ -184,7 +184,7 @@ def test_killed_capture_resumes_without_recomputing(tmp_path):
     whole = tmp_path / "whole"
     cmd2 = cmd[:cmd.index("-o")] + ["-o", str(whole)]
     assert subprocess.run(cmd2, env=env, capture_output=True, timeout=300).returncode == 0
-    from helpers.samples import iter_samples
+    from helpers.io.samples import iter_samples
 
     for a, b in zip(iter_samples(out), iter_samples(whole), strict=True):
         assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.aux_hidden_state, b.aux_hidden_state)
@@ -192,7 +192,7 @@ def test_killed_capture_resumes_without_recomputing(tmp_path):
 
 def test_speculators_generated_data_is_read(tmp_path):
     """speculators' data_generation_offline.py writes data_<i>.pt with a list `hidden_states`."""
-    from helpers.samples import iter_samples, load_sample
+    from helpers.io.samples import iter_samples, load_sample
 
     src = next(iter_samples(SAMPLES / "tiny_hidden_states" / "train"))
     H = src.hidden_state.shape[-1]
@@ -204,7 +204,7 @@ def test_speculators_generated_data_is_read(tmp_path):
     assert [s.path.name for s in iter_samples(tmp_path)] == ["data_0.pt"]
     torch.save({"input_ids": src.input_ids, "hidden_states": [src.hidden_state], "loss_mask": None},
                tmp_path / "data_1.pt")
-    from helpers.errors import BadInputError
+    from helpers.core.errors import BadInputError
 
     with pytest.raises(BadInputError, match="at least 2 tensors"):
         load_sample(tmp_path / "data_1.pt")

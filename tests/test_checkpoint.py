@@ -8,13 +8,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from helpers.checkpoint import (
-    find_checkpoints,
-    key_layout,
-    load_mapping,
-    open_checkpoint,
-)
-from helpers.errors import BadInputError
+from helpers.io.checkpoint import find_checkpoints, key_layout, load_mapping, open_checkpoint
+from helpers.core.errors import BadInputError
 
 N, V, H = 6, 20, 8
 KEPT = torch.tensor([0, 1, 4, 5, 11, 19])
@@ -113,7 +108,7 @@ def test_no_t2d_gives_sizes_from_config(tmp_path):
 
 def test_only_the_mapping_tensors_are_read(tmp_path, monkeypatch):
     """get() is called for d2t and t2d only, never for a weight."""
-    from helpers import checkpoint
+    from helpers.io import checkpoint
 
     config(tmp_path)
     save_file({**weights(), "d2t": D2T, "t2d": T2D}, tmp_path / "model.safetensors")

@@ -18,10 +18,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers.__main__ import main
-from helpers.checkpoint import open_checkpoint
-from helpers.checks_weights import row_chunks as _row_chunks
-from helpers.doctor import diagnose, has_error
-from helpers.fix import fix_checkpoint
+from helpers.io.checkpoint import open_checkpoint
+from helpers.doctor.checks_weights import row_chunks as _row_chunks
+from helpers.doctor.diagnose import diagnose
+from helpers.doctor.findings import has_error
+from helpers.doctor.fix import fix_checkpoint
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -207,19 +208,6 @@ def test_each_broken_checkpoint_yields_its_code(code, good, tmp_path, capsys):
     assert rc == (1 if any(s == "error" for _, s in codes) else 0)
 
 
-def test_fixer_names_still_resolve_from_doctor():
-    """The fixer lives in helpers.fix; `from helpers.doctor import plan_fix, fix_checkpoint` still works."""
-    import helpers.doctor
-    import helpers.fix
-    from helpers.doctor import fix_checkpoint as old  # noqa: F401
-
-    assert old is helpers.fix.fix_checkpoint
-    for name in ("plan_fix", "fix_checkpoint", "FixPlan", "FixResult", "CANNOT_REPAIR", "unused_path"):
-        assert getattr(helpers.doctor, name) is getattr(helpers.fix, name)
-    with pytest.raises(AttributeError):
-        helpers.doctor.no_such_name  # noqa: B018
-
-
 def test_aux_layers_out_of_range_and_engine_capture(good, target_config, tmp_path):
     bad = variant(good, tmp_path / "aux", None, _aux_out_of_range(target_config))
     n_layers = json.loads(Path(target_config).read_text())
@@ -359,7 +347,7 @@ def test_fix_gives_the_good_checkpoint_back(case, engine, good, tmp_path, cli):
 
 
 def test_fixed_checkpoints_give_the_good_logits(good, tmp_path):
-    from helpers.draft import load_draft
+    from helpers.model.draft import load_draft
 
     ref = load_draft(good, device="cpu", dtype=torch.float32)
     cfg = ref.config
@@ -379,7 +367,7 @@ def test_fix_bundled_speculators_sample(good, tmp_path):
     spec = SAMPLES / "tiny_draft_speculators"
     if not spec.is_dir() or not GOOD_SAMPLE.is_dir():
         pytest.skip("bundled samples not generated yet (scripts/make_samples.py)")
-    from helpers.draft import load_draft
+    from helpers.model.draft import load_draft
 
     before = _hashes(spec)
     assert {"d2t-missing", "key-layout"} <= {f.code for f in diagnose(spec, "sglang") if f.severity == "error"}

@@ -16,7 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers.doctor import diagnose, has_error
+from helpers.doctor.diagnose import diagnose
+from helpers.doctor.findings import has_error
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
@@ -75,8 +76,8 @@ def test_new_findings_absent_on_healthy_samples(draft, target):
 
 
 def test_target_comparison_is_structured_and_names_the_scale():
-    from helpers.checkpoint import open_checkpoint, read_config
-    from helpers.target_match import compare_to_target
+    from helpers.io.checkpoint import open_checkpoint, read_config
+    from helpers.model.fit import compare_to_target
 
     draft, target = open_checkpoint(SAMPLES / "tiny_draft_sglang"), open_checkpoint(SAMPLES / "tiny_target")
     d_emb, t_emb = draft.tensors.get("embed_tokens.weight"), target.tensors.get(target.tensors.find("embed_tokens.weight"))
@@ -123,7 +124,7 @@ def test_drift_twin_with_its_head_moved_is_no_error(broken):
 
 
 def test_diff_figure_counts_every_moved_id(broken):
-    from helpers.draft_diff import diff_drafts
+    from helpers.doctor.diff import diff_drafts
     from helpers.plots import plot_draft_diff
 
     d = diff_drafts(SAMPLES / "tiny_draft_sglang", broken["mapping-drift"]["draft"])

@@ -10,10 +10,10 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save_file
 
-from helpers.draft import Eagle3Draft, estimate_load_bytes, load_draft
-from helpers.draft_config import DraftConfig, rope_inv_freq
-from helpers.errors import BadInputError
-from helpers.mapping import VocabMapping
+from helpers.model.draft import Eagle3Draft, estimate_load_bytes, load_draft
+from helpers.model.config import DraftConfig, rope_inv_freq
+from helpers.core.errors import BadInputError
+from helpers.io.mapping import VocabMapping
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -292,7 +292,7 @@ def test_estimate_load_bytes_counts_every_tensor(tmp_path):
 
 @pytest.mark.skipif(not (SAMPLES / "tiny_draft_sglang").exists(), reason="bundled draft not generated")
 def test_bundled_copies_agree():
-    from helpers.samples import iter_samples
+    from helpers.io.samples import iter_samples
 
     s = next(iter_samples(SAMPLES / "tiny_hidden_states" / "val"))
     aux, ids = s.aux_hidden_state[None, :-1].float(), s.input_ids[None, 1:]

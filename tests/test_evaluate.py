@@ -1,4 +1,4 @@
-"""Accuracy under each reading of d2t (helpers.evaluate) and the `evaluate` CLI.
+"""Accuracy under each reading of d2t (helpers.measure.evaluate) and the `evaluate` CLI.
 
 Most tests run on drafts whose weights are set by hand and saved as real safetensors, with
 SpecForge-layout samples written by torch.save, so the right answer is known exactly:
@@ -23,11 +23,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from helpers.draft import load_draft
-from helpers.errors import BadInputError
-from helpers.evaluate import evaluate
-from helpers.predict import draft_predictions
-from helpers.target_head import load_target_head
+from helpers.model.draft import load_draft
+from helpers.core.errors import BadInputError
+from helpers.measure.evaluate import evaluate
+from helpers.measure.predict import draft_predictions
+from helpers.model.target_head import load_target_head
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -207,7 +207,7 @@ def hand(tmp_path_factory, world):
 def _predictions_fed(model, folder, de):
     """Per sample (ids, loss_mask, offset-read target ids) when the draft is fed the embedding
     of token t+de (aux always of position t), computed directly with the model."""
-    from helpers.samples import iter_samples
+    from helpers.io.samples import iter_samples
 
     out = []
     threads = torch.get_num_threads()
@@ -256,7 +256,7 @@ def test_only_the_eagle3_alignment_scores_100(hand):
 def test_predictions_labels_and_mask(hand):
     model = load_draft(hand["embed"], device="cpu")
     preds = list(draft_predictions(model, hand["samples"], steps=3, topk=2))
-    from helpers.samples import iter_samples
+    from helpers.io.samples import iter_samples
 
     samples = list(iter_samples(hand["samples"]))
     assert len(preds) == len(samples)
@@ -496,8 +496,8 @@ def test_bad_input_one_line_naming_the_file(hand, world, tmp_path, capsys, cli):
 
 
 def test_evaluate_settings_is_evaluate_with_the_run_settings():
-    from helpers.evaluate import evaluate_settings
-    from helpers.settings import RunSettings
+    from helpers.measure.evaluate import evaluate_settings
+    from helpers.ui.settings import RunSettings
 
     s = RunSettings(checkpoint=str(SAMPLES / "tiny_draft_sglang"), samples=str(SAMPLES / "tiny_hidden_states"),
                     steps=2, max_samples=2, device="cpu", dtype="float32")

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from helpers.__main__ import main
-from helpers.doctor import diagnose, has_error
-from helpers.errors import BadInputError
-from helpers.fix import fix_checkpoint, plan_fix
+from helpers.doctor.diagnose import diagnose
+from helpers.doctor.findings import has_error
+from helpers.core.errors import BadInputError
+from helpers.doctor.fix import fix_checkpoint, plan_fix
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 

@@ -39,8 +39,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from helpers.checkpoint import load_mapping
-from helpers.errors import BadInputError
+from helpers.io.checkpoint import load_mapping
+from helpers.core.errors import BadInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -380,7 +380,7 @@ CASES = [
     Case("unrecognised-file-type", lambda d, m: write(d / "weights.txt", b"d2t = [0, 0, 1]"), r"unrecognised file type \.txt", "weights.txt"),
     Case("newline-in-folder-name", lambda d, m: (pair(_mk(d, "bad\nname")), write(d / "bad\nname" / "d2t.pt", b""), d / "bad\nname")[2],
          r"bad\\nname/d2t\.pt: is empty", "d2t.pt"),
-    # hidden-state samples (helpers.samples) -----------------------------------------------------
+    # hidden-state samples (helpers.io.samples) -----------------------------------------------------
     Case("sample-nan-hidden-state", lambda d, m: sample_folder(d, nan_sample()), r"hidden_state holds 1 NaN/Inf", "data_0.ckpt", reader="samples"),
     Case("sample-inf-aux-hidden-state", lambda d, m: sample_folder(d, inf_sample()), r"aux_hidden_state holds 1 NaN/Inf", "data_0.ckpt", reader="samples"),
     Case("sample-corrupt-gzip", lambda d, m: sample_folder(d, name="data_0.ckpt.gz", raw=b"\x1f\x8b\x08\x00" + bytes(range(200))),
@@ -404,20 +404,20 @@ CASES = [
     Case("sample-fifo", lambda d, m: (os.mkfifo(_mk(d, "rows_0-1") / "data_0.ckpt"), d)[1],
          r"holds no hidden-state samples", "sample-fifo", reader="samples"),
     Case("samples-folder-without-samples", lambda d, m: _mk(d, "no_samples"), r"holds no hidden-state samples", "no_samples", reader="samples"),
-    # samples that are fine alone but do not fit the draft (helpers.evaluate.evaluate) -----------------
+    # samples that are fine alone but do not fit the draft (helpers.measure.evaluate.evaluate) -----------------
     Case("sample-ids-beyond-target-vocab", lambda d, m: sample_folder(d, sample_dict(input_ids=torch.tensor([1, 2, 3, 10**6, 4]))),
          r"input_ids holds token id 1000000, outside the target vocab of 16", "data_0.ckpt", reader="evaluate"),
     Case("sample-width-not-the-drafts", lambda d, m: sample_folder(d, sample_dict(
              hidden_state=torch.zeros(1, 5, 2 * sample_width()), aux_hidden_state=torch.zeros(1, 5, 6 * sample_width()))),
          r"aux_hidden_state width 48 does not match the checkpoint: expected 24", "data_0.ckpt", reader="evaluate"),
-    # draft checkpoints (helpers.draft.load_draft) -------------------------------------------------
+    # draft checkpoints (helpers.model.draft.load_draft) -------------------------------------------------
     Case("draft-missing-fc", lambda d, m: draft_folder(d, drop=("fc.weight",)), r"has no fc", "model.safetensors", reader="draft"),
     Case("draft-missing-lm-head", lambda d, m: draft_folder(d, drop=("lm_head.weight",)), r"has no lm_head", "model.safetensors", reader="draft"),
     Case("draft-too-big-for-memory", lambda d, m: sparse_huge_draft(_mk(d, "huge_draft")),
          r"loading needs about \d+\.\d+ GiB on cpu in torch\.float32 but only \d+\.\d+ GiB is free", "huge_draft", reader="draft"),
 ]
 
-MODULES = {"mapping": "helpers.checkpoint", "samples": "helpers.samples", "draft": "helpers.draft", "evaluate": "helpers.evaluate"}
+MODULES = {"mapping": "helpers.io.checkpoint", "samples": "helpers.io.samples", "draft": "helpers.model.draft", "evaluate": "helpers.measure.evaluate"}
 
 
 def module_available(reader: str) -> bool:
@@ -459,14 +459,14 @@ def api_call(case: Case, path: Path):
     if case.reader == "mapping":
         return load_mapping(path)
     if case.reader == "samples":
-        from helpers.samples import iter_samples
+        from helpers.io.samples import iter_samples
 
         return list(iter_samples(path))
     if case.reader == "evaluate":
-        from helpers.evaluate import evaluate
+        from helpers.measure.evaluate import evaluate
 
         return evaluate(_corpus_root(path) / "_good" / "draft", path, device="cpu", progress=False)
-    from helpers.draft import load_draft
+    from helpers.model.draft import load_draft
 
     return load_draft(path, device="cpu", dtype=torch.float32)
 
@@ -733,7 +733,7 @@ def test_unreadable_file(tmp_path):
 # -- memory safety ----------------------------------------------------------------------------------
 def test_too_big_draft_is_refused_before_reading(tmp_path):
     """The sparse ~257 GiB draft: refused with the estimate, and nothing was read (peak RSS)."""
-    draft = pytest.importorskip("helpers.draft")
+    draft = pytest.importorskip("helpers.model.draft")
     d = sparse_huge_draft(tmp_path)
     assert os.path.getsize(d / "model.safetensors") > 200 * 2**30
     assert os.stat(d / "model.safetensors").st_blocks * 512 < 2**20  # sparse: no disk behind it

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers.errors import BadInputError
-from helpers.logs import Garbled, parse_line, parse_lines, read_log
+from helpers.core.errors import BadInputError
+from helpers.serving.logs import Garbled, parse_line, parse_lines, read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
@@ -197,7 +197,7 @@ def test_cli_logs_report_and_bad_file(tmp_path, cli):
 
 
 def test_pooled_measurement_weights_every_row_of_every_log_alike():
-    from helpers.logs import parse_lines, pooled_measurement
+    from helpers.serving.logs import parse_lines, pooled_measurement
 
     def line(al, tps):
         return (f"[2026-01-05 10:00:00 TP0] Decode batch, #running-req: 1, #token: 10, token usage: 0.00, "

@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 import torch
 
-from helpers.errors import BadInputError
-from helpers.mapping import (
+from helpers.core.errors import BadInputError
+from helpers.io.mapping import (
     VocabMapping,
     absolute_to_offsets,
     build_from_frequencies,
@@ -18,7 +18,7 @@ from helpers.mapping import (
 
 def specforge_recipe(token_dict: Counter, n: int, v: int):
     """The recipe of docs/eagle3-facts.md ('Building the mapping'), written independently of
-    helpers.mapping: pad with the smallest unused ids 0..N-1 when fewer than N ids were seen,
+    helpers.io.mapping: pad with the smallest unused ids 0..N-1 when fewer than N ids were seen,
     take the N most frequent (Counter.most_common), sort ascending, d2t = ids - arange,
     t2d[ids] = True."""
     token_dict = Counter(token_dict)
@@ -122,7 +122,7 @@ def test_bad_tensors_are_one_line_errors(d2t, t2d, fragment):
 
 
 def test_kimi_sample_numbers(samples_dir):
-    from helpers.checkpoint import load_mapping
+    from helpers.io.checkpoint import load_mapping
 
     m = load_mapping(samples_dir / "kimi_k25_mapping")
     assert (m.draft_vocab_size, m.target_vocab_size) == (32_000, 163_840)

@@ -21,9 +21,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers.checkpoint import load_mapping
-from helpers.errors import BadInputError
-from helpers.mapping import (
+from helpers.io.checkpoint import load_mapping
+from helpers.core.errors import BadInputError
+from helpers.io.mapping import (
     VERDICTS,
     VocabMapping,
     absolute_to_offsets,
@@ -54,7 +54,7 @@ def frequency_problem(draw):
 
 def reference_kept(freqs, N: int) -> list[int]:
     """The recipe of docs/eagle3-facts.md ('Building the mapping'), written independently of
-    helpers.mapping: the N most frequent ids (ties: smaller id first), padded with the smallest
+    helpers.io.mapping: the N most frequent ids (ties: smaller id first), padded with the smallest
     unused ids of 0..N-1, sorted."""
     if isinstance(freqs, dict):
         seen = {k: c for k, c in freqs.items() if c > 0}

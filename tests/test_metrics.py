@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
-from helpers.acceptance import (
+from helpers.acceptance.sources import (
     conditional_from_unconditional,
     diagnose,
     normalise,
@@ -23,9 +23,16 @@ from helpers.acceptance import (
     sglang_rate_definition,
     unconditional_from_histogram,
 )
-from helpers.errors import BadInputError
-from helpers.metrics import difference, fetch, parse_prometheus, parse_records, parse_text, read_metrics
-from helpers.simulate import tree_expected
+from helpers.core.errors import BadInputError
+from helpers.serving.metrics import (
+    difference,
+    fetch,
+    parse_prometheus,
+    parse_records,
+    parse_text,
+    read_metrics,
+)
+from helpers.acceptance.tree import tree_expected
 
 ROOT = Path(__file__).resolve().parents[1]
 SGLANG_LOG = ROOT / "data_samples" / "logs" / "sglang.log"
@@ -287,7 +294,7 @@ def test_cli_rate_for_metrics_file_and_bad_input(cli, tmp_path):
 
 
 def test_reference_table_ships_with_sources_and_places_a_number():
-    from helpers.references import family_of, place, reference_values
+    from helpers.acceptance.references import family_of, place, reference_values
 
     rows = reference_values()
     assert rows and all(r["source"].startswith("https://") and r["accept_length"] >= 1 for r in rows)
@@ -359,8 +366,8 @@ def test_report_refuses_a_metrics_source_that_does_not_read(cli, tmp_path, sampl
 
 
 def test_summary_lists_metrics_as_an_input_and_labels_references():
-    from helpers.settings import RunSettings
-    from helpers.summary import _accept_section, _inputs_section
+    from helpers.ui.settings import RunSettings
+    from helpers.ui.summary import _accept_section, _inputs_section
 
     s = RunSettings(checkpoint="ck", metrics="http://h:8000/metrics")
     summary = {"numbers": {"skipped": {k: "not given" for k in ("samples", "target_head", "target_config", "embed_from",

@@ -1,4 +1,4 @@
-"""`helpers.html_export`: the HTML export of an executed notebook works with no network.
+"""`helpers.ui.html_export`: the HTML export of an executed notebook works with no network.
 
 A small notebook (two inline matplotlib figures, an IntSlider, a tqdm.auto loop and a tqdm bar
 with `leave=False`) is executed once in a fresh kernel with nbclient. Its offline export must
@@ -20,7 +20,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from helpers.html_export import OFFLINE_WIDGET_NOTE, notebook_html, write_notebook_html
+from helpers.ui.html_export import OFFLINE_WIDGET_NOTE, notebook_html, write_notebook_html
 
 CELLS = [
     "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('first')\nplt.show()",

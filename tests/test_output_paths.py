@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from helpers.__main__ import main
-from helpers.errors import BadInputError
-from helpers.outputs import new_output_dir, output_dir, output_file
+from helpers.core.errors import BadInputError
+from helpers.core.outputs import new_output_dir, output_dir, output_file
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 

@@ -46,7 +46,7 @@ def test_every_subpackage_ships_in_the_wheel():
 def test_mapping_doctest_runs():
     import doctest
 
-    import helpers.mapping
+    import helpers.io.mapping
 
-    result = doctest.testmod(helpers.mapping)
+    result = doctest.testmod(helpers.io.mapping)
     assert result.attempted > 0 and result.failed == 0

@@ -18,8 +18,8 @@ from matplotlib.colors import to_hex
 
 import helpers
 from helpers import plots
-from helpers.checkpoint import load_mapping
-from helpers.errors import BadInputError
+from helpers.io.checkpoint import load_mapping
+from helpers.core.errors import BadInputError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -92,7 +92,7 @@ def test_staircase_on_a_given_axes_returns_it(good):
 def test_mapping_figures_take_a_loaded_mapping_not_a_path(fn):
     args = ("offset",) if fn == "reading_stats" else ()
     for given in (GOOD, str(GOOD)):
-        with pytest.raises(TypeError, match=r"takes a VocabMapping.*helpers\.checkpoint\.load_mapping"):
+        with pytest.raises(TypeError, match=r"takes a VocabMapping.*helpers\.io\.checkpoint\.load_mapping"):
             getattr(plots, fn)(given, *args)
     assert not plt.get_fignums()  # refused before drawing anything
 
@@ -106,7 +106,7 @@ def test_save_mapping_figures_refuses_a_path_before_writing(tmp_path):
 
 def test_plots_modules_import_one_way():
     """Within plots: style <- provenance <- mapping, and style <- accuracy / speculation / findings / tokens.
-    Outside: only helpers.mapping, helpers.errors (and the kit version); never the CLI or widgets/report."""
+    Outside: only helpers.io.mapping, helpers.core.errors (and the kit version); never the CLI or widgets/report."""
     import ast
 
     allowed = {
@@ -116,7 +116,7 @@ def test_plots_modules_import_one_way():
     }
     allowed["draft_diff"] = {"style"}
     allowed["__init__"] = allowed["__init__"] | {"draft_diff"}
-    outside_ok = {"helpers", "helpers.mapping", "helpers.errors", "helpers.checkpoint"}
+    outside_ok = {"helpers", "helpers.io", "helpers.io.mapping", "helpers.core.errors", "helpers.io.checkpoint"}
     folder = helpers.__path__[0] + "/plots"
     for name, ok in allowed.items():
         tree = ast.parse(open(f"{folder}/{name}.py").read())
@@ -128,7 +128,8 @@ def test_plots_modules_import_one_way():
                 outside.add("helpers" + ("." + node.module if node.module else ""))
             elif isinstance(node, ast.ImportFrom | ast.Import):
                 mods = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-                outside |= {m for m in mods if m.split(".")[0] == "helpers"}
+                inside |= {m.split(".")[2] for m in mods if m.startswith("helpers.plots.")}
+                outside |= {m for m in mods if m.split(".")[0] == "helpers" and not m.startswith("helpers.plots.")}
         assert inside <= ok, (name, inside - ok)
         assert outside <= outside_ok, (name, outside - outside_ok)
 
@@ -292,7 +293,7 @@ def test_accuracy_per_step_lines_and_splits():
 
 
 def test_accuracy_from_the_evaluate_json_layout_pooled_and_per_split():
-    # helpers.evaluate's to_dict(): pooled "readings" at the top level, per split under "splits"
+    # helpers.measure.evaluate's to_dict(): pooled "readings" at the top level, per split under "splits"
     d = {
         "coverage": 0.9, "tokens": 100,
         "readings": {"offset": {"top1": 0.7, "topk": 0.9, "step_top1": [0.7, 0.5]},
@@ -331,7 +332,7 @@ def test_accept_length_distribution_from_lengths_and_from_a_histogram():
 
 
 def test_accept_length_distribution_from_a_replay_histogram():
-    # what helpers.simulate.ReplayResult.histogram / to_dict()["histogram"] hold (JSON keys are strings)
+    # what helpers.acceptance.chain.ReplayResult.histogram / to_dict()["histogram"] hold (JSON keys are strings)
     hist = {"1": 700, "2": 200, "3": 80, "4": 20}
     ax = plots.plot_accept_lengths({"histogram": hist, "mean": 1.42})
     assert [p.get_height() for p in ax.patches] == [700, 200, 80, 20]
@@ -351,7 +352,7 @@ def test_throughput_curve_and_break_even_with_the_investigation_numbers():
     pts = ax.collections[-1].get_offsets()
     assert np.allclose(pts, [[1.9, 46.7]])
     assert "tokens/s" in ax.get_ylabel() and "accept length" in ax.get_xlabel()
-    from helpers.simulate import throughput_model
+    from helpers.acceptance.throughput import throughput_model
 
     model = throughput_model(90, 1.9, 46.7)  # the simulate module's model draws the same curve
     ax2 = plots.plot_throughput(model)
@@ -376,7 +377,7 @@ def test_accept_length_over_time_from_a_log_table():
 
 
 def test_accept_length_over_time_from_a_bundled_sglang_log():
-    from helpers.logs import read_log
+    from helpers.serving.logs import read_log
 
     log = read_log(SAMPLES / "logs" / "sglang.log")
     ax = plots.plot_accept_length_over_time(log, prediction=2.5)
@@ -514,7 +515,7 @@ def test_plot_findings_grid_colours_each_code_by_worst_severity():
 
 
 def test_plot_prediction_curve_draws_the_closed_form():
-    from helpers.simulate import Drafting, chain_expected
+    from helpers.acceptance.chain import Drafting, chain_expected
 
     chain = Drafting(4)
     ax = plots.plot_prediction_curve([chain], marks={"measured": (0.5, chain.expected(0.5))}, rates=[0.0, 0.5, 0.9])

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import primer
-from helpers import primer_exercises as ex
-from helpers.checkpoint import load_mapping
+from helpers.ui import primer
+from helpers.ui import primer_exercises as ex
+from helpers.io.checkpoint import load_mapping
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
@@ -149,7 +149,7 @@ def test_sampled_drafts_are_seeded_and_right_under_both_readings_only_at_draft_i
 
 
 def test_step0_breakdown_agrees_with_evaluate():
-    from helpers.evaluate import evaluate
+    from helpers.measure.evaluate import evaluate
 
     ckpt, val = SAMPLES / "tiny_draft_sglang", SAMPLES / "tiny_hidden_states" / "val"
     b = primer.step0_breakdown(ckpt, val, max_samples=16)

@@ -19,11 +19,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from helpers.draft import load_draft
-from helpers.draft_config import DraftConfig
-from helpers.errors import BadInputError
-from helpers.evaluate import evaluate
-from helpers.predict import MASK_AT, draft_predictions
+from helpers.model.draft import load_draft
+from helpers.model.config import DraftConfig
+from helpers.core.errors import BadInputError
+from helpers.measure.evaluate import evaluate
+from helpers.measure.predict import MASK_AT, draft_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCERS = ROOT / "data_samples" / "producers"
@@ -98,7 +98,7 @@ def test_bf16_top1_matches_the_producer(name):
 
 
 def _write_sample(tmp_path, ref, loss_mask):
-    """One SpecForge-layout sample file (helpers.samples) from the fixture's raw inputs."""
+    """One SpecForge-layout sample file (helpers.io.samples) from the fixture's raw inputs."""
     ids, aux = ref["input_ids"][0], ref["aux_hidden_states"]
     T = ids.shape[0]
     folder = tmp_path / "samples" / "rows_0-1"
@@ -267,7 +267,7 @@ EXPECTED_FINDINGS = {
 @pytest.mark.parametrize("name", FIXTURES + ["../tiny_draft_sglang", "../tiny_draft_speculators",
                                              "../tiny_draft_absolute", "../tiny_draft_no_d2t"])
 def test_doctor_reports_each_engine_on_each_producer_option(name):
-    from helpers.doctor import diagnose
+    from helpers.doctor.diagnose import diagnose
 
     fs = [f for f in diagnose(PRODUCERS / name, "all", check_weights=False) if f.code.startswith("variant-")]
     assert {f.code for f in fs} == EXPECTED_FINDINGS.get(name, set())

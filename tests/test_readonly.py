@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.checkpoint import find_checkpoints, load_mapping, open_checkpoint
-from helpers.errors import BadInputError
+from helpers.io.checkpoint import find_checkpoints, load_mapping, open_checkpoint
+from helpers.core.errors import BadInputError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -91,7 +91,7 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path, cli):
     ran, skipped = [], []
 
     # 1. inspect every checkpoint and mapping the kit finds (API and, for two of them, the CLI)
-    from helpers.inspection import inspect_path
+    from helpers.doctor.inspection import inspect_path
 
     found = find_checkpoints(SAMPLES)
     assert found, "find_checkpoints found nothing under data_samples/"
@@ -112,7 +112,7 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path, cli):
     # 2. load every bundled draft
     drafts = _draft_dirs()
     if drafts:
-        from helpers.draft import load_draft
+        from helpers.model.draft import load_draft
 
         for d in drafts:
             ck = open_checkpoint(d)
@@ -127,22 +127,22 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path, cli):
     samples = _samples_dir()
     good = SAMPLES / "tiny_draft_sglang"
     if samples is not None:
-        from helpers.samples import iter_samples
+        from helpers.io.samples import iter_samples
 
         splits = sorted(p for p in samples.iterdir() if p.is_dir()) or [samples]  # train/, val/
         n = sum(1 for split in splits for _ in iter_samples(split))
         assert n > 0
         ran.append(f"iter_samples ({n} samples in {len(splits)} splits)")
         if good.exists():
-            from helpers.evaluate import evaluate
+            from helpers.measure.evaluate import evaluate
 
             res = evaluate(good, samples, steps=2, device="cpu", max_samples=2, progress=False)
             assert res.to_dict()
             ran.append("evaluate")
             try:
-                from helpers.replay import replay
+                from helpers.measure.replay import replay
             except ImportError:
-                skipped.append("replay: helpers.replay.replay does not exist yet")
+                skipped.append("replay: helpers.measure.replay.replay does not exist yet")
             else:
                 rep = replay(good, samples, steps=2, device="cpu", max_samples=2, progress=False)
                 assert rep is not None
@@ -155,10 +155,10 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path, cli):
 
     # 4. the doctor on every checkpoint, and fix into a temporary folder
     try:
-        from helpers.doctor import diagnose
-        from helpers.fix import fix_checkpoint
+        from helpers.doctor.diagnose import diagnose
+        from helpers.doctor.fix import fix_checkpoint
     except ImportError:
-        skipped.append("doctor: helpers.doctor does not exist yet")
+        skipped.append("doctor: helpers.doctor.diagnose does not exist yet")
     else:
         for ck in [*drafts, kimi]:
             findings = diagnose(ck, engine="all", check_weights=True)
@@ -176,7 +176,7 @@ def test_pipeline_on_readonly_samples(readonly_samples, tmp_path, cli):
     # 5. serving logs
     logs = sorted((SAMPLES / "logs").glob("*.log")) if (SAMPLES / "logs").exists() else []
     if logs:
-        from helpers.logs import read_log
+        from helpers.serving.logs import read_log
 
         for log in logs:
             read_log(log)

@@ -190,7 +190,7 @@ def test_offline_from_the_cache_and_cold_cache_refused(served, cache, cli, monke
 
 
 def test_tensors_are_fetched_by_range_and_match(served, cache):
-    from helpers.checkpoint import open_checkpoint
+    from helpers.io.checkpoint import open_checkpoint
 
     root, base = served
     ck = open_checkpoint(f"{base}/big_draft")
@@ -245,7 +245,7 @@ def test_hf_url_keeps_both_slashes_in_messages(cli, tmp_path, monkeypatch):
 
 
 def test_hub_locations_parse():
-    from helpers import remote
+    from helpers.io import remote
 
     assert remote.is_remote("hf://a/b") and remote.is_remote("https://x/y") and not remote.is_remote("a/b")
     m = remote._HF.match("hf://org/repo@v1.0/sub/dir")

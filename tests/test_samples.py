@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.errors import BadInputError
-from helpers.samples import iter_samples, load_sample, sample_files
+from helpers.core.errors import BadInputError
+from helpers.io.samples import iter_samples, load_sample, sample_files
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -147,8 +147,8 @@ def test_gzip_bomb_is_refused_without_inflating_it(tmp_path):
 
     import pytest
 
-    from helpers.errors import BadInputError
-    from helpers.samples import GZIP_MAX_RATIO, load_sample
+    from helpers.core.errors import BadInputError
+    from helpers.io.samples import GZIP_MAX_RATIO, load_sample
 
     bomb = tmp_path / "data_0.ckpt.gz"
     bomb.write_bytes(gzip.compress(b"\0" * (256 << 20)))  # 256 MiB of zeros, ~250 KiB on disk
@@ -163,8 +163,8 @@ def test_fifo_sample_is_refused_without_blocking(tmp_path):
 
     import pytest
 
-    from helpers.errors import BadInputError
-    from helpers.samples import load_sample
+    from helpers.core.errors import BadInputError
+    from helpers.io.samples import load_sample
 
     fifo = tmp_path / "data_0.ckpt.gz"
     os.mkfifo(fifo)
@@ -178,8 +178,8 @@ def test_reading_ahead_gives_the_same_samples_in_order(tmp_path, processes):
     a bad file is one BadInputError naming it, as without readers."""
     import shutil
 
-    from helpers.errors import BadInputError
-    from helpers.samples import iter_samples, stream_samples
+    from helpers.core.errors import BadInputError
+    from helpers.io.samples import iter_samples, stream_samples
 
     src = Path(__file__).resolve().parents[1] / "data_samples" / "tiny_hidden_states" / "val"
     plain = list(iter_samples(src))

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers.errors import BadInputError
-from helpers.logs import drafting_from_line
-from helpers.settings import RunSettings, resolve_drafting
+from helpers.core.errors import BadInputError
+from helpers.serving.logs import drafting_from_line
+from helpers.ui.settings import RunSettings, resolve_drafting
 
 LOGS = Path(__file__).resolve().parents[1] / "data_samples" / "logs"
 

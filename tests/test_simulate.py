@@ -9,24 +9,26 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.montecarlo import InverseCdf as _InverseCdf
-from helpers.montecarlo import thresholds as _thresholds
-from helpers.montecarlo import uniform_uint8 as _uint8
-from helpers.montecarlo import uniform_uint32 as _uint32
-from helpers.replay import accept_lengths, replay
-from helpers.simulate import (
+from helpers.acceptance.montecarlo import InverseCdf as _InverseCdf
+from helpers.acceptance.montecarlo import thresholds as _thresholds
+from helpers.acceptance.montecarlo import uniform_uint8 as _uint8
+from helpers.acceptance.montecarlo import uniform_uint32 as _uint32
+from helpers.measure.replay import accept_lengths, replay
+from helpers.acceptance.tree import (
     build_tree,
-    chain_expected,
-    expected_accept_length,
     rank_probabilities,
-    rate_for_accept_length,
-    simulate_chain,
-    simulate_chain_loop,
     simulate_tree,
     simulate_tree_loop,
     tree_expected,
 )
-from helpers.throughput import throughput_model
+from helpers.acceptance.chain import (
+    chain_expected,
+    expected_accept_length,
+    rate_for_accept_length,
+    simulate_chain,
+    simulate_chain_loop,
+)
+from helpers.acceptance.throughput import throughput_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
@@ -324,20 +326,6 @@ def test_throughput_model_with_the_investigation_numbers():
         throughput_model(90, 0.5, 46.7)
 
 
-def test_moved_names_still_resolve_from_simulate():
-    """replay and the throughput model live in their own modules; the old names forward to them."""
-    import helpers.replay
-    import helpers.simulate
-    import helpers.throughput
-
-    for name in ("replay", "ReplayResult", "accept_lengths"):
-        assert getattr(helpers.simulate, name) is getattr(helpers.replay, name)
-    for name in ("ThroughputModel", "throughput_model"):
-        assert getattr(helpers.simulate, name) is getattr(helpers.throughput, name)
-    with pytest.raises(AttributeError):
-        helpers.simulate.no_such_name  # noqa: B018
-
-
 def test_simulate_and_throughput_do_not_import_torch():
     """Importing the numbers modules loads no torch (the package's own __init__ is skipped here;
     a large Monte Carlo run may still import torch for its byte counting, on first use)."""
@@ -346,10 +334,10 @@ def test_simulate_and_throughput_do_not_import_torch():
 
     code = (
         "import sys, types; pkg = types.ModuleType('helpers'); pkg.__path__ = [sys.argv[1]]; "
-        "sys.modules['helpers'] = pkg; import helpers.simulate, helpers.throughput; "
-        "helpers.simulate.chain_expected(0.5, 4); helpers.simulate.build_tree(0.5, 3, 2, 6); "
+        "sys.modules['helpers'] = pkg; import helpers.acceptance.chain, helpers.acceptance.throughput; "
+        "helpers.acceptance.chain.chain_expected(0.5, 4); helpers.acceptance.chain.build_tree(0.5, 3, 2, 6); "
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas') "
-        "or m in ('helpers.replay', 'helpers.predict', 'helpers.evaluate', 'helpers.draft')); "
+        "or m in ('helpers.measure.replay', 'helpers.measure.predict', 'helpers.measure.evaluate', 'helpers.model.draft')); "
         "print(heavy[:5]); sys.exit(1 if heavy else 0)"
     )
     out = subprocess.run([sys.executable, "-c", code, str(ROOT / "helpers")], capture_output=True, text=True,
@@ -375,7 +363,7 @@ needs_samples = pytest.mark.skipif(not (TINY.exists() and HIDDEN.exists()), reas
 
 @needs_samples
 def test_replay_offset_clearly_above_the_misread_mapping():
-    from helpers.draft import load_draft
+    from helpers.model.draft import load_draft
 
     model = load_draft(TINY, device="cpu")
     steps = 4
@@ -400,7 +388,7 @@ def test_replay_mirror_image_for_a_checkpoint_storing_absolute_ids():
 
 @needs_samples
 def test_replay_counts_the_positions_whose_window_fits():
-    from helpers.samples import iter_samples
+    from helpers.io.samples import iter_samples
 
     r = replay(TINY, HIDDEN / "val", steps=3, max_samples=2, progress=False)
     want = 0

@@ -1,4 +1,4 @@
-"""Engine-free speculative decoding (helpers.speculate) on the bundled tiny target and draft.
+"""Engine-free speculative decoding (helpers.speculate.loop) on the bundled tiny target and draft.
 
 Lossless: greedy output equals target.generate(do_sample=False) token for token, for every
 reading, chain and tree; sampled output follows the target's own distribution (chi-square), and a
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-import helpers.speculate as S
-from helpers.draft import load_draft
-from helpers.prompts import read_prompts
-from helpers.spec_compare import predicted_per_position, replay_walk
-from helpers.target import load_target
+import helpers.speculate.loop as S
+from helpers.model.draft import load_draft
+from helpers.io.prompts import read_prompts
+from helpers.speculate.compare import predicted_per_position, replay_walk
+from helpers.model.target import load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "data_samples" / "tiny_target"
@@ -182,7 +182,7 @@ def test_residual_rule_is_exact_on_a_small_vocab():
 # -- measurement vs the replay ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def captured(models, tmp_path_factory):
-    from helpers.capture import capture
+    from helpers.model.capture import capture
 
     target, _ = models
     out = tmp_path_factory.mktemp("captured")
@@ -192,8 +192,8 @@ def captured(models, tmp_path_factory):
 
 @pytest.mark.slow
 def test_offset_chain_agrees_with_the_replay_and_misreads_measure_one(models, records, captured):
-    from helpers.evaluate import evaluate
-    from helpers.replay import replay
+    from helpers.measure.evaluate import evaluate
+    from helpers.measure.replay import replay
 
     target, draft = models
     runs = S.speculate_readings(target, draft, records, S.SpecSettings(max_new_tokens=24, draft_tokens=5),
@@ -266,8 +266,8 @@ def test_speculate_command_text_and_bad_input(cli, tmp_path):
 def test_report_with_a_target_runs_notebook_07_and_quotes_it(tmp_path):
     import json
 
-    from helpers.report import run_report
-    from helpers.settings import RunSettings
+    from helpers.ui.report import run_report
+    from helpers.ui.settings import RunSettings
 
     s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), steps=4, max_samples=3,
                     device="cpu")
@@ -294,7 +294,7 @@ def test_report_target_needs_prompts(cli, tmp_path):
 
 # -- the token view and the dashboard's speculate mode ----------------------------------------------
 def test_token_view_html_marks_every_token(models, records):
-    from helpers.token_view import token_view_html
+    from helpers.ui.token_view import token_view_html
 
     target, draft = models
     runs = S.speculate_readings(target, draft, records[:1], S.SpecSettings(max_new_tokens=12), ["offset", "absolute"])
@@ -307,7 +307,7 @@ def test_token_view_html_marks_every_token(models, records):
 
 
 def test_dashboard_speculate_mode_streams_the_token_view(models):
-    from helpers.widgets import Dashboard
+    from helpers.ui.widgets import Dashboard
 
     dash = Dashboard(root=ROOT / "data_samples", checkpoint=DRAFT, mode="speculate", target=TARGET, steps=3,
                      max_new_tokens=16, device="cpu", dtype="float32")

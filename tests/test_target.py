@@ -55,7 +55,7 @@ def test_each_engine_captures_its_own_layers(cli, tmp_path, engine, shift):
     """Configured ids 0,2,3: SGLang feeds the inputs of layers 1,3,4, vLLM those of 0,2,3."""
     from transformers import AutoModelForCausalLM
 
-    from helpers.samples import iter_samples
+    from helpers.io.samples import iter_samples
 
     tgt = _random_target(tmp_path / "target")
     out = tmp_path / engine
@@ -76,8 +76,8 @@ def test_each_engine_captures_its_own_layers(cli, tmp_path, engine, shift):
 
 
 def test_default_layers_and_out_of_range_ids(tmp_path):
-    from helpers.errors import BadInputError
-    from helpers.target import load_target
+    from helpers.core.errors import BadInputError
+    from helpers.model.target import load_target
 
     t = load_target(TARGET, device="cpu", dtype=torch.float32)
     assert t.num_layers == 8
@@ -113,7 +113,7 @@ def test_mismatched_targets_are_one_line(cli, tmp_path):
         assert not (tmp_path / f"out_{name}").exists()
         assert before == {p.name: p.read_bytes() for p in tgt.iterdir()}
     # the matching target passes the same check
-    from helpers.target import draft_mismatches, load_target
+    from helpers.model.target import draft_mismatches, load_target
 
     assert draft_mismatches(load_target(TARGET, device="cpu"), SAMPLES / "tiny_draft_sglang") == []
 

@@ -93,7 +93,7 @@ def test_a_killed_rank_is_named_and_the_rerun_resumes(tmp_path):
 
 
 def test_torchrun_hint_from_measured_time():
-    from helpers.distributed import torchrun_hint
+    from helpers.core.distributed import torchrun_hint
 
     assert torchrun_hint(100, 10, 1.0) is None  # 10 s in all: not worth it
     text = torchrun_hint(100_000, 100, 20.0, devices=8)  # 0.2 s a sample: 5.6 h, 42 min on 8

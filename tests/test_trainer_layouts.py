@@ -17,15 +17,15 @@ import pytest
 import torch
 
 from helpers.__main__ import main
-from helpers.checkpoint import load_mapping, open_checkpoint
-from helpers.doctor import diagnose
-from helpers.errors import BadInputError
-from helpers.evaluate import evaluate
-from helpers.inspection import inspect_path
-from helpers.predict import _labels_and_mask
-from helpers.pt_files import pt_kind
-from helpers.samples import iter_samples
-from helpers.target_head import detect_hidden_normed, load_target_head
+from helpers.io.checkpoint import load_mapping, open_checkpoint
+from helpers.doctor.diagnose import diagnose
+from helpers.core.errors import BadInputError
+from helpers.measure.evaluate import evaluate
+from helpers.doctor.inspection import inspect_path
+from helpers.measure.predict import _labels_and_mask
+from helpers.io.pt_files import pt_kind
+from helpers.io.samples import iter_samples
+from helpers.model.target_head import detect_hidden_normed, load_target_head
 
 ROOT = Path(__file__).resolve().parents[1] / "data_samples"
 LAY = ROOT / "producers" / "layouts"

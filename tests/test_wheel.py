@@ -42,7 +42,7 @@ def installed(tmp_path_factory, root):
 
 def test_the_wheel_holds_the_notebooks(installed):
     python, tmp = installed
-    r = subprocess.run([python, "-c", "import helpers, helpers.report as r; print(helpers.__file__); print(r.NOTEBOOK_DIR)"],
+    r = subprocess.run([python, "-c", "import helpers, helpers.ui.report as r; print(helpers.__file__); print(r.NOTEBOOK_DIR)"],
                        capture_output=True, text=True, cwd=tmp)
     pkg, notebooks = r.stdout.split()
     assert str(tmp / "venv") in pkg, "imported a helpers that is not the installed one"

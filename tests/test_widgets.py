@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.samples import load_sample, sample_files
-from helpers.widgets import Dashboard, available_devices, find_sample_folders
+from helpers.io.samples import load_sample, sample_files
+from helpers.ui.widgets import Dashboard, available_devices, find_sample_folders
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 

@@ -52,8 +52,8 @@ def figure_path(path, what: str = "figure"):
     an unknown format refused (one line, exit 2)."""
     from matplotlib.backend_bases import FigureCanvasBase
 
-    from ..errors import BadInputError
-    from ..outputs import output_file
+    from helpers.core.errors import BadInputError
+    from helpers.core.outputs import output_file
 
     p = output_file(path, what)
     if not p.suffix:

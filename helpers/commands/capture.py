@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from ..errors import BadInputError
-from . import _options
+from helpers.commands import _options
+from helpers.core.errors import BadInputError
 
 HELP = "run a Hugging Face target over prompts and save the hidden states an EAGLE-3 draft reads"
 DESCRIPTION = """\
@@ -67,12 +67,12 @@ def parse_layers(text: str | None) -> list[int] | None:
 
 
 def run(args) -> int:
-    from ..capture import capture
-    from ..devices import parse_dtype
-    from ..distributed import finish, from_env
-    from ..outputs import output_dir
-    from ..prompts import count_prompts
-    from ..target import load_target
+    from helpers.core.devices import parse_dtype
+    from helpers.core.distributed import finish, from_env
+    from helpers.core.outputs import output_dir
+    from helpers.io.prompts import count_prompts
+    from helpers.model.capture import capture
+    from helpers.model.target import load_target
 
     try:
         parse_dtype(args.dtype)

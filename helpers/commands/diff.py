@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from . import _options
+from helpers.commands import _options
 
 HELP = "compare two drafts' vocab mappings: ids added / removed / moved, lm_head rows under each mapping"
 DESCRIPTION = """\
@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..draft_diff import diff_drafts
+    from helpers.doctor.diff import diff_drafts
 
     if args.out:
         _options.figure_path(args.out)  # a bad output path is refused before anything is read
@@ -40,8 +40,8 @@ def run(args) -> int:
         matplotlib.use("Agg")
         from pathlib import Path
 
-        from ..errors import BadInputError
-        from ..plots import plot_draft_diff, save_figure
+        from helpers.core.errors import BadInputError
+        from helpers.plots import plot_draft_diff, save_figure
 
         out = _options.figure_path(args.out)
         fig = plot_draft_diff(d)

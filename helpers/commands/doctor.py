@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from . import _options
+from helpers.commands import _options
 
 HELP = "check a draft checkpoint for the known EAGLE-3 deployment bugs (exit 1 on an error)"
 DESCRIPTION = """\
@@ -42,7 +42,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..doctor import diagnose, has_error
+    from helpers.doctor.diagnose import diagnose
+    from helpers.doctor.findings import has_error
 
     findings = diagnose(args.checkpoint, args.engine, args.target_config, check_weights=not args.no_weights,
                         progress=_options.show_progress(args), target=args.target, previous=args.previous,

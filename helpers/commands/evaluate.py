@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from ..errors import BadInputError
-from ..settings import READINGS
-from . import _options
+from helpers.commands import _options
+from helpers.core.errors import BadInputError
+from helpers.core.terms import READINGS
 
 HELP = "score a draft on hidden-state samples with d2t read as offsets, as absolute ids, and not at all"
 DESCRIPTION = """\
@@ -68,7 +68,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import warnings
 
-    from ..evaluate import evaluate
+    from helpers.measure.evaluate import evaluate
 
     readings = [x.strip() for x in args.readings.split(",") if x.strip()]
     bad = [x for x in readings if x not in READINGS]
@@ -78,12 +78,12 @@ def run(args) -> int:
     if args.steps < 1 or args.topk < 1:
         raise BadInputError(None, "--steps and --topk must be at least 1")
     try:
-        from ..evaluate import parse_dtype
+        from helpers.core.devices import parse_dtype
 
         parse_dtype(args.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
-    from ..distributed import finish, from_env
+    from helpers.core.distributed import finish, from_env
 
     ranks = from_env(args.device)  # under torchrun: this rank's share of the files, counts summed
     with warnings.catch_warnings():

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import BadInputError
-from ..outputs import output_dir
-from . import _options
+from helpers.commands import _options
+from helpers.core.errors import BadInputError
+from helpers.core.outputs import output_dir
 
 HELP = "draw the standard d2t figures of a mapping (staircase, histograms, coverage, readings) as PNG"
 DESCRIPTION = """\
@@ -40,8 +40,8 @@ def run(args) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ..checkpoint import load_mapping
-    from ..plots import save_mapping_figures
+    from helpers.io.checkpoint import load_mapping
+    from helpers.plots import save_mapping_figures
 
     out_dir = output_dir(args.out_dir, "figures folder", create=False)  # created when the figures are saved
     if args.prefix is not None and (Path(args.prefix).name != args.prefix or args.prefix in (".", "..")):

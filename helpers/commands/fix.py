@@ -1,15 +1,15 @@
 """`fix SRC DST`: write a corrected copy of a draft checkpoint, then check it with the doctor.
 
-The changes are planned first (`helpers.doctor.plan_fix`); when they would resolve no error
+The changes are planned first (`helpers.doctor.diagnose.plan_fix`); when they would resolve no error
 finding for the engine, nothing is written (unless --force) and the command exits 2 saying why.
 """
 from __future__ import annotations
 
 import json
 
-from ..errors import BadInputError
-from ..outputs import new_output_dir
-from . import _options
+from helpers.commands import _options
+from helpers.core.errors import BadInputError
+from helpers.core.outputs import new_output_dir
 
 HELP = "write a corrected copy of a draft checkpoint when that fixes an error (SRC is never modified)"
 DESCRIPTION = """\
@@ -53,7 +53,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..fix import fix_checkpoint, plan_fix
+    from helpers.doctor.fix import fix_checkpoint, plan_fix
 
     dst = new_output_dir(args.dst, "fixed copy")
     plan = plan_fix(args.src, args.engine, args.target_config)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from . import _options
+from helpers.commands import _options
 
 HELP = "show how d2t is encoded (offset / absolute / identity / ambiguous / inconsistent)"
 DESCRIPTION = """\
@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..inspection import inspect
+    from helpers.doctor.inspection import inspect
 
     r = inspect(args.checkpoint)
     print(json.dumps(r, indent=2) if args.json else r.report())

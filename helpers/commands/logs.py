@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import BadInputError
-from ..logs import read_log
-from ..outputs import output_file
-from . import _options
+from helpers.commands import _options
+from helpers.core.errors import BadInputError
+from helpers.core.outputs import output_file
+from helpers.serving.logs import read_log
 
 HELP = "read SGLang 'Decode batch' / vLLM 'SpecDecoding metrics' lines: accept length over time"
 DESCRIPTION = """\
@@ -56,7 +56,7 @@ def save_plot(log, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import plot_accept_length_over_time, save_figure
+    from helpers.plots import plot_accept_length_over_time, save_figure
 
     ax = plot_accept_length_over_time(log.table, label=f"{', '.join(log.engines)} log")
     try:
@@ -72,7 +72,7 @@ def run(args) -> int:
     log = read_log(args.file)
     if plot is not None:
         save_plot(log, plot)
-    from ..acceptance import log_conversion
+    from helpers.acceptance.sources import log_conversion
 
     conv = log_conversion(log.summary())
     if args.json:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from . import _options
+from helpers.commands import _options
 
 HELP = "read acceptance from a /metrics URL or file, /get_server_info, meta_info JSONL, a log or a SpecForge log"
 DESCRIPTION = """\
@@ -40,10 +40,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..acceptance import normalise
-    from ..errors import BadInputError
-    from ..metrics import read_metrics
-    from ..outputs import output_file
+    from helpers.acceptance.sources import normalise
+    from helpers.core.errors import BadInputError
+    from helpers.core.outputs import output_file
+    from helpers.serving.metrics import read_metrics
 
     out = output_file(args.out, "metrics JSON") if args.out else None
     if args.interval is not None and not args.interval > 0:

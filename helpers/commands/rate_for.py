@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import _options
+from helpers.commands import _options
 
 NAME = "rate-for"
 HELP = "the per-token acceptance rate a measured accept length implies (chain or SGLang tree)"
@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..acceptance import rate_for, rate_for_report
+    from helpers.acceptance.sources import rate_for, rate_for_report
 
     try:
         r = rate_for(args.accept_length, args.draft_tokens, args.topk, args.steps)

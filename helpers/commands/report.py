@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from ..outputs import output_dir
-from ..report import SEQUENCE, run_report
-from ..settings import RunSettings, resolve_drafting
+from helpers.core.outputs import output_dir
+from helpers.ui.report import SEQUENCE, run_report
+from helpers.ui.settings import RunSettings, resolve_drafting
 
 HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
 DESCRIPTION = f"""\
@@ -71,7 +71,7 @@ def settings_from_args(args) -> RunSettings:
     try:
         return resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
     except ValueError as e:
-        from ..errors import BadInputError
+        from helpers.core.errors import BadInputError
 
         raise BadInputError(None, str(e)) from None
 

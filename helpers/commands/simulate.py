@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import _options
+from helpers.commands import _options
 
 HELP = "expected accept length for chain or tree drafting (closed form / exact, and Monte Carlo)"
 DESCRIPTION = """\
@@ -45,7 +45,7 @@ def _rates(text: str):
 
 def run(args) -> int:
     try:
-        from ..simulate import simulation
+        from helpers.acceptance.chain import simulation
 
         r = simulation(_rates(args.accept_rate), args.draft_tokens, args.topk, args.steps, args.trials)
     except ValueError as e:

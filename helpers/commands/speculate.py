@@ -5,8 +5,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import BadInputError
-from . import _options
+from helpers.commands import _options
+from helpers.core.errors import BadInputError
 
 HELP = "run speculative decoding with a Hugging Face target and the draft, per reading of d2t"
 BUNDLED = Path(__file__).resolve().parents[2] / "data_samples"
@@ -91,7 +91,7 @@ def _report(out: dict) -> str:
 
 
 def run(args) -> int:
-    from ..devices import parse_dtype
+    from helpers.core.devices import parse_dtype
 
     try:
         dtype = parse_dtype(args.dtype)
@@ -105,13 +105,12 @@ def run(args) -> int:
         raise BadInputError(None, "a tree needs both --steps and --topk (a chain neither)")
     import torch
 
-    from ..draft import load_draft
-    from ..prompts import read_prompts
-    from ..spec_result import SpecRun
-    from ..speculate import SpecSettings, result_json, speculate_readings
-    from ..target import draft_mismatches, load_target
-
-    from ..distributed import finish, from_env, gather_to_main
+    from helpers.core.distributed import finish, from_env, gather_to_main
+    from helpers.io.prompts import read_prompts
+    from helpers.model.draft import load_draft
+    from helpers.model.target import draft_mismatches, load_target
+    from helpers.speculate.loop import result_json, speculate_readings
+    from helpers.speculate.result import SpecRun, SpecSettings
 
     ranks = from_env(args.device)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     target = load_target(target_dir, device=ranks.device(args.device), dtype=dtype)

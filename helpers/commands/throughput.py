@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import _options
+from helpers.commands import _options
 
 HELP = "speculative step cost and break-even accept length from one measured (accept length, tok/s) pair"
 DESCRIPTION = """\
@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     try:
-        from ..throughput import throughput_summary
+        from helpers.acceptance.throughput import throughput_summary
 
         d = throughput_summary(args.baseline_tps, args.accept_length, args.spec_tps)
     except ValueError as e:

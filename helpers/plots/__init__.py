@@ -11,7 +11,7 @@ SHA-256), the kit version and the time, and draws a caption line naming the chec
 verdict; `read_figure_metadata` reads it back from a PNG.
 
 The mapping figures take a `VocabMapping`; no figure function opens a checkpoint (load one with
-`helpers.checkpoint.load_mapping` first; a path is a TypeError that says so).
+`helpers.io.checkpoint.load_mapping` first; a path is a TypeError that says so).
 
 The modules, each usable through this package's names (`plots.plot_staircase`, `plots.style()`):
 
@@ -31,10 +31,10 @@ module is `sys.modules["helpers.plots.style"]` (or `from helpers.plots.style imp
 """
 from __future__ import annotations
 
-from .accuracy import accuracy_table, plot_accuracy, plot_step_accuracy
-from .draft_diff import plot_draft_diff
-from .findings import SEVERITY_COLORS, plot_findings
-from .mapping import (
+from helpers.plots.accuracy import accuracy_table, plot_accuracy, plot_step_accuracy
+from helpers.plots.draft_diff import plot_draft_diff
+from helpers.plots.findings import SEVERITY_COLORS, plot_findings
+from helpers.plots.mapping import (
     STANDARD,
     mapping_figures,
     plot_coverage_strip,
@@ -46,7 +46,7 @@ from .mapping import (
     reading_stats,
     save_mapping_figures,
 )
-from .provenance import (
+from helpers.plots.provenance import (
     METADATA_KEY,
     caption_line,
     figure_metadata,
@@ -54,18 +54,27 @@ from .provenance import (
     read_figure_metadata,
     save_figure,
 )
-from .serving import plot_online_offline
-from .speculation import (
+from helpers.plots.serving import plot_online_offline
+from helpers.plots.speculation import (
     plot_accept_length_over_time,
     plot_accept_lengths,
     plot_prediction_curve,
     plot_throughput,
 )
-from .style import BAD, DPI, FORMULAS, GOOD, READING_COLORS, REF, set_style, style_rc
-from .tokens import plot_token_view, token_style
 
 # last, so that the name is the context manager and not the submodule `helpers.plots.style`
-from .style import style  # noqa: E402  isort: skip
+from helpers.plots.style import (
+    BAD,
+    DPI,
+    FORMULAS,
+    GOOD,
+    READING_COLORS,
+    REF,
+    set_style,
+    style,
+    style_rc,
+)
+from helpers.plots.tokens import plot_token_view, token_style
 
 __all__ = [
     # style

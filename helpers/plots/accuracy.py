@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import numpy as np
 from matplotlib import ticker
 
-from ..errors import BadInputError
-from .style import READING_COLORS, REF, _new_ax, style
+from helpers.core.errors import BadInputError
+from helpers.plots.style import READING_COLORS, REF, _new_ax, style
 
 
 def _num(x) -> float:
@@ -57,7 +57,7 @@ def accuracy_table(result, percent: bool | None = None):
 
     Accepted shapes: `{reading: {"top1": .., "topk": .., "step_top1": [..]}, ...}`, the same under
     a `"readings"` key (pooled, split None), per split under a `"splits"` key (as
-    `helpers.evaluate` writes it) or nested one level by split (`{"train": {...}, "val": {...}}`).
+    `helpers.measure.evaluate` writes it) or nested one level by split (`{"train": {...}, "val": {...}}`).
     Values in [0, 1] are taken as fractions and shown as percent (override with `percent=`);
     a score of None (nothing scored) becomes NaN.
     """

@@ -1,6 +1,6 @@
 """The figure of `d2t-lab diff`: where shared target ids sit in each draft, and lm_head agreement.
 
-`plot_draft_diff(diff)` takes a `helpers.draft_diff.DraftDiff` (it reads no files): left, each
+`plot_draft_diff(diff)` takes a `helpers.doctor.diff.DraftDiff` (it reads no files): left, each
 target id kept by both drafts as a point (its draft slot in A, how far it moved in B), moved ids in the
 warning colour, drawn as the shift of its slot; right, for the moved ids, the cosine similarity between A's lm_head row and B's
 row under B's mapping and under A's (old) mapping. Mapping drift shows as high agreement under
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from .style import BAD, GOOD, REF, style
+from helpers.plots.style import BAD, GOOD, REF, style
 
 
 def plot_draft_diff(diff, figsize=(10, 4)):
     """Two panels (slots A vs B; lm_head row agreement of moved ids); returns the Figure."""
     arr = getattr(diff, "arrays", None)
     if arr is None:
-        raise TypeError("plot_draft_diff takes the result of helpers.draft_diff.diff_drafts(a, b)")
+        raise TypeError("plot_draft_diff takes the result of helpers.doctor.diff.diff_drafts(a, b)")
     with style():
         fig, (ax, bx) = plt.subplots(1, 2, figsize=figsize)
         kept = [(a, b - a) for a, b, m in zip(arr["slot_a"], arr["slot_b"], arr["moved"]) if not m]

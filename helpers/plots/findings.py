@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .style import _new_ax, style
+from helpers.plots.style import _new_ax, style
 
 SEVERITY_COLORS = {"error": "#c0392b", "warning": "#e6a23c", "info": "#8fb3d9"}
 

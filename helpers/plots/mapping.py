@@ -8,7 +8,7 @@ reading gets wrong; `mapping_figures` / `save_mapping_figures` draw (and save) t
 Every `plot_*` function takes `ax=None` (draws on a new figure when None), returns what it drew
 (the Axes, or the Figure for multi-panel plots), never calls `show()`, and draws inside the
 kit's `style()`. They take a `VocabMapping`: this module reads no files (the caller loads a
-checkpoint folder or mapping file with `helpers.checkpoint.load_mapping`), and anything else is
+checkpoint folder or mapping file with `helpers.io.checkpoint.load_mapping`), and anything else is
 a TypeError naming that loader.
 """
 from __future__ import annotations
@@ -21,9 +21,18 @@ import numpy as np
 import torch
 from matplotlib import ticker
 
-from ..mapping import VocabMapping
-from .provenance import mapping_label, save_figure
-from .style import _IDS, BAD, FORMULAS, GOOD, READING_COLORS, REF, _new_ax, style
+from helpers.io.mapping import VocabMapping
+from helpers.plots.provenance import mapping_label, save_figure
+from helpers.plots.style import (
+    _IDS,
+    BAD,
+    FORMULAS,
+    GOOD,
+    READING_COLORS,
+    REF,
+    _new_ax,
+    style,
+)
 
 STANDARD = ("staircase", "offset_hist", "gap_hist", "coverage", "readings")
 
@@ -34,7 +43,7 @@ def _require_mapping(m, what: str) -> VocabMapping:
         return m
     raise TypeError(
         f"{what} takes a VocabMapping, not a {type(m).__name__}: load a checkpoint folder or "
-        f"mapping file first with helpers.checkpoint.load_mapping(path)"
+        f"mapping file first with helpers.io.checkpoint.load_mapping(path)"
     )
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import matplotlib as mpl
 
-from .. import remote
-from ..errors import BadInputError
-from ..mapping import VocabMapping
-from .style import DPI
+from helpers.core.errors import BadInputError
+from helpers.io import remote
+from helpers.io.mapping import VocabMapping
+from helpers.plots.style import DPI
 
 METADATA_KEY = "d2t-lab"  # the PNG text chunk holding the JSON metadata
 CAPTION_COLOR = "#555555"
@@ -93,7 +93,7 @@ def _file_records(files: list[Path]) -> list[dict]:
 
 def figure_metadata(source=None, verdict=None, caption: str | None = None) -> dict:
     """The provenance recorded by `save_figure`."""
-    from .. import __version__
+    from helpers import __version__
 
     name, files = _source_files(source)
     recs = _file_records(files)

@@ -4,7 +4,7 @@ One Axes, x = drafted position (0 = the first drafted token), y = the chance a d
 position (unconditional acceptance, what vLLM reports): serving's figure, evaluate's per-step top-1
 turned into the same quantity (their running product, as the chain model assumes), and the
 per-position acceptance `speculate` measured with the real target. The computed diagnosis
-(`helpers.acceptance.diagnose`) goes in the title area when given.
+(`helpers.acceptance.sources.diagnose`) goes in the title area when given.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import textwrap
 
 import numpy as np
 
-from ..errors import BadInputError
-from .style import BAD, GOOD, REF, _new_ax, style
+from helpers.core.errors import BadInputError
+from helpers.plots.style import BAD, GOOD, REF, _new_ax, style
 
 
 def plot_online_offline(online, offline_step_accuracy=None, measured=None, ax=None, *,

@@ -13,13 +13,13 @@ import numpy as np
 import torch
 from matplotlib import ticker
 
-from ..errors import BadInputError
-from .style import BAD, GOOD, READING_COLORS, REF, _new_ax, style
+from helpers.core.errors import BadInputError
+from helpers.plots.style import BAD, GOOD, READING_COLORS, REF, _new_ax, style
 
 
 def _as_histogram(data) -> tuple[np.ndarray, np.ndarray, bool]:
     """(values, counts, integer) from accept lengths or a {length: count} histogram."""
-    if isinstance(getattr(data, "histogram", None), Mapping):  # helpers.simulate.ReplayResult
+    if isinstance(getattr(data, "histogram", None), Mapping):  # helpers.acceptance.chain.ReplayResult
         data = data.histogram
     elif isinstance(data, Mapping) and isinstance(data.get("histogram"), Mapping):  # its to_dict()
         data = data["histogram"]
@@ -45,7 +45,7 @@ def plot_accept_lengths(data, ax=None, *, label: str | None = None, share: bool 
 
     `data`: accept lengths (array/list/tensor; integers per verify step or per-interval means),
     a histogram `{length: count}` (dict or a pandas Series named 'count'), or a replay result
-    with a `histogram` (`helpers.simulate.ReplayResult` or its `to_dict()`).
+    with a `histogram` (`helpers.acceptance.chain.ReplayResult` or its `to_dict()`).
     """
     vals, counts, integer = _as_histogram(data)
     total = counts.sum()
@@ -87,7 +87,7 @@ def plot_throughput(baseline_tps, step_cost: float | None = None, ax=None, *, me
     A speculative step costs `step_cost` plain decode steps and yields `accept_length` tokens, so
     tokens/s = baseline_tps * accept_length / step_cost; speculation pays above accept length =
     step_cost. `measured`: (accept_length, tokens/s) pairs, or a DataFrame with `accept_length`
-    and `tps` columns, drawn as points. `baseline_tps` may also be a `helpers.simulate.ThroughputModel`
+    and `tps` columns, drawn as points. `baseline_tps` may also be a `helpers.acceptance.chain.ThroughputModel`
     (its baseline and step cost are used).
     """
     if hasattr(baseline_tps, "step_cost"):
@@ -127,12 +127,12 @@ _ACCEPT_COLS = ("accept_length", "accept_len", "mean_acceptance_length")
 
 
 def plot_accept_length_over_time(table, ax=None, *, prediction=None, label: str | None = None):
-    """Accept length over time from a log table (pandas DataFrame, or `helpers.logs.LogTable`).
+    """Accept length over time from a log table (pandas DataFrame, or `helpers.serving.logs.LogTable`).
 
     Rows without an accept length are left out. Columns: `time` (datetime or seconds) or `line` (log line number) for x; `accept_length`
     for y. `prediction`: a number (a horizontal line) or a sequence as long as the table.
     """
-    if not hasattr(table, "columns") and hasattr(table, "table"):  # helpers.logs.LogTable
+    if not hasattr(table, "columns") and hasattr(table, "table"):  # helpers.serving.logs.LogTable
         table = table.table
     cols = list(getattr(table, "columns", []))
     ycol = next((c for c in _ACCEPT_COLS if c in cols), None)
@@ -169,7 +169,7 @@ def plot_accept_length_over_time(table, ax=None, *, prediction=None, label: str 
 def plot_prediction_curve(setups, ax=None, marks: dict | None = None, rates=None):
     """Expected accept length against the per-token acceptance rate, one line per setup.
 
-    `setups`: objects with `.label` and `.expected(rate)` (e.g. `helpers.simulate.Drafting`).
+    `setups`: objects with `.label` and `.expected(rate)` (e.g. `helpers.acceptance.chain.Drafting`).
     marks: {label: (rate, accept_length)} points to place on the curves (e.g. a measured accept
     length at the rate it implies). Returns the Axes.
     """

@@ -1,18 +1,18 @@
 """The token view: generated text with every token marked by how speculative decoding produced it.
 
-Kinds (`helpers.speculate.PromptRun.kinds`): "draft" - a drafted token the target accepted,
+Kinds (`helpers.speculate.loop.PromptRun.kinds`): "draft" - a drafted token the target accepted,
 shaded by its drafted position (darker = deeper); "correction" - the target's token where it
 rejected a draft; "bonus" - the target's extra token after a fully accepted chain or tree path;
 "target" - the first token, from the prompt's forward. Two readings side by side show a misread
 d2t as a text made only of corrections. `token_style` is the one colour scheme, used by this
-figure and by the notebooks' HTML view (`helpers.token_view`).
+figure and by the notebooks' HTML view (`helpers.ui.token_view`).
 """
 from __future__ import annotations
 
 import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
 
-from .style import BAD, style
+from helpers.plots.style import BAD, style
 
 KIND_COLORS = {"correction": BAD, "bonus": "#8172B3", "target": "#BBBBBB"}
 DRAFT_SHADES = ("#C6E5C9", "#A1D6A7", "#7CC387", "#55A868", "#3D8A50", "#2A6A3A")  # position 0, 1, ... (deeper darker)

@@ -1,0 +1,17 @@
+"""Checking a checkpoint the way an engine loads it: findings, the checks, the doctor, the mapping diff
+between two drafts, the fixer and its plan, and `inspect`.
+
+Modules (import them by name; this file imports nothing):
+- `findings`
+- `checks_mapping`
+- `checks_weights`
+- `checks_variants`
+- `checks_target`
+- `diagnose`
+- `diff`
+- `fix_plan`
+- `fix`
+- `inspection`
+"""
+
+__all__ = ["findings", "checks_mapping", "checks_weights", "checks_variants", "checks_target", "diagnose", "diff", "fix_plan", "fix", "inspection"]

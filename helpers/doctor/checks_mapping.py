@@ -1,0 +1,194 @@
+"""The doctor's mapping checks: vocab sizes, and whether d2t/t2d are present, well formed and
+read as the engines read them.
+
+Each check takes the `CheckContext` and adds findings: `check_vocab` compares every stated draft
+and target vocab size (d2t, lm_head, config, t2d, embed_tokens, target config); `check_mapping`
+finds d2t missing or kept only beside the weights, stored as arange, as absolute ids, all zeros
+with a reduced vocab, or with a t2d that does not match it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from helpers.core.errors import BadInputError
+from helpers.doctor.findings import CheckContext
+from helpers.doctor.findings import fmt_number as _fmt
+from helpers.io.mapping import VocabMapping
+from helpers.model.fit import text_config
+
+
+def check_vocab(c: CheckContext, d2t, t2d, target_cfg: dict | None) -> tuple[int | None, int | None]:
+    """vocab-size-mismatch; returns (draft_vocab, target_vocab) as best known."""
+    lm = c.shape("lm_head.weight")
+    emb = c.shape("embed_tokens.weight")
+    cfg_draft = c.cfg.get("draft_vocab_size") if isinstance(c.cfg.get("draft_vocab_size"), int) else None
+    cfg_target = c.cfg.get("vocab_size") if isinstance(c.cfg.get("vocab_size"), int) else None
+    draft = {
+        "d2t": int(d2t.shape[0]) if d2t is not None and d2t.dim() == 1 else None,
+        "lm_head rows": lm[0] if lm else None,
+        "config draft_vocab_size": cfg_draft,
+    }
+    target = {
+        "t2d": int(t2d.shape[0]) if t2d is not None and t2d.dim() == 1 else None,
+        "embed_tokens rows": emb[0] if emb else None,
+        "config vocab_size": cfg_target,
+    }
+    if target_cfg is not None:
+        tv = text_config(target_cfg).get("vocab_size")
+        target["target config vocab_size"] = tv if isinstance(tv, int) else None
+    fix_cfg = "correct config.json (draft_vocab_size = lm_head rows = len(d2t); vocab_size = target vocab) or rebuild the mapping for this draft"
+    for what, sizes in (("draft", draft), ("target", target)):
+        known = {k: v for k, v in sizes.items() if v is not None}
+        if len(set(known.values())) > 1:
+            c.add(
+                "vocab-size-mismatch", "error",
+                f"{what} vocab sizes disagree: " + ", ".join(f"{k} {_fmt(v)}" for k, v in known.items()),
+                fix_cfg,
+            )
+    n = next((v for v in draft.values() if v is not None), None)
+    v = cfg_target or next((v for v in target.values() if v is not None), None)
+    if cfg_draft is None and lm and cfg_target is not None and lm[0] != cfg_target:
+        c.add(
+            "vocab-size-mismatch", "error",
+            f"config.json has no draft_vocab_size: SGLang and vLLM then size lm_head from vocab_size "
+            f"({_fmt(cfg_target)}) but it has {_fmt(lm[0])} rows, so loading fails or the head is not loaded",
+            f"set draft_vocab_size = {lm[0]} in config.json (d2t-lab fix SRC DST does it)",
+        )
+    if n is not None and v is not None and n > v:
+        c.add("vocab-size-mismatch", "error", f"draft vocab {_fmt(n)} is larger than the target vocab {_fmt(v)}", fix_cfg)
+    return n, v
+
+
+def check_mapping(c: CheckContext, n: int | None, v: int | None, d2t, t2d, used: list[str]) -> None:
+    """The d2t/t2d findings, given the draft and target vocab sizes `check_vocab` settled on."""
+    in_weights = c.ck.tensors.find("d2t") is not None
+    if d2t is None:
+        _d2t_absent(c, n, v)
+        return
+    if not in_weights:
+        _d2t_beside_weights(c, used)
+    t2d = _usable_t2d(c, t2d, v)
+    try:
+        m = VocabMapping(d2t, t2d, target_vocab_size=v, sources=used)
+    except BadInputError as e:
+        c.add("d2t-invalid", "error", f"d2t cannot be a mapping: {e.problem}",
+              "re-export d2t from the producer's vocab mapping (int64 offsets, target = i + d2t[i])")
+        return
+    if _d2t_is_arange(c, m):
+        return
+    verdict = m.verdict()
+    off = m.reading("offset")
+    if verdict.encoding == "absolute":
+        c.add(
+            "d2t-absolute", "error",
+            "d2t holds absolute target ids, but every engine reads offsets (target = i + d2t[i]): "
+            + verdict.evidence[-1],
+            "convert to offsets (d2t - arange(N)): d2t-lab fix SRC DST",
+        )
+    elif verdict.encoding == "inconsistent":
+        _d2t_inconsistent(c, m, v, verdict, off)
+    elif verdict.encoding == "ambiguous":
+        _d2t_ambiguous(c, m)
+    if verdict.encoding in ("offset", "identity") and m.t2d is not None and off.matches_t2d is False:
+        c.add("t2d-mismatch", "error", "t2d does not match d2t read as offsets",
+              "rebuild t2d from the offsets (t2d[arange(N) + d2t] = True)")
+
+
+def _d2t_absent(c: CheckContext, n: int | None, v: int | None) -> None:
+    """No d2t anywhere: an error with a reduced draft vocab, a warning when the sizes are unknown."""
+    reduced = n is not None and v is not None and n < v
+    if reduced:
+        c.add(
+            "d2t-missing", "error",
+            f"no d2t with a reduced draft vocab ({_fmt(n)} of {_fmt(v)}): SGLang then proposes draft id i as "
+            "target id i and vLLM scatters to zeros + arange, so only target ids 0.."
+            f"{_fmt(n - 1)} are ever drafted (the accept length falls towards 1)",
+            "add the d2t (and t2d) the draft was trained with to the weights; never rebuild it from guesses",
+        )
+    elif n is not None and n == v:
+        c.add(
+            "d2t-absent-full-vocab", "info",
+            f"no d2t, and the draft keeps the full target vocab ({_fmt(n)} ids): the engines' identity mapping "
+            "(draft id = target id) is right (speculators writes no d2t in this case)",
+            "nothing to do",
+        )
+    elif n is None or v is None:
+        c.add(
+            "d2t-missing", "warning",
+            "no d2t found and the vocab sizes are unknown: if the draft vocab is reduced the engines will use "
+            "an identity mapping",
+            "add the d2t the draft was trained with, and draft_vocab_size / vocab_size to config.json",
+        )
+
+
+def _d2t_beside_weights(c: CheckContext, used: list[str]) -> None:
+    """d2t only in a side file: the engines never read it there."""
+    c.add(
+        "d2t-missing", "error",
+        f"d2t is only in {Path(used[0]).name}, beside the weights: SGLang and vLLM read d2t only from the "
+        "weight files, so they would serve with an identity mapping",
+        "move d2t/t2d into the weights: d2t-lab fix SRC DST",
+    )
+
+
+def _usable_t2d(c: CheckContext, t2d, v: int | None):
+    """t2d when it can be judged against d2t, else None (a non-bool t2d is reported here)."""
+    if t2d is not None and (t2d.dim() != 1 or (v is not None and t2d.shape[0] != v) or t2d.dtype != torch.bool):
+        if t2d.dtype != torch.bool:
+            c.add("t2d-mismatch", "error", f"t2d has dtype {t2d.dtype}, expected bool [target_vocab]",
+                  "rebuild t2d from the offsets: t2d[arange(N) + d2t] = True")
+        return None  # already reported; judge d2t alone
+    return t2d
+
+
+def _d2t_is_arange(c: CheckContext, m: VocabMapping) -> bool:
+    """d2t == arange(N): draft ids were stored, not the mapping (reported; nothing else to judge)."""
+    if not (m.draft_vocab_size > 1 and torch.equal(m.d2t, torch.arange(m.draft_vocab_size))):
+        return False
+    c.add(
+        "d2t-arange", "error",
+        "d2t equals arange(N): as offsets it sends draft id i to target id 2i"
+        + (f", up to {_fmt(2 * (m.draft_vocab_size - 1))} (out of range)" if m.reading("offset").in_range is False else "")
+        + "; someone stored draft ids, not the mapping",
+        "re-export d2t from the producer's vocab mapping (offsets: d2t = sorted_kept_ids - arange(N))",
+    )
+    return True
+
+
+def _d2t_inconsistent(c: CheckContext, m: VocabMapping, v: int | None, verdict, off) -> None:
+    """Neither reading works: all zeros with a reduced vocab, a t2d that disagrees, or no mapping."""
+    reasons = "; ".join(verdict.reasons)
+    if m.is_all_zero:
+        c.add(
+            "d2t-identity-reduced-vocab", "error",
+            f"d2t is all zeros with a reduced vocab ({_fmt(m.draft_vocab_size)} draft vs {_fmt(v)} target ids): "
+            f"only target ids 0..{_fmt(m.draft_vocab_size - 1)} can ever be drafted",
+            "restore the d2t the draft was trained with (an all-zero d2t is only right when draft vocab = target vocab)",
+        )
+    elif m.t2d is not None and off.valid:
+        c.add("t2d-mismatch", "error", f"t2d does not match d2t read as offsets: {reasons}",
+              "rebuild t2d from the offsets (t2d[arange(N) + d2t] = True) or take both from the same export")
+    else:
+        c.add("d2t-invalid", "error", f"d2t is not a usable mapping under either reading: {reasons}",
+              "re-export d2t from the producer's vocab mapping")
+
+
+def _d2t_ambiguous(c: CheckContext, m: VocabMapping) -> None:
+    """Both readings plausible and no t2d to decide: say which one it looks like."""
+    if m.is_all_zero:
+        c.add("d2t-unverified", "warning", "d2t is all zeros and the target vocab size is unknown",
+              "add vocab_size to config.json")
+        return
+    strictly = bool((m.d2t[1:] > m.d2t[:-1]).all()) if m.draft_vocab_size > 1 else False
+    if strictly:
+        c.add(
+            "d2t-absolute", "warning",
+            "no t2d to decide, and d2t is strictly increasing with no repeated value: that is what absolute ids "
+            "look like (offsets of a frequency-built vocab repeat wherever kept ids are adjacent)",
+            "check with d2t-lab inspect; if absolute, convert: d2t-lab fix SRC DST",
+        )
+    else:
+        c.add("d2t-unverified", "info", "no t2d: both readings of d2t give distinct in-range ids; the offset "
+              "reading is assumed (non-decreasing, repeated values)", "ship t2d with the checkpoint so it can be checked")

@@ -1,0 +1,281 @@
+"""The doctor's weight checks: key names and layout, tensor shapes, aux layers, NaN/Inf.
+
+Each check takes the `CheckContext` and adds findings: `check_keys` asks, per engine, which
+stored names its loader would load, skip silently (SGLang) or fail on (vLLM); `check_shapes`
+compares lm_head, fc and embed_tokens with the configs' hidden sizes; `check_aux` works out which
+target layers each engine captures; `check_finite` reads every floating-point tensor once, in
+row chunks (`row_chunks`), for NaN/Inf - the only check that reads weight data.
+"""
+from __future__ import annotations
+
+import torch
+
+from helpers.core.engines import (
+    ENGINE_NAMES,
+    LAYER_PARAMS,
+    aux_layer_ids,
+    captured_layers,
+    engine_accepts,
+    is_known_param,
+    is_mapping_key,
+    parse_key,
+    variant_of_key,
+)
+from helpers.doctor.findings import CheckContext
+from helpers.doctor.findings import fmt_number as _fmt
+from helpers.io.checkpoint import Checkpoint
+from helpers.io.tensor_files import torch_load
+from helpers.model.fit import text_config
+
+CHUNK_BYTES = 32 << 20  # rows read at once by the NaN/Inf scan
+
+
+def check_keys(c: CheckContext) -> None:
+    """key-layout: the decoder layer complete, and every key loaded (not skipped, not fatal) by each engine."""
+    # keys of a producer option are reported by helpers.doctor.checks_variants, per engine
+    keys = [k for k in c.ck.tensors.keys() if not is_mapping_key(k) and not variant_of_key(k)]
+    infos = [parse_key(k) for k in keys]
+    layouts = sorted({i.layout for i in infos if i.layout})
+    present = {i.canonical for i in infos}
+    if not _layer_complete(c, layouts, present):
+        return
+    for e in c.engines:
+        rejected = [k for k in keys if not engine_accepts(e, k)]
+        if e == "sglang":
+            _sglang_skips(c, rejected)
+        elif rejected:
+            _vllm_rejects(c, rejected)
+    _layout_summary(c, layouts)
+
+
+def _layer_complete(c: CheckContext, layouts: list[str], present: set[str]) -> bool:
+    """Findings for a missing or partial decoder layer and final norm; False when there is no layer."""
+    missing = [f"midlayer.{p}" for p in LAYER_PARAMS if f"midlayer.{p}" not in present]
+    if not layouts:
+        c.add("key-layout", "error", "no decoder-layer weights (neither midlayer.* nor layers.0.*)",
+              "point at the draft checkpoint folder (config.json + model.safetensors)")
+        return False
+    if missing and len(missing) < len(LAYER_PARAMS):
+        shown = ", ".join(m.replace("midlayer.", "") for m in missing[:4])
+        c.add("key-layout", "error", f"the decoder layer lacks {len(missing)} weight(s): {shown}",
+              "re-export the checkpoint with the whole layer")
+    if "norm.weight" not in present:
+        c.add("key-layout", "error", "no final norm (norm.weight): the engines leave it at its init",
+              "re-export the checkpoint with norm.weight")
+    return True
+
+
+def _sglang_skips(c: CheckContext, rejected: list[str]) -> None:
+    """SGLang skips names it has no parameter for without a word: the head, layers.0.*, others."""
+    layer_skips = [k for k in rejected if parse_key(k).layout]
+    head_skips = [k for k in rejected if not parse_key(k).layout and is_known_param(parse_key(k))]
+    others = [k for k in rejected if k not in layer_skips and k not in head_skips]
+    if head_skips:
+        c.add(
+            "key-layout", "error",
+            f"SGLang would silently skip {', '.join(head_skips)}: it looks a name up as NAME or model.NAME "
+            "and its head is lm_head.weight, so the draft-vocab head would keep random weights",
+            "rename model.lm_head.weight to lm_head.weight: d2t-lab fix SRC DST",
+        )
+    if layer_skips:
+        c.add(
+            "key-layout", "error",
+            f"SGLang: {len(layer_skips)} decoder-layer keys are layers.0.* (e.g. {layer_skips[0]}); SGLang's "
+            "EAGLE-3 loader only knows model.midlayer.* and skips other names silently, so the layer "
+            "would serve with random weights",
+            "rename layers.0.* to midlayer.*: d2t-lab fix SRC DST --engine sglang",
+        )
+    if others:
+        c.add(
+            "key-layout", "warning",
+            f"SGLang would silently skip {len(others)} key(s) it has no parameter for: "
+            + ", ".join(others[:4]),
+            "check whether these tensors matter; drop or rename them (d2t-lab fix renames known ones)",
+        )
+
+
+def _vllm_rejects(c: CheckContext, rejected: list[str]) -> None:
+    """vLLM's loader raises on a name it has no parameter for: the server does not start."""
+    prefixed = [k for k in rejected if parse_key(k).prefixed and is_known_param(parse_key(k))]
+    why = (
+        "vLLM prefixes model. to every name without lm_head, so model.* keys become model.model.*"
+        if prefixed else "vLLM's loader has no parameter for them"
+    )
+    c.add(
+        "key-layout", "error",
+        f"vLLM: {len(rejected)} key(s) would make loading fail at start-up (e.g. {rejected[0]}): {why}",
+        "strip the model. prefix / drop unknown keys: d2t-lab fix SRC DST --engine vllm"
+        if prefixed else "drop or rename the unknown keys before serving with vLLM",
+    )
+
+
+def _layout_summary(c: CheckContext, layouts: list[str]) -> None:
+    """One layout (info: which producers use it, which engines load it) or a split one (warning)."""
+    if len(layouts) > 1:
+        c.add("key-layout", "warning", "the layer is split across midlayer.* and layers.0.* keys",
+              "rename to one layout: d2t-lab fix SRC DST")
+    else:
+        who = "SGLang/SpecForge/EAGLE" if layouts[0] == "midlayer" else "speculators/vLLM"
+        ok = [ENGINE_NAMES[e] for e in c.engines if not (e == "sglang" and layouts[0] == "layers.0")]
+        c.add("key-layout", "info", f"layer keys use the {layouts[0]}.* layout ({who})"
+              + (f"; loads in {' and '.join(ok)}" if ok else ""), "nothing to do")
+
+
+def check_shapes(c: CheckContext, target_cfg: dict | None) -> None:
+    """lm-head-missing, fc-shape, embed-missing: the head, the aux projection and the embedding
+    against the config's (and the target config's) hidden sizes."""
+    h = c.cfg.get("hidden_size")
+    ht = c.cfg.get("target_hidden_size") or h
+    where = "config target_hidden_size" if c.cfg.get("target_hidden_size") else "config hidden_size"
+    if target_cfg is not None:
+        tcfg_h = text_config(target_cfg).get("hidden_size")
+        if isinstance(tcfg_h, int):
+            if isinstance(ht, int) and ht != tcfg_h:
+                c.add("fc-shape", "error", f"the draft config says target hidden size {_fmt(ht)} but the target config "
+                      f"says hidden_size {_fmt(tcfg_h)}", "use the draft trained for this target")
+            ht, where = tcfg_h, "target hidden_size"
+    lm = c.shape("lm_head.weight")
+    if lm is None:
+        c.add("lm-head-missing", "error",
+              "no lm_head.weight: the engines would leave the draft-vocab head at its random init (SGLang: or load "
+              "the target's full-vocab head when draft_vocab_size is absent)",
+              "re-export the checkpoint with lm_head.weight [draft_vocab, hidden]")
+    elif isinstance(h, int) and lm[-1] != h:
+        c.add("lm-head-missing", "error", f"lm_head is {list(lm)}, its width is not hidden_size {_fmt(h)}",
+              "re-export the checkpoint with a matching lm_head")
+    fc = c.shape("fc.weight")
+    if fc is None:
+        c.add("fc-shape", "error", "no fc.weight (the 3 x target-hidden -> hidden projection of the aux states)",
+              "re-export the checkpoint with fc.weight")
+    else:
+        if len(fc) != 2:
+            c.add("fc-shape", "error", f"fc.weight has shape {list(fc)}, expected 2-D [hidden, 3 x target hidden]",
+                  "re-export the checkpoint")
+        else:
+            if isinstance(ht, int) and fc[1] != 3 * ht:
+                c.add("fc-shape", "error",
+                      f"fc.weight takes {_fmt(fc[1])} inputs but 3 x {where} is {_fmt(3 * ht)}: the aux hidden "
+                      "states will not fit (wrong target, or target_hidden_size missing from config.json)",
+                      "set target_hidden_size in config.json to the target's hidden size, or use the draft trained "
+                      "for this target")
+            elif not isinstance(ht, int) and fc[1] % 3:
+                c.add("fc-shape", "error", f"fc.weight takes {_fmt(fc[1])} inputs, not a multiple of 3",
+                      "re-export the checkpoint")
+            if isinstance(h, int) and fc[0] != h:
+                c.add("fc-shape", "error", f"fc.weight gives {_fmt(fc[0])} outputs but hidden_size is {_fmt(h)}",
+                      "re-export the checkpoint")
+    emb = c.shape("embed_tokens.weight")
+    if emb is None:
+        shared_h = target_cfg is not None and isinstance(h, int) and text_config(target_cfg).get("hidden_size") not in (None, h)
+        if shared_h:
+            c.add("embed-missing", "error",
+                  f"no embed_tokens and the target's hidden size differs from the draft's {_fmt(h)}: the target's "
+                  "embedding cannot be borrowed (SGLang skips the sharing and keeps random weights)",
+                  "export the draft's own embed_tokens with the checkpoint")
+        else:
+            c.add("embed-missing", "info",
+                  "no embed_tokens: the engine borrows the target's embedding (fine when the draft was trained with "
+                  "the target's frozen embedding; the kit's own commands need --embed-from TARGET)",
+                  "nothing to do for serving; pass --embed-from TARGET to d2t-lab evaluate / report")
+
+
+def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
+    """aux-layers: which target layers each engine captures, checked against the target's depth."""
+    ids = aux_layer_ids(c.ck.config)
+    if target_cfg is None:
+        named = {e: v for e, v in ids.items() if v is not None}
+        if named:
+            parts = [f"{ENGINE_NAMES[e]} reads {ids[e]}" if ids[e] is not None else f"{ENGINE_NAMES[e]} finds none "
+                     "(uses its default)" for e in c.engines]
+            c.add("aux-layers", "info", "aux layer ids in config.json: " + "; ".join(parts)
+                  + "; SGLang captures the input of layer id+1, vLLM of layer id",
+                  "pass --target-config TARGET/config.json to check them against the target")
+        return
+    t = text_config(target_cfg)
+    n_layers = t.get("num_hidden_layers")
+    if not isinstance(n_layers, int) or n_layers < 4:
+        c.add("aux-layers", "warning", "the target config has no usable num_hidden_layers", "pass the target's config.json")
+        return
+    captured = {}
+    for e in c.engines:
+        got = captured_layers(e, ids[e], n_layers)
+        captured[e] = got
+        name = ENGINE_NAMES[e]
+        src = f"ids {ids[e]}" if ids[e] is not None else "no ids (default)"
+        bad = [i for i in got if i < 0 or i >= n_layers]
+        if ids[e] is not None and len(ids[e]) != 3:
+            c.add("aux-layers", "error", f"{name}: {len(ids[e])} aux layer ids {ids[e]}, but fc takes 3 hidden states",
+                  "name exactly three aux layers")
+        if bad:
+            c.add("aux-layers", "error",
+                  f"{name}: {src} capture the input of target layers {got}; {bad} is outside the target's "
+                  f"{n_layers} layers (0..{n_layers - 1}), so fewer hidden states arrive than fc expects",
+                  "use ids the target has (SGLang adds 1 to each configured id)")
+        else:
+            c.add("aux-layers", "info",
+                  f"{name}: {src} -> captures the input of target layers {got} (outputs of layers "
+                  f"{[i - 1 for i in got]}) of {n_layers}", "nothing to do if the draft was trained on these")
+    if len(captured) == 2 and captured["sglang"] != captured["vllm"]:
+        only_top = ids["vllm"] is not None and ids["sglang"] is None
+        c.add("aux-layers", "warning",
+              f"SGLang and vLLM capture different target layers ({captured['sglang']} vs {captured['vllm']})"
+              + (": only the top-level eagle_aux_hidden_state_layer_ids is set, which SGLang does not read (it "
+                 "uses its default)" if only_top else ": SGLang adds 1 to each configured id, vLLM uses them as given"),
+              "serve with the engine whose capture matches the training data, or adjust the ids for the other")
+
+
+def row_chunks(ck: Checkpoint, key: str, max_bytes: int = CHUNK_BYTES):
+    """Yield a tensor in row chunks, each read on its own so memory stays near `max_bytes`."""
+    store = ck.tensors
+    shape = store.shape(key)
+    nbytes = store.nbytes(key)
+    if len(shape) < 2 or nbytes <= max_bytes:
+        yield store.get(key)
+        return
+    rows = shape[0]
+    step = max(1, int(rows * max_bytes // max(nbytes, 1)))
+    path = store.file_of(key)
+    if path.suffix == ".safetensors":  # local (a fresh mapping per chunk) or remote (one range per chunk)
+        for a in range(0, rows, step):
+            part = store.get_rows(key, a, a + step)
+            yield part
+            del part
+    else:
+        for a in range(0, rows, step):
+            obj = torch_load(path)  # mmap: only the chunk's pages are read, released with obj
+            if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+                obj = obj["state_dict"]
+            part = obj[key][a:a + step]
+            yield part
+            del part, obj
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """No NaN/Inf in `t`: one min/max pass (NaN propagates through both), no bool temporary."""
+    if t.numel() == 0:
+        return True
+    try:
+        lo, hi = torch.aminmax(t)
+    except (RuntimeError, NotImplementedError):  # dtypes aminmax lacks (float8)
+        return bool(torch.isfinite(t.float()).all())
+    return bool(torch.isfinite(lo)) and bool(torch.isfinite(hi))
+
+
+def check_finite(c: CheckContext, progress: bool) -> None:
+    """nonfinite-weights: every floating-point tensor read once, in row chunks, for NaN/Inf."""
+    from tqdm.auto import tqdm
+
+    keys = [k for k in c.ck.tensors.keys() if c.ck.tensors.dtype(k).is_floating_point]
+    bad: list[str] = []
+    total = sum(c.ck.tensors.nbytes(k) for k in keys)
+    with tqdm(total=total, unit="B", unit_scale=True, desc="NaN/Inf scan", disable=not progress, leave=False) as bar:
+        for k in keys:
+            for part in row_chunks(c.ck, k):
+                if not all_finite(part):
+                    bad.append(k)
+                    break
+            bar.update(c.ck.tensors.nbytes(k))
+    if bad:
+        c.add("nonfinite-weights", "error",
+              f"{len(bad)} tensor(s) hold NaN or Inf: " + ", ".join(bad[:4]) + (" ..." if len(bad) > 4 else ""),
+              "use an earlier training checkpoint; NaN weights make every draft token garbage")

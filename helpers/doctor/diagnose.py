@@ -1,0 +1,182 @@
+"""The checkpoint doctor: every known EAGLE-3 deployment bug as a finding.
+
+`diagnose(path, engine)` reads a draft checkpoint lazily (sizes from headers, d2t/t2d, then
+each float tensor once, in row chunks, for NaN/Inf) and returns `Finding`s, each with a stable
+code, a severity (error / warning / info), one line saying what is wrong and one saying how to
+fix it. The rules mirror what the engines' loaders do, read in their public source:
+
+- SGLang `LlamaForCausalLMEagle3.load_weights` (models/llama_eagle3.py) looks a checkpoint name
+  up as `NAME` or `model.NAME` among its parameters (`model.midlayer.*`, `model.fc`,
+  `model.embed_tokens`, `model.norm`, `lm_head`) and skips every other name without a word:
+  a `layers.0.*` layer stays at its random init. `d2t` becomes `hot_token_id = d2t + arange`;
+  `t2d` is ignored. Aux layers come from `eagle_config.eagle_aux_hidden_state_layer_ids`; the
+  target captures the input of layer `id + 1` (default: inputs of layers 2, L//2, L-3). One
+  newer model file (GLM-4.7-Flash) adds 1 only when the first id is 1.
+- vLLM `Eagle3LlamaForCausalLM.load_weights` (models/llama_eagle3.py) renames `midlayer.` to
+  `layers.0.`, so both layouts load; it prefixes `model.` to every name without `lm_head`, and
+  its loader raises on a name it has no parameter for, so the server fails to start. `d2t`
+  fills `draft_id_to_target_id` (zeros when absent) and logits are scattered to `arange + d2t`.
+  Aux layers come from the top-level `eagle_aux_hidden_state_layer_ids` (newer versions fall
+  back to `eagle_config`'s), used as given: id `i` captures the input of layer `i` (default:
+  2, L//2, L-3). The same ids therefore capture one layer apart in the two engines.
+- Both read `d2t` only from the weight files, never from `d2t.npy` / `d2t.pt` beside them, and
+  both size `lm_head` from `draft_vocab_size`, falling back to `vocab_size` when it is absent.
+
+The checks live beside this module: `helpers.doctor.checks_mapping` (vocab sizes, d2t/t2d) and
+`helpers.doctor.checks_weights` (keys, shapes, aux layers, NaN/Inf) and `helpers.doctor.checks_variants`
+(what each engine does with the producers' options: fc_norm, input_norm, norm_output,
+norm_before_residual, q_norm/k_norm, attention bias, sliding window), on the rules in
+`helpers.core.engines`, and `helpers.doctor.checks_target` (EAGLE-3 served as EAGLE, borrowed lm_head,
+aux-id counts and places, and with `target=` the target's embedding and context, compared by
+`helpers.model.fit`); `previous=` adds mapping drift (`helpers.doctor.diff`). The engine files
+and issue threads behind that second wave are in docs/doctor-findings.md. Findings are
+`helpers.doctor.findings.Finding`. The fixer (`plan_fix`,
+`fix_checkpoint`: a corrected copy, planned first, checked after) is `helpers.doctor.fix`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from helpers.core.engines import (
+    ENGINES,
+    engines_for,
+)
+from helpers.doctor.checks_mapping import check_mapping, check_vocab
+from helpers.doctor.checks_target import (
+    check_algorithm,
+    check_aux_config,
+    check_head_borrow,
+    check_target,
+)
+from helpers.doctor.checks_variants import check_variants
+from helpers.doctor.checks_weights import (
+    check_aux,
+    check_finite,
+    check_keys,
+    check_shapes,
+)
+from helpers.doctor.findings import CheckContext, Findings, has_error
+from helpers.io.checkpoint import (
+    Checkpoint,
+    flat_config,
+    open_checkpoint,
+    read_config,
+    read_mapping_tensors,
+)
+
+
+def findings_table(findings):
+    """The findings as a pandas DataFrame (columns code, severity, message, fix)."""
+    import pandas as pd
+
+    return pd.DataFrame([f.as_dict() for f in findings], columns=["code", "severity", "message", "fix"])
+
+
+def overview(checkpoints: dict, engines=ENGINES, target_config=None, *, check_weights: bool = True):
+    """One row per (checkpoint, engine): error and warning codes, as a pandas DataFrame.
+
+    `checkpoints` maps a display name to a path.
+    """
+    import pandas as pd
+
+    rows = []
+    for name, path in checkpoints.items():
+        for eng in engines:
+            fs = diagnose(path, eng, target_config, check_weights=check_weights)
+            rows.append({
+                "checkpoint": name,
+                "engine": eng,
+                "errors": ", ".join(sorted({f.code for f in fs if f.severity == "error"})) or "-",
+                "warnings": ", ".join(sorted({f.code for f in fs if f.severity == "warning"})) or "-",
+                "verdict": "fails" if has_error(fs) else "passes",
+            })
+    return pd.DataFrame(rows, columns=["checkpoint", "engine", "errors", "warnings", "verdict"])
+
+
+WEIGHT_SCAN_CODES = ("nonfinite-weights",)  # the findings of the one check that reads every weight
+
+
+def diagnose_each(path, engine: str = "all", target_config=None, *, check_weights: bool = True, scanned=None):
+    """(findings for `engine`, {engine: findings} for each engine it covers), weights scanned once.
+
+    The per-engine lists share the NaN/Inf finding of the one scan instead of reading every
+    weight again per engine (a draft's weights are gigabytes). `scanned`: findings of an earlier
+    scan of the same weight values (a fixed copy keeps its source's values); then none is made.
+    """
+    main = diagnose(path, engine, target_config, check_weights=check_weights and scanned is None)
+    scanned = [f for f in (main if scanned is None else scanned) if f.code in WEIGHT_SCAN_CODES]
+    if scanned and not any(f.code in WEIGHT_SCAN_CODES for f in main):
+        main = Findings(scanned + main, path=main.path, engine=engine)
+    each = {e: Findings(diagnose(path, e, target_config, check_weights=False) + scanned, path=main.path, engine=e)
+            for e in engines_for(engine)}
+    return main, each
+
+
+def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bool = True,
+             progress: bool = False, target=None, previous=None, algorithm: str | None = None) -> Findings:
+    """All findings for the draft checkpoint at `path`, errors first (a `Findings` list, whose
+    `to_dict()` is the `doctor --json` object and `report()` the doctor's text).
+
+    `engine`: 'sglang', 'vllm' or 'all'. `target_config`: the target's config.json (path or dict),
+    for the aux-layer and size checks. `check_weights=False` skips the NaN/Inf scan (the only
+    check that reads every weight). `target`: the target's folder (config.json and, when there,
+    its weights: only embed_tokens is read) for the target checks (`helpers.doctor.checks_target`).
+    `previous`: an earlier checkpoint of the same draft, for the mapping-drift check
+    (`helpers.doctor.diff`). `algorithm`: 'eagle' / 'eagle3', the flag the draft is served with.
+    Paths may be hf:// or http(s):// locations. Unreadable input raises `BadInputError`.
+    """
+    engines = engines_for(engine)
+    ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
+    tcfg = None
+    if target_config is None and target is not None:
+        target_config = target
+    if target_config is not None:
+        tcfg = target_config if isinstance(target_config, dict) else read_config(target_config)
+    cfg = flat_config(ck.config) if ck.config else {}
+    c = CheckContext(ck=ck, engines=engines, cfg=cfg)
+    if ck.config is None:
+        c.add("config-missing", "warning", "no config.json beside the weights: sizes cannot be checked",
+              "copy the draft's config.json into the checkpoint folder")
+    _trainer_files(c)
+    d2t, t2d, used = read_mapping_tensors(ck)
+    if d2t is not None and not isinstance(d2t, torch.Tensor):
+        d2t = torch.as_tensor(np.asarray(d2t))
+    if t2d is not None and not isinstance(t2d, torch.Tensor):
+        t2d = torch.as_tensor(np.asarray(t2d))
+    n, v = check_vocab(c, d2t, t2d, tcfg)
+    check_mapping(c, n, v, d2t, t2d, used)
+    if ck.tensors.keys():
+        check_keys(c)
+        check_variants(c)
+        check_shapes(c, tcfg)
+        check_aux(c, tcfg)
+        check_algorithm(c, tcfg, algorithm)
+        check_head_borrow(c)
+        check_aux_config(c, tcfg)
+        check_target(c, tcfg, target)
+        if previous is not None:
+            from helpers.doctor.diff import check_drift
+
+            check_drift(c, previous)
+        if check_weights:
+            check_finite(c, progress)
+    return Findings(c.findings, path=path if not isinstance(path, Checkpoint) else ck.path, engine=engine)
+
+
+def _trainer_files(c: CheckContext) -> None:
+    """A trainer's own save (weights in a .pt training state) and the .pt files set aside as foreign."""
+    pts = [f for f in c.ck.tensors.files if f.suffix in (".pt", ".pth")]
+    if any(f.name.startswith("training_state") for f in pts):
+        c.add(
+            "training-checkpoint", "warning",
+            f"the weights are a trainer's training state ({pts[0].name}, weights under draft_state_dict): "
+            "SGLang and vLLM cannot load this file",
+            "export it for serving: python -m specforge.export.to_sglang --checkpoint STEP_DIR "
+            "--draft-config CONFIG --output-dir OUT",
+        )
+    for f, why in c.ck.ignored.items():
+        c.add("foreign-file", "info", f"{Path(f).name} is not part of the draft and was not read as one: it holds {why}",
+              "nothing to do")

@@ -1,0 +1,135 @@
+"""What changed between two drafts' vocab mappings, and whether lm_head moved with it.
+
+`diff_drafts(a, b)` reads each checkpoint's d2t (offset reading: draft slot i -> target id
+i + d2t[i]) and, when both have one, its lm_head, and returns a `DraftDiff`: target ids added
+and removed, ids kept at another draft slot ("moved"), and for the moved ids how well B's
+lm_head rows agree with A's under each mapping: B's row at the id's NEW slot (B's mapping) and
+at its OLD slot (A's mapping). A draft fine-tuned from A whose mapping was rebuilt from new data
+while its lm_head rows kept A's order agrees under A's mapping, not its own: that is mapping
+drift, and `check_drift` (the doctor's `--previous`) reports it as `mapping-drift`.
+"""
+from __future__ import annotations
+
+import torch
+
+from helpers.core.errors import BadInputError
+from helpers.doctor.findings import CheckContext
+from helpers.doctor.findings import fmt_number as _fmt
+from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint
+
+AGREE = 0.9  # cosine similarity above which two lm_head rows count as the same row
+SHOWN = 50  # moved ids listed in the text report
+
+
+def _open(x) -> Checkpoint:
+    return x if isinstance(x, Checkpoint) else open_checkpoint(x)
+
+
+def _head(ck: Checkpoint) -> torch.Tensor | None:
+    k = ck.tensors.find("lm_head.weight")
+    return None if k is None or len(ck.tensors.shape(k)) != 2 else ck.tensors.get(k).float()
+
+
+def _row_agreement(ha: torch.Tensor, hb: torch.Tensor, rows_a: torch.Tensor, rows_b: torch.Tensor) -> torch.Tensor:
+    if rows_a.numel() == 0:
+        return torch.empty(0)
+    return torch.nn.functional.cosine_similarity(ha[rows_a], hb[rows_b], dim=-1)
+
+
+class DraftDiff(dict):
+    """The `diff --json` object, with its text rendering and the per-id arrays for the figure."""
+
+    def report(self) -> str:
+        r = self
+        lines = [f"{r['a']}  ->  {r['b']}",
+                 f"  draft vocab {_fmt(r['draft_vocab_a'])} -> {_fmt(r['draft_vocab_b'])}; target ids kept by both "
+                 f"{_fmt(r['shared'])}, added {_fmt(len(r['added']))}, removed {_fmt(len(r['removed']))}, "
+                 f"moved to another slot {_fmt(len(r['moved']))}"]
+        for name in ("added", "removed"):
+            if r[name]:
+                lines.append(f"  {name}: " + ", ".join(map(str, r[name][:SHOWN])) + (" ..." if len(r[name]) > SHOWN else ""))
+        if r["moved"]:
+            lines.append("  moved (target id: slot in A -> slot in B): " + ", ".join(
+                f"{m['target_id']}: {m['slot_a']}->{m['slot_b']}" for m in r["moved"][:SHOWN])
+                + (" ..." if len(r["moved"]) > SHOWN else ""))
+        h = r["lm_head"]
+        if h is not None:
+            lines.append(f"  lm_head rows of moved ids that match A's row for the same id: under B's mapping "
+                         f"{h['agree_under_b']:.0%}, under A's (old) mapping {h['agree_under_a']:.0%}")
+        lines.append(f"  verdict: {r['verdict']}")
+        return "\n".join(lines)
+
+    __str__ = report
+
+
+def diff_drafts(a, b) -> DraftDiff:
+    """How draft `b`'s mapping (and lm_head) differs from draft `a`'s. Paths, URLs or opened checkpoints."""
+    cka, ckb = _open(a), _open(b)
+    ma, mb = load_mapping(cka), load_mapping(ckb)
+    ta, tb = ma.targets("offset"), mb.targets("offset")
+    slot_a = {int(t): i for i, t in enumerate(ta.tolist())}
+    slot_b = {int(t): i for i, t in enumerate(tb.tolist())}
+    shared = sorted(set(slot_a) & set(slot_b))
+    moved = [t for t in shared if slot_a[t] != slot_b[t]]
+    out = DraftDiff(
+        a=cka.origin or str(a if not isinstance(a, Checkpoint) else cka.path),
+        b=ckb.origin or str(b if not isinstance(b, Checkpoint) else ckb.path),
+        draft_vocab_a=ma.draft_vocab_size, draft_vocab_b=mb.draft_vocab_size, shared=len(shared),
+        added=sorted(set(slot_b) - set(slot_a)), removed=sorted(set(slot_a) - set(slot_b)),
+        moved=[{"target_id": t, "slot_a": slot_a[t], "slot_b": slot_b[t]} for t in moved],
+        lm_head=None,
+    )
+    ha, hb = _head(cka), _head(ckb)
+    agree_a = agree_b = None
+    if ha is not None and hb is not None and ha.shape[1] == hb.shape[1] and moved:
+        ra = torch.tensor([slot_a[t] for t in moved])
+        rb = torch.tensor([slot_b[t] for t in moved])
+        in_b = rb < hb.shape[0]
+        in_a = ra < hb.shape[0]
+        agree_b = _row_agreement(ha, hb, ra[in_b], rb[in_b])
+        agree_a = _row_agreement(ha, hb, ra[in_a], ra[in_a])
+        out["lm_head"] = {"rows_compared": len(moved), "threshold": AGREE,
+                          "agree_under_b": float((agree_b > AGREE).float().mean()) if agree_b.numel() else 0.0,
+                          "agree_under_a": float((agree_a > AGREE).float().mean()) if agree_a.numel() else 0.0}
+    out["verdict"] = _verdict(out)
+    out.sources = list(dict.fromkeys(ma.sources + mb.sources))
+    out.arrays = {"slot_a": [slot_a[t] for t in shared], "slot_b": [slot_b[t] for t in shared],
+                  "moved": [slot_a[t] != slot_b[t] for t in shared],
+                  "cos_under_a": None if agree_a is None else agree_a.tolist(),
+                  "cos_under_b": None if agree_b is None else agree_b.tolist()}
+    return out
+
+
+def _verdict(d: DraftDiff) -> str:
+    h = d["lm_head"]
+    if not d["moved"] and not d["added"] and not d["removed"]:
+        return "same mapping"
+    if h is None:
+        return "mapping changed (lm_head rows not compared)"
+    if h["agree_under_a"] > 0.5 and h["agree_under_a"] > h["agree_under_b"] + 0.25:
+        return "mapping drift: the mapping was rebuilt but lm_head rows keep the old order"
+    if h["agree_under_b"] >= h["agree_under_a"]:
+        return "mapping changed and lm_head rows moved with it"
+    return "mapping changed; lm_head rows match neither order well (retrained head)"
+
+
+def check_drift(c: CheckContext, previous) -> None:
+    """mapping-drift: the checkpoint against an earlier one of the same draft (`doctor --previous`)."""
+    try:
+        d = diff_drafts(previous, c.ck)
+    except BadInputError as e:  # no mapping in one of them: the mapping checks say so for this one
+        c.add("mapping-drift", "info", f"not compared with the previous checkpoint: {e}", "nothing to do")
+        return
+    h = d["lm_head"]
+    if d["verdict"].startswith("mapping drift"):
+        c.add("mapping-drift", "error",
+              f"against {d['a']}: {len(d['moved']):,} target ids moved to other draft slots, but lm_head rows for "
+              f"them match the previous draft's rows at the OLD slots ({h['agree_under_a']:.0%}) and not at the new "
+              f"ones ({h['agree_under_b']:.0%}): the mapping was rebuilt while lm_head kept the old order, so "
+              "every moved id is drafted as another token",
+              "ship the previous d2t/t2d with these weights (or permute lm_head rows to the new mapping); "
+              "see d2t-lab diff PREVIOUS CHECKPOINT")
+    elif d["moved"] or d["added"] or d["removed"]:
+        c.add("mapping-drift", "info",
+              f"against {d['a']}: {d['verdict']} ({len(d['moved']):,} moved, {len(d['added']):,} added, "
+              f"{len(d['removed']):,} removed)", "nothing to do")

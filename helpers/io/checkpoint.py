@@ -1,0 +1,434 @@
+"""Finding EAGLE-3 draft checkpoints, their configs and their mapping files.
+
+Producers keep `d2t`/`t2d` in many places (docs/eagle3-facts.md, 'Where producers keep the
+mapping'): tensors beside the weights in `model.safetensors` (single or sharded) or
+`pytorch_model.bin`; one `.pt` dict `{"d2t","t2d"}` (SpecForge's cache, EAGLE's `cache.pt`); separate `d2t.pt` + `t2d.pt`; speculators' `d2t.npy` /
+`t2d.npy` (newer: `d2t-32000.npy`); SpecForge 0.2.0's `training_state.pt` (weights and d2t/t2d
+under `draft_state_dict`; per-rank `training_state_rank*.pt` hold only optimizer/RNG state).
+A `.pt` is weights or a mapping by its content (`pt_kind`), never by its name: optimizer states,
+per-rank files and other foreign `.pt` files go to `Checkpoint.ignored`. No d2t with a draft
+vocab equal to the target vocab (speculators writes none then) is the identity mapping.
+`open_checkpoint` works out which files a path holds and reads no tensor data (a `.pt` is
+unpickled, weights_only, with its storages memory-mapped); `read_mapping_tensors` / `load_mapping` then read only d2t and t2d. The
+file readers themselves (`torch_load`, `load_npy`, safetensors headers, the lazy `TensorStore`)
+live in `helpers.io.tensor_files` and are re-exported here.
+Every problem with a file becomes one `BadInputError` naming the file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from helpers.core.errors import BadInputError
+from helpers.core.terms import MAX_VOCAB
+from helpers.io import remote
+from helpers.io.mapping import VocabMapping
+from helpers.io.pt_files import MAPPING_NAMES, follow_latest, pt_kind, scan_pts
+from helpers.io.tensor_files import (
+    TensorStore,
+    check_readable_file,
+    load_npy,
+    short_message,
+    torch_load,
+    unwrap_state_dict,
+)
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_NPY_NAME = re.compile(r"^(d2t|t2d)(?:[-_](\d+))?\.npy$")
+
+
+# -- configs ---------------------------------------------------------------------------------------
+def read_config(path: str | os.PathLike) -> dict:
+    """Parse a `config.json` (or the one inside a folder, local or remote) into a dict."""
+    if remote.is_remote(path):
+        return remote.via_mirror(path, read_config)
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    check_readable_file(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except UnicodeDecodeError:
+        raise BadInputError(path, "is not text (expected a JSON config)") from None
+    except json.JSONDecodeError as e:
+        raise BadInputError(path, f"is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise BadInputError(path, "is not a usable JSON config (nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise BadInputError(path, f"is not a usable JSON config ({short_message(str(e), 100)})") from None
+    except OSError as e:
+        raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
+    if not isinstance(cfg, dict):
+        raise BadInputError(path, "is JSON but not an object")
+    return cfg
+
+
+def flat_config(cfg: dict) -> dict:
+    """One flat dict for both config styles.
+
+    speculators nests the Llama layer config under `transformer_layer_config`, with the EAGLE-3
+    fields (`draft_vocab_size`, `target_hidden_size`, `norm_before_residual`) at the top level.
+    """
+    nested = cfg.get("transformer_layer_config")
+    out = dict(nested) if isinstance(nested, dict) else {}
+    for k, v in cfg.items():
+        if k == "transformer_layer_config" or (k in out and k in ("vocab_size", "hidden_size")):
+            continue  # the nested layer config is the authority for the layer's own sizes
+        out[k] = v
+    return out
+
+
+def vocab_sizes(cfg: dict | None, path: str | os.PathLike | None = None) -> tuple[int | None, int | None]:
+    """(draft_vocab_size, target_vocab_size) from a config, where it states them.
+
+    With `path` (the config file), a size field that is present but not a positive integer is a
+    `BadInputError`; without it such a field is treated as absent.
+    """
+    if not cfg:
+        return None, None
+    flat = flat_config(cfg)
+    if path is not None:
+        for key in ("draft_vocab_size", "target_vocab_size", "vocab_size"):
+            v = flat.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise BadInputError(path, f"{key} is {v!r}, expected a positive integer")
+            if v is not None and v > MAX_VOCAB:  # engines hold token ids in int32
+                raise BadInputError(path, f"{key} = {v:,} is not a plausible vocab size (more than {MAX_VOCAB:,})")
+    draft = flat.get("draft_vocab_size")
+    target = flat.get("target_vocab_size", flat.get("vocab_size"))
+    return (int(draft) if isinstance(draft, int) else None, int(target) if isinstance(target, int) else None)
+
+
+# -- checkpoints -------------------------------------------------------------------------------------
+@dataclass
+class Checkpoint:
+    """What a path holds: config, lazily readable tensors, and separate mapping files."""
+
+    path: Path
+    config: dict | None = None
+    config_path: Path | None = None
+    tensors: TensorStore = field(default_factory=TensorStore)
+    mapping_files: dict[str, Path] = field(default_factory=dict)  # "d2t"/"t2d"/"dict" -> file
+    ignored: dict[str, str] = field(default_factory=dict)  # file beside the checkpoint -> why it was not used
+    origin: str | None = None  # the URL a remote checkpoint was opened from (`path` is then its cached stand-in)
+
+    @property
+    def sources(self) -> list[str]:
+        files = ([self.config_path] if self.config_path else []) + self.tensors.files
+        files += [p for p in self.mapping_files.values() if p not in files]
+        return [remote.display(p) for p in dict.fromkeys(files)]
+
+    @property
+    def key_layout(self) -> str:
+        return key_layout(self.tensors.keys())
+
+    @property
+    def weight_keys(self) -> list[str]:
+        return [k for k in self.tensors.keys() if k.split(".")[-1] not in ("d2t", "t2d")]
+
+
+def key_layout(keys) -> str:
+    """'midlayer' (SGLang/SpecForge/EAGLE), 'layers.0' (speculators/vLLM), 'mixed' or 'none'."""
+    mid = any(k.startswith("midlayer.") or ".midlayer." in k for k in keys)
+    lay = any(k.startswith("layers.0.") or ".layers.0." in k for k in keys)
+    return "mixed" if mid and lay else "midlayer" if mid else "layers.0" if lay else "none"
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    names = {p.name: p for p in folder.iterdir()}
+    for idx in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if idx in names:
+            return [names[idx]]
+    if "model.safetensors" in names:
+        return [names["model.safetensors"]]
+    st = sorted(p for p in names.values() if p.suffix == ".safetensors")
+    if st:
+        return st
+    if "pytorch_model.bin" in names:
+        return [names["pytorch_model.bin"]]
+    return sorted(p for p in names.values() if p.suffix == ".bin")
+
+
+def _mapping_side_files(folder: Path) -> dict[str, Path]:
+    """The mapping files a folder holds BY NAME: d2t/t2d .npy (any size suffix) and d2t.pt / t2d.pt."""
+    found: dict[str, Path] = {}
+    for p in sorted(folder.iterdir()):
+        m = _NPY_NAME.match(p.name)
+        if m:
+            found.setdefault(m.group(1), p)
+        elif p.name in ("d2t.pt", "t2d.pt", "d2t.pth", "t2d.pth"):
+            found.setdefault(p.stem, p)
+    return found
+
+
+def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
+    """Weights and the mapping from the folder's .pt files, by content; the rest go to `ck.ignored`.
+
+    Only when needed: weights when the folder has no safetensors / .bin, a mapping when neither the
+    weights nor a d2t file named as such hold d2t. Foreign files (optimizer states, per-rank
+    training states, unreadable or refused pickles) never become the weights or the mapping.
+    """
+    need_weights = not ck.tensors.keys()
+    if not need_weights and (ck.tensors.find("d2t") is not None or "d2t" in side):
+        return
+    scanned = scan_pts(folder, set(side.values()))
+    used: set[Path] = set()
+    if need_weights:
+        owner: dict[str, Path] = {}
+        for p, kind, _, obj in scanned:
+            if kind != "weights":
+                continue
+            for k, v in unwrap_state_dict(obj).items():
+                if isinstance(v, torch.Tensor) and str(k) in owner:
+                    raise BadInputError(folder, f"tensor {k!r} is in both {owner[str(k)].name} and {p.name}")
+                if isinstance(v, torch.Tensor):
+                    owner[str(k)] = p
+            ck.tensors.add_torch(p, obj)
+            used.add(p)
+    if ck.tensors.find("d2t") is None and "d2t" not in side:
+        maps = [p for p, kind, _, _ in scanned if kind == "mapping"]
+        if len(maps) > 1:
+            named = [p for p in maps if p.name in MAPPING_NAMES]
+            if len(named) != 1:
+                raise BadInputError(
+                    folder, f"holds {len(maps)} mapping files ({', '.join(p.name for p in maps)}): point at the one to use"
+                )
+            maps = named
+        if maps:
+            ck.mapping_files["dict"] = maps[0]
+            used.add(maps[0])
+    for p, kind, what, obj in scanned:
+        if p not in used:
+            ck.ignored[str(p)] = what if kind != "unreadable" else f"unreadable: {what}"
+    if not ck.tensors.keys() and not ck.mapping_files and not side:
+        others = [(p, kind, what, obj) for p, kind, what, obj in scanned]
+        if len(others) == 1:
+            p, kind, what, obj = others[0]
+            if kind == "unreadable":
+                raise obj
+            raise BadInputError(p, f"is not a mapping dict {{'d2t', 't2d'}} nor draft weights: it holds {what}")
+
+
+def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Open a checkpoint folder or a single weights / mapping file, reading no tensor data yet.
+
+    `path` may also be `hf://ORG/REPO[@REV][/SUBDIR]` or an http(s) URL (`helpers.io.remote`): then
+    only configs, headers and small mapping files are fetched, into the cache.
+    """
+    if remote.is_remote(path):
+        ck = remote.via_mirror(path, open_checkpoint)
+        ck.origin = str(path).strip()
+        return ck
+    shown = path if isinstance(path, str) else None  # Path('hf://a/b') would print hf:/a/b
+    path = Path(path)
+    try:
+        exists = path.exists()
+        is_dir = path.is_dir()
+    except OSError as e:
+        raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
+    if not exists:
+        if path.is_symlink():
+            raise BadInputError(path, "is a broken or looping symbolic link")
+        tip = remote.hint(shown if shown is not None else os.fspath(path))
+        raise BadInputError(shown if shown is not None else path,
+                            "no such file or folder" + (f" (not a local path nor a URL; {tip})" if tip else ""))
+    ck = Checkpoint(path=path)
+    if is_dir:
+        try:
+            entries = list(path.iterdir())
+        except OSError as e:
+            raise BadInputError(path, f"folder cannot be listed ({e.strerror or e})") from None
+        if not entries:
+            raise BadInputError(path, "is an empty folder")
+        if (path / "config.json").exists():
+            ck.config_path = path / "config.json"
+            ck.config = read_config(ck.config_path)
+        for f in _weight_files(path):
+            _add_weights(ck.tensors, f)
+        side = _mapping_side_files(path)
+        ck.mapping_files = dict(side)
+        _add_pt_files(ck, path, side)
+        if not ck.tensors.keys() and not ck.mapping_files:
+            latest = follow_latest(path) if ck.config is None else None
+            if latest is not None:  # a SpecForge trainer output folder: its latest save, as its exporter does
+                return open_checkpoint(latest)
+            subs = [p.name for p in find_checkpoints(path, max_depth=1) if p != path]
+            ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
+            raise BadInputError(
+                path,
+                "holds no checkpoint: no model.safetensors, pytorch_model.bin, d2t/t2d (.pt/.npy), "
+                "mapping .pt or training_state.pt with draft weights"
+                + (f" (ignored {ign})" if ign else "")
+                + (f"; it holds checkpoint folders {', '.join(subs[:8])}: point at one" if subs else ""),
+            )
+        return ck
+    # a single file
+    name = path.name
+    if name.endswith(".index.json"):
+        ck.tensors.add_sharded_index(path)
+    elif name == "config.json":
+        raise BadInputError(path, "is a config, not a checkpoint: point at its folder")
+    elif _NPY_NAME.match(name):
+        ck.mapping_files = {k: v for k, v in _mapping_side_files(path.parent).items() if k in ("d2t", "t2d")}
+        ck.mapping_files[_NPY_NAME.match(name).group(1)] = path
+    elif path.suffix in (".npy",):
+        raise BadInputError(path, "a .npy mapping file must be named d2t*.npy or t2d*.npy")
+    elif path.suffix in WEIGHT_SUFFIXES:
+        if path.stem in ("d2t", "t2d") and path.suffix != ".safetensors":
+            side = _mapping_side_files(path.parent)
+            ck.mapping_files = {k: v for k, v in side.items() if k in ("d2t", "t2d")}
+            ck.mapping_files[path.stem] = path
+        elif path.suffix in (".pt", ".pth"):
+            obj = torch_load(path)
+            kind, what = pt_kind(obj)
+            if kind in ("optimizer", "rank"):
+                raise BadInputError(path, f"holds {what}: not draft weights or a d2t mapping")
+            ck.tensors.add_torch(path, obj)
+        else:
+            _add_weights(ck.tensors, path)
+    else:
+        raise BadInputError(path, f"unrecognised file type {path.suffix or '(no suffix)'}")
+    cfg = path.parent / "config.json"
+    if cfg.exists():
+        ck.config_path, ck.config = cfg, read_config(cfg)
+    return ck
+
+
+def _add_weights(store: TensorStore, f: Path) -> None:
+    if f.name.endswith(".index.json"):
+        store.add_sharded_index(f)
+    elif f.suffix == ".safetensors":
+        store.add_safetensors(f)
+    else:
+        store.add_torch(f)
+
+
+def _read_side(p: Path):
+    if p.suffix == ".npy":
+        arr = load_npy(p)
+        if arr.dtype.kind not in "biu":  # floats get their own message from VocabMapping
+            if arr.dtype.kind != "f":
+                raise BadInputError(p, f"holds a {arr.dtype} array, expected integers (d2t) or bool (t2d)")
+        try:
+            return torch.from_numpy(np.array(arr))
+        except (ValueError, OSError) as e:  # a header that promises more data than the file has
+            raise BadInputError(p, f"not a readable .npy file ({short_message(str(e))})") from None
+    obj = torch_load(p)
+    if isinstance(obj, dict):
+        key = p.stem if p.stem in obj else next((k for k in ("d2t", "t2d") if k in obj), None)
+        if key is None:
+            raise BadInputError(p, f"holds a dict without a {p.stem!r} tensor (keys: {sorted(map(str, obj))[:6]})")
+        obj = obj[key]
+    return obj
+
+
+def read_mapping_tensors(ck: Checkpoint) -> tuple[torch.Tensor | None, torch.Tensor | None, list[str]]:
+    """(d2t, t2d, files they came from); either may be None when absent."""
+    d2t = t2d = None
+    used: list[str] = []
+    k = ck.tensors.find("d2t")
+    if k is not None:
+        d2t = ck.tensors.get(k)
+        used.append(remote.display(ck.tensors.file_of(k)))
+    k = ck.tensors.find("t2d")
+    if k is not None:
+        t2d = ck.tensors.get(k)
+        used.append(remote.display(ck.tensors.file_of(k)))
+    mf = ck.mapping_files
+    if d2t is None and "dict" in mf:
+        obj = torch_load(mf["dict"])
+        if not isinstance(obj, dict) or "d2t" not in obj:
+            raise BadInputError(mf["dict"], "is not a mapping dict {'d2t', 't2d'}")
+        d2t, t2d = obj["d2t"], obj.get("t2d", t2d)
+        used.append(remote.display(mf["dict"]))
+    if d2t is None and "d2t" in mf:
+        d2t = _read_side(mf["d2t"])
+        used.append(remote.display(mf["d2t"]))
+    if t2d is None and "t2d" in mf:
+        t2d = _read_side(mf["t2d"])
+        used.append(remote.display(mf["t2d"]))
+    return d2t, t2d, list(dict.fromkeys(used))
+
+
+def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
+    """Read `d2t`/`t2d` (only those tensors) and the vocab sizes from wherever they are kept."""
+    ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
+    d2t, t2d, used = read_mapping_tensors(ck)
+    draft_cfg, target_cfg = vocab_sizes(ck.config, ck.config_path)
+    if d2t is None:
+        full = full_vocab_size(ck)
+        if full is not None:  # speculators writes no d2t when the draft keeps the full target vocab
+            return VocabMapping(torch.zeros(full, dtype=torch.int64), t2d, target_vocab_size=full,
+                                sources=used or [remote.display(ck.config_path)])
+        ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
+        raise BadInputError(
+            ck.path, "has no d2t tensor (looked in the weights and for d2t/t2d .pt/.npy files and mapping .pt dicts)"
+            + (f"; ignored {ign}" if ign else ""),
+        )
+    where = used[0] if used else remote.display(ck.path)
+    if (
+        target_cfg is None and isinstance(d2t, torch.Tensor) and isinstance(t2d, torch.Tensor)
+        and d2t.dim() == 1 and t2d.dim() == 1 and d2t.numel() and not d2t.dtype.is_floating_point
+        and d2t.dtype != torch.bool and int(d2t.max()) >= t2d.numel()
+    ):  # the two files come from different vocabularies (a stale cached mapping, say)
+        raise BadInputError(
+            where,
+            f"d2t holds id {int(d2t.max()):,} but t2d ({used[-1]}) has only {t2d.numel():,} entries: "
+            "the two files do not belong to the same mapping",
+        )
+    if draft_cfg is not None and hasattr(d2t, "shape") and len(d2t.shape) == 1 and d2t.shape[0] != draft_cfg:
+        raise BadInputError(
+            where, f"d2t has {d2t.shape[0]:,} entries but {remote.display(ck.config_path)} says draft_vocab_size={draft_cfg:,}"
+        )
+    if target_cfg is not None and t2d is not None and hasattr(t2d, "shape") and len(t2d.shape) == 1 and t2d.shape[0] != target_cfg:
+        raise BadInputError(
+            used[-1], f"t2d has length {t2d.shape[0]:,} but {remote.display(ck.config_path)} says vocab_size={target_cfg:,}"
+        )
+    return VocabMapping(d2t, t2d, target_vocab_size=target_cfg, sources=used)
+
+
+def full_vocab_size(ck: Checkpoint) -> int | None:
+    """N when the checkpoint states a draft vocab equal to its target vocab (no d2t needed), else None.
+
+    The draft vocab is `draft_vocab_size`, or `lm_head`'s rows when the config has none (the
+    engines then size lm_head from `vocab_size`); the target vocab is the config's `vocab_size`.
+    """
+    draft, target = vocab_sizes(ck.config)
+    if draft is None:
+        k = ck.tensors.find("lm_head.weight")
+        draft = ck.tensors.shape(k)[0] if k is not None and len(ck.tensors.shape(k)) == 2 else None
+    return target if target is not None and draft == target else None
+
+
+def find_checkpoints(root: str | os.PathLike, max_depth: int = 3) -> list[Path]:
+    """Folders (and lone mapping files) under `root` that `open_checkpoint` can read."""
+    root = Path(root)
+    found: list[Path] = []
+
+    def walk(d: Path, depth: int) -> None:
+        try:
+            entries = sorted(d.iterdir())
+        except OSError:
+            return
+        names = {e.name for e in entries}
+        if (
+            "config.json" in names
+            or any(n.endswith(".safetensors") or n.endswith(".index.json") or n == "pytorch_model.bin" for n in names)
+            or any(_NPY_NAME.match(n) for n in names)
+            or {"d2t.pt", "t2d.pt", "training_state.pt"} & names
+        ):
+            found.append(d)
+            return
+        if depth < max_depth:
+            for e in entries:
+                if e.is_dir() and not e.is_symlink() and not e.name.startswith("."):
+                    walk(e, depth + 1)
+
+    walk(root, 0)
+    return found

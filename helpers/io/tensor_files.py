@@ -1,0 +1,359 @@
+"""Reading tensor files safely and lazily: torch files, .npy arrays, safetensors headers.
+
+`torch_load` (always `weights_only=True`), `load_npy` (`mmap_mode`, no pickles) and
+`read_safetensors_header` (8 bytes and the JSON header, checked as safetensors checks it) read
+one file each; `TensorStore` holds the tensors of one checkpoint by name, reading a tensor only
+when asked for it. `check_readable_file` refuses what would block or mislead before anything is
+opened (FIFOs, devices, folders, empty or unreadable files). Every problem with a file becomes
+one `BadInputError` naming the file. Finding checkpoints and their configs is
+`helpers.io.checkpoint`'s job; this module knows nothing about EAGLE-3.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import pickle
+import re
+import stat
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from helpers.core.errors import BadInputError
+from helpers.io import remote
+
+
+def torch_load(path: str | os.PathLike, *, mmap: bool = True, data: bytes | None = None):
+    """`torch.load` with `weights_only=True`, as a one-line `BadInputError` on any failure.
+
+    Pickles that would build arbitrary objects (and so could run code) are refused by
+    `weights_only=True` before anything runs. `data`: the file's bytes already in memory (a
+    decompressed `.gz`, say); `path` then only names it in messages.
+    """
+    path = Path(path)
+    if data is None:
+        check_readable_file(path)
+    else:
+        mmap = False
+    try:
+        with warnings.catch_warnings():  # torch warns on stderr about pickle protocols: not for users
+            warnings.simplefilter("ignore")
+            src = path if data is None else io.BytesIO(data)
+            return torch.load(src, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        msg = str(e)
+        glob = re.search(r"GLOBAL ([\w.]+)", msg)
+        if glob:
+            raise BadInputError(
+                path,
+                f"refused: loading this pickle would call {glob.group(1)} (code or objects beyond plain "
+                "tensors); weights_only=True blocked it and nothing was run",
+            ) from None
+        op = re.search(r"Unsupported operand (\d+)", msg)
+        if op:
+            raise BadInputError(path, f"not a readable torch file (invalid pickle data: opcode {op.group(1)})") from None
+        raise BadInputError(path, f"not a readable torch file ({short_message(msg)})") from None
+    except RecursionError:
+        raise BadInputError(path, "not a readable torch file (pickle nested too deeply)") from None
+    except RuntimeError as e:
+        msg = str(e)
+        if mmap and ("mmap" in msg or "zip" in msg.lower() and "legacy" in msg.lower()):
+            return torch_load(path, mmap=False)
+        raise BadInputError(path, f"not a readable torch file ({short_message(msg)})") from None
+    except (EOFError, zipfile.BadZipFile, ValueError, OSError, TypeError, AttributeError, KeyError, IndexError) as e:
+        raise BadInputError(path, f"not a readable torch file ({type(e).__name__}: {short_message(str(e))})") from None
+
+
+def short_message(msg: str, n: int = 160) -> str:
+    """A library's error message as one printable line of at most `n` characters."""
+    msg = re.sub(r"\x1b\[[0-9;]*m", "", msg)  # terminal colour codes some libraries put in messages
+    msg = " ".join("".join(c if c.isprintable() else " " for c in msg).split())
+    return msg if len(msg) <= n else msg[: n - 3] + "..."
+
+
+def check_readable_file(path: Path) -> None:
+    """A `BadInputError` unless `path` is a non-empty regular file this process may read."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise BadInputError(path, "no such file or folder") from None
+    except OSError as e:  # symlink loops, permission on a parent
+        raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end: never open one
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else (
+            "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise BadInputError(path, f"is not a regular file ({what})")
+    if st.st_size == 0:
+        raise BadInputError(path, "is empty (0 bytes)")
+    if not os.access(path, os.R_OK):
+        raise BadInputError(path, "is not readable (permission denied)")
+
+
+def load_npy(path: str | os.PathLike) -> np.ndarray:
+    """A `.npy` array, memory-mapped; pickled object arrays are refused."""
+    path = Path(path)
+    check_readable_file(path)
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:
+        if "pickle" in str(e).lower() or "Python objects" in str(e):
+            raise BadInputError(path, "refused: the .npy holds pickled objects, not a plain array") from None
+        raise BadInputError(path, f"not a readable .npy file ({short_message(str(e))})") from None
+    except (OSError, EOFError) as e:
+        raise BadInputError(path, f"not a readable .npy file ({short_message(str(e))})") from None
+
+
+STATE_DICT_KEYS = ("state_dict", "draft_state_dict")  # containers a torch file may keep its tensors in
+
+
+def unwrap_state_dict(obj):
+    """The dict of tensors inside a loaded torch file: `obj[k]` for a container key, else `obj`."""
+    if isinstance(obj, dict):
+        for k in STATE_DICT_KEYS:
+            if isinstance(obj.get(k), dict):
+                return obj[k]
+    return obj
+
+
+class TensorStore:
+    """The tensors of one checkpoint, by name, read lazily from one or more files."""
+
+    def __init__(self) -> None:
+        self._where: dict[str, tuple[Path, str]] = {}  # name -> (file, kind)
+        self._torch_cache: dict[Path, dict] = {}
+        self._meta: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+        self._spans: dict[str, tuple[int, int]] = {}  # safetensors: name -> byte span in its file
+        self.files: list[Path] = []
+
+    # construction
+    def add_safetensors(self, path: Path) -> None:
+        # Only the JSON header is read here (not `safe_open`, which maps the whole file: that fails
+        # for a file larger than memory, and the draft loader must see shapes first to refuse it).
+        spans: dict[str, tuple[int, int]] = {}
+        for k, (shape, dtype) in read_safetensors_header(path, spans).items():
+            self._where[k] = (path, "remote" if remote.stub_size(path) is not None else "safetensors")
+            self._meta[k] = (shape, dtype)
+            self._spans[k] = spans[k]
+        self.files.append(path)
+
+    def add_torch(self, path: Path, obj=None) -> None:
+        """Add the tensors of a torch file (`obj`: its content, when already loaded).
+
+        A dict of tensors, or one holding them under `state_dict` or `draft_state_dict` (SpecForge's
+        `training_state.pt`); non-tensor entries (step counters, ids) are skipped.
+        """
+        obj = torch_load(path) if obj is None else obj
+        obj = unwrap_state_dict(obj)
+        if isinstance(obj, torch.Tensor):
+            obj = {Path(path).stem: obj}
+        if not isinstance(obj, dict):
+            raise BadInputError(path, f"holds a {type(obj).__name__}, expected a dict of tensors")
+        for k, v in obj.items():
+            if isinstance(v, torch.Tensor):
+                self._where[str(k)] = (path, "torch")
+                self._meta[str(k)] = (tuple(v.shape), v.dtype)
+        self._torch_cache[path] = obj
+        self.files.append(path)
+
+    def add_sharded_index(self, index: Path) -> None:
+        check_readable_file(index)
+        try:
+            data = json.loads(index.read_text())
+            weight_map = data["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            raise BadInputError(index, f"not a valid sharded index ({type(e).__name__}: {short_message(str(e))})") from None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise BadInputError(index, "not a valid sharded index (weight_map must map tensor names to shard file names)")
+        shards = sorted(set(weight_map.values()))
+        for shard in shards:
+            if Path(shard).name != shard or shard in ("", ".", ".."):
+                raise BadInputError(index, f"names shard {shard!r}, which is not a file name in the index's folder")
+            p = index.parent / shard
+            if not p.exists():
+                raise BadInputError(index, f"names shard {shard} which does not exist")
+        for shard in shards:
+            p = index.parent / shard
+            if p.suffix == ".safetensors":
+                self.add_safetensors(p)
+            else:
+                self.add_torch(p)
+
+    # queries
+    def keys(self) -> list[str]:
+        return list(self._where)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._meta[name][0]
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._meta[name][1]
+
+    def nbytes(self, name: str) -> int:
+        shape, dtype = self._meta[name]
+        return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+    def file_of(self, name: str) -> Path:
+        return self._where[name][0]
+
+    def get(self, name: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Read one tensor (only that one) onto `device`, cast to `dtype` if given."""
+        path, kind = self._where[name]
+        if kind == "remote":  # a stub of a remote file: only this tensor's bytes are fetched
+            t = self._from_bytes(name, *self._spans[name])
+        elif kind == "safetensors":
+            from safetensors import safe_open
+
+            try:
+                with safe_open(str(path), framework="pt", device="cpu") as f:
+                    t = f.get_tensor(name)
+            except Exception as e:
+                raise BadInputError(path, f"tensor {name!r} cannot be read ({_safetensors_problem(str(e))})") from None
+        else:
+            t = self._torch_cache[path][name]
+        if dtype is not None and t.dtype.is_floating_point:
+            return t.to(device=device, dtype=dtype)
+        return t.to(device=device)
+
+    def get_rows(self, name: str, a: int, b: int) -> torch.Tensor:
+        """Rows [a, b) of a tensor, reading only those rows where the file allows it."""
+        path, kind = self._where[name]
+        shape = self._meta[name][0]
+        if kind == "remote" and len(shape) >= 1:
+            b = min(b, shape[0])
+            row = self.nbytes(name) // max(shape[0], 1)
+            start = self._spans[name][0]
+            return self._from_bytes(name, start + a * row, start + b * row, (b - a, *shape[1:]))
+        if kind == "safetensors":
+            from safetensors import safe_open
+
+            try:  # a fresh mapping per call, so pages read are released after each chunk
+                with safe_open(str(path), framework="pt", device="cpu") as f:
+                    return f.get_slice(name)[a:b]
+            except Exception as e:
+                raise BadInputError(path, f"tensor {name!r} cannot be read ({_safetensors_problem(str(e))})") from None
+        return self.get(name)[a:b]
+
+    def _from_bytes(self, name: str, start: int, end: int, shape=None) -> torch.Tensor:
+        shape = self._meta[name][0] if shape is None else shape
+        dtype = self._meta[name][1]
+        raw = remote.read_range(self._where[name][0], start, end)
+        if not raw:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+
+    def find(self, short: str) -> str | None:
+        """The key named `short`, or ending in `.short` (for prefixed exports)."""
+        if short in self._where:
+            return short
+        hits = [k for k in self._where if k.endswith("." + short)]
+        return hits[0] if len(hits) == 1 else None
+
+
+_ST_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+                "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+_ST_MAX_HEADER = 100_000_000  # safetensors' own limit
+
+
+def read_safetensors_header(path: str | os.PathLike, spans: dict | None = None,
+                            ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """{tensor name: (shape, dtype)} from a safetensors file's header, checked as safetensors does.
+
+    Reads 8 bytes and the JSON header, nothing else; every inconsistency (truncated file, corrupt
+    header, shapes that do not match the data offsets) is a `BadInputError` naming the file.
+    `spans`, when given, receives each tensor's byte span in the file. A stub of a remote file
+    (`helpers.io.remote`) is checked against the remote file's size.
+    """
+    path = Path(path)
+    check_readable_file(path)
+    shown = remote.display(path)
+    bad = lambda words: BadInputError(shown, f"not a readable safetensors file: {words}")  # noqa: E731
+    size = remote.stub_size(path)
+    size = path.stat().st_size if size is None else size
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise bad("too short to hold a safetensors header")
+            n = int.from_bytes(head, "little")
+            if n > size - 8 or n > _ST_MAX_HEADER:
+                raise bad(f"the header length field ({n:,} bytes) is larger than the file (corrupt or truncated header)")
+            raw = f.read(n)
+    except OSError as e:
+        raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise bad("the header is not valid JSON (corrupt header)") from None
+    if not isinstance(header, dict):
+        raise bad("the header is not a JSON object (corrupt header)")
+    out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+    found = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dt, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+            ok = all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in [*shape, begin, end])
+        except (TypeError, KeyError, ValueError):
+            ok = False
+        if not ok or not isinstance(dt, str) or end < begin:
+            raise bad(f"tensor {name!r} has an invalid entry in the header (corrupt header)")
+        dtype = _st_dtype(dt, path)
+        if end - begin != math.prod(shape) * _ST_ITEMSIZE.get(dt, dtype.itemsize):
+            raise bad(f"tensor {name!r}: its shape {shape} and dtype {dt} do not match its data offsets in the header")
+        out[name] = (tuple(shape), dtype)
+        found.append((begin, end))
+        if spans is not None:
+            spans[name] = (8 + n + begin, 8 + n + end)
+    data = size - 8 - n
+    pos = 0
+    for begin, end in sorted(found):
+        if begin != pos:
+            raise bad("the tensors' data offsets in the header overlap or leave gaps (corrupt header)")
+        pos = end
+    if pos > data:
+        raise bad(
+            f"the header declares {pos:,} bytes of tensor data but the file holds {data:,} (truncated file?)"
+        )
+    if pos < data:
+        raise bad(f"the file holds {data - pos:,} bytes beyond the tensors its header declares (corrupt file?)")
+    return out
+
+
+def _safetensors_problem(msg: str) -> str:
+    """safetensors' header errors, said in words a user can act on."""
+    known = {
+        "incomplete metadata": "the header declares more tensor data than the file holds (truncated file?)",
+        "header too large": "the header length field is larger than the file (corrupt or truncated header)",
+        "header too small": "too short to hold a safetensors header",
+        "invalid JSON": "the header is not valid JSON (corrupt header)",
+        "invalid shape": "a tensor's shape and dtype do not match its data offsets in the header",
+        "invalid offset": "a tensor's data offsets in the header are invalid",
+        "invalid UTF-8": "the header is not valid text (corrupt header)",
+    }
+    for k, words in known.items():
+        if k.lower() in msg.lower():
+            return f"{words} [{short_message(msg, 100)}]"
+    return short_message(msg)
+
+
+def _st_dtype(name: str, path: Path) -> torch.dtype:
+    table = {
+        "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+        "BOOL": torch.bool,
+    }
+    for k in ("F8_E4M3", "F8_E5M2"):
+        if hasattr(torch, "float8_e4m3fn"):
+            table[k] = torch.float8_e4m3fn if k == "F8_E4M3" else torch.float8_e5m2
+    if name not in table:
+        raise BadInputError(path, f"unsupported safetensors dtype {name}")
+    return table[name]

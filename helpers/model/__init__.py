@@ -1,0 +1,16 @@
+"""The models: the draft's config, keys, decoder layer, forward and KV-cached drafter; the Hugging Face
+target, its head, the draft's fit to it, and hidden-state capture.
+
+Modules (import them by name; this file imports nothing):
+- `config`
+- `keys`
+- `layer`
+- `draft`
+- `drafter`
+- `target`
+- `target_head`
+- `fit`
+- `capture`
+"""
+
+__all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "fit", "capture"]

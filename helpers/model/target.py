@@ -1,0 +1,241 @@
+"""The target model: a Hugging Face causal LM loaded with `transformers`, and the hidden states
+an EAGLE-3 draft reads from it.
+
+`load_target` reads the weight shapes first and refuses, with the estimate, a load the device
+has no room for (as `load_draft` does); on a GPU a target larger than one device is spread over
+all of them with `device_map="auto"` (`accelerate`). The default dtype is bf16 on a GPU and fp32
+on CPU.
+
+`HiddenStateCapture` records, during any forward of the target, the INPUT of the chosen decoder
+layers (the aux hidden states, concatenated in order) and the OUTPUT of the final norm (the last
+hidden state as SpecForge stores it). Forward hooks are used rather than `output_hidden_states`:
+they keep only the layers asked for, and they do not depend on how a transformers version fills
+that tuple (transformers 5 puts the normed state in its last slot, replacing the last layer's
+output). Which layers an engine captures for a draft config's aux ids is
+`engine_rules.captured_layers` (SGLang adds 1 to configured ids, vLLM uses them as given; both
+default to layers 2, L//2, L-3): docs/eagle3-facts.md, 'Aux layers'.
+
+`draft_mismatches` compares a target with a draft checkpoint: vocab size, hidden size
+(`target_hidden_size`) and, when the draft carries one, its `embed_tokens` (a wrong target
+revision or a missed embedding scale shows here), with the doctor's own comparison
+(`helpers.model.fit`). Each mismatch is one line.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from helpers.core.devices import (
+    available_bytes,
+    default_dtype,
+    parse_dtype,
+    resolve_device,
+)
+from helpers.core.engines import captured_layers
+from helpers.core.errors import BadInputError
+from helpers.io.checkpoint import open_checkpoint, read_config
+from helpers.model.fit import compare_to_target
+
+ACTIVATION_MARGIN = 1.2  # weights x this: room for activations and the KV cache of short prompts
+
+
+@dataclass
+class Target:
+    """A loaded target: the `transformers` model, its tokenizer, where it came from."""
+
+    model: torch.nn.Module
+    tokenizer: object | None
+    path: Path
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def text_config(self):
+        cfg = self.model.config
+        return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.decoder.layers)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.text_config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_input_embeddings().weight.shape[0])
+
+    @property
+    def decoder(self):
+        return self.model.get_decoder()
+
+    @property
+    def input_device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    def embedding(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight
+
+    def aux_layers(self, engine: str, ids: list[int] | None) -> list[int]:
+        """The decoder layers whose input `engine` feeds the draft, for configured `ids`."""
+        layers = captured_layers(engine, ids, self.num_layers)
+        bad = [i for i in layers if not 0 <= i < self.num_layers]
+        if bad:
+            shift = " (SGLang adds 1 to configured ids)" if engine == "sglang" and ids else ""
+            raise BadInputError(self.path, f"aux layer ids {ids} capture the input of layers {layers}{shift}, but the "
+                                f"target has {self.num_layers} layers (0..{self.num_layers - 1})")
+        return layers
+
+
+def _weights(path: Path):
+    if not path.is_dir():
+        raise BadInputError(path, "is not a folder: a target is a Hugging Face model folder (config.json + weights)"
+                            if path.exists() else "no such target folder")
+    if not (path / "config.json").is_file():
+        raise BadInputError(path, "has no config.json: not a Hugging Face model folder")
+    return open_checkpoint(path)
+
+
+def estimate_target_bytes(path, dtype=None) -> int:
+    """Bytes the target's weights take in `dtype` (from tensor shapes; no tensor data is read)."""
+    ck = _weights(Path(path))
+    dtype = dtype or torch.float32
+    return sum(math.prod(ck.tensors.shape(k)) for k in ck.tensors.keys()) * dtype.itemsize
+
+
+def _placement(path: Path, device: torch.device, dtype: torch.dtype):
+    """(device_map or None) for a target of `need` bytes; a one-line refusal when it cannot fit."""
+    need = int(estimate_target_bytes(path, dtype) * ACTIVATION_MARGIN)
+    free = available_bytes(device)
+    if free is None or need <= free:
+        return None
+    if device.type == "cuda" and device.index is None and torch.cuda.device_count() > 1:
+        total = sum(available_bytes(torch.device("cuda", i)) or 0 for i in range(torch.cuda.device_count()))
+        if need <= total:
+            return "auto"  # accelerate spreads the layers over the GPUs
+        free = total
+    raise BadInputError(path, f"loading the target needs about {need / 2**30:.2f} GiB on {device} in "
+                        f"{str(dtype).removeprefix('torch.')} but only {free / 2**30:.2f} GiB is free")
+
+
+def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_map=None) -> Target:
+    """Load a Hugging Face causal-LM folder (weights, config.json, tokenizer files) for inference."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    path = Path(path)
+    device = resolve_device(device)
+    dtype = parse_dtype(dtype) or default_dtype(device)
+    _weights(path)
+    device_map = device_map or _placement(path, device, dtype)
+    hf_logging.set_verbosity_error()  # the kit prints its own messages
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, device_map=device_map or None, low_cpu_mem_usage=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise BadInputError(path, f"transformers cannot load this target: {str(e).splitlines()[0][:200]}") from None
+    if device_map is None:
+        model.to(device)
+    model.eval()
+    tok = None
+    if tokenizer:
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError, KeyError) as e:
+            raise BadInputError(path, f"has no tokenizer transformers can load ({str(e).splitlines()[0][:160]})") from None
+    return Target(model, tok, path, device, dtype)
+
+
+class HiddenStateCapture:
+    """Record the inputs of `layers` (aux) and the final norm's output during target forwards.
+
+        with HiddenStateCapture(target, [2, 4, 5]) as cap:
+            target.model.model(ids)              # any forward: plain, cached, generate
+        aux, last = cap.aux(), cap.last()        # [B, T, len(layers) * H], [B, T, H]
+    """
+
+    def __init__(self, target: Target, layers: list[int]):
+        self.target, self.layers = target, list(layers)
+        self._store: dict = {}
+        self._hooks: list = []
+
+    def __enter__(self) -> HiddenStateCapture:
+        dec = self.target.decoder
+        for i in sorted(set(self.layers)):
+            self._hooks.append(dec.layers[i].register_forward_pre_hook(self._pre(i), with_kwargs=True))
+        self._hooks.append(dec.norm.register_forward_hook(self._post))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+
+    def _pre(self, i):
+        def hook(module, args, kwargs):
+            self._store[i] = args[0] if args else kwargs["hidden_states"]
+        return hook
+
+    def _post(self, module, args, output):
+        self._store["last"] = output[0] if isinstance(output, tuple) else output
+
+    def aux(self) -> torch.Tensor:
+        dev = self._store[self.layers[0]].device
+        return torch.cat([self._store[i].to(dev) for i in self.layers], dim=-1)
+
+    def last(self) -> torch.Tensor:
+        return self._store["last"]
+
+    def clear(self) -> None:
+        self._store.clear()
+
+
+def draft_aux_ids(draft_path) -> dict[str, list[int] | None]:
+    """The aux layer ids each engine reads from a draft checkpoint's config (None: engine default)."""
+    from helpers.core.engines import aux_layer_ids
+
+    ck = open_checkpoint(draft_path)
+    return aux_layer_ids(ck.config)
+
+
+def draft_mismatches(target: Target, draft_path, embed_rows: int = 4096) -> list[str]:
+    """One line per way the draft at `draft_path` does not fit `target` (empty: it fits): vocab
+    size, hidden size, and the draft's own `embed_tokens` against the target's (the same
+    `embed_rows` evenly spaced rows of both), by `target_match.compare_to_target`."""
+    ck = open_checkpoint(draft_path)
+    fc = ck.tensors.find("fc.weight")
+    key = ck.tensors.find("embed_tokens.weight")
+    theirs = target.embedding()
+    mine = ours = None
+    if key is not None:
+        shape = tuple(ck.tensors.shape(key))
+        if shape == tuple(theirs.shape):  # the same evenly spaced rows of both
+            rows = torch.linspace(0, shape[0] - 1, min(embed_rows, shape[0])).long()
+            mine = ck.tensors.get(key, "cpu")[rows].float()
+            ours = theirs.detach()[rows.to(theirs.device)].float().cpu()
+        else:  # only the shapes are compared: nothing to read
+            mine, ours = torch.empty(shape, device="meta"), torch.empty(tuple(theirs.shape), device="meta")
+    found = compare_to_target(ck.config or {}, target.text_config.to_dict(), draft_embed=mine, target_embed=ours,
+                              fc_in=ck.tensors.shape(fc)[1] if fc else None)
+    return [f"{m.field}: {m.detail}" for m in found if m.field in ("vocab_size", "hidden_size", "embed_tokens")]
+
+
+def describe(target: Target) -> dict:
+    """What a manifest or report says about a target."""
+    return {"path": os.fspath(target.path), "model_type": getattr(target.config, "model_type", None),
+            "num_layers": target.num_layers, "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
+            "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device)}
+
+
+def read_target_config(path) -> dict:
+    return read_config(Path(path) / "config.json")

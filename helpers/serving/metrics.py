@@ -1,0 +1,335 @@
+"""Serving and training acceptance figures -> one table shape, from every place users read them.
+
+Sources (field names checked against the projects' source; versions in docs/serving-metrics.md):
+
+- vLLM Prometheus exposition (`/metrics`, a saved text or a live URL): counters
+  `vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens`,
+  `vllm:spec_decode_num_accepted_tokens` and `vllm:spec_decode_num_accepted_tokens_per_pos`
+  (label `position`), exposed with the `_total` suffix. Read with prometheus_client's text
+  parser; summed over the other labels (engines, models). Two scrapes are differenced.
+- SGLang Prometheus gauges `sglang:spec_accept_length` and `sglang:spec_accept_rate`.
+- SGLang `/get_server_info`: `internal_states[i].avg_spec_accept_length` (one per DP rank), and
+  the server arguments beside them (`speculative_num_steps`, ...).
+- Per-request JSONL: SGLang responses' `meta_info` (`completion_tokens`, `spec_verify_ct`,
+  `spec_accept_length`, `spec_accept_rate`, accepted/proposed draft counts under their several
+  names, the acceptance histogram), or vLLM per-request counts under its stats' names
+  (`num_drafts`, `num_draft_tokens`, `num_accepted_tokens`, `num_accepted_tokens_per_pos`).
+- Serving logs (`helpers.serving.logs`): SGLang's accept len / accept rate, vLLM's counts and
+  per-position rates.
+- SpecForge training logs: per-step `acc_i` (also `train/acc_i`, `eval/acc_i`) and
+  `simulated_acc_len`, one JSON object or one `key: value` line per logged step.
+
+Every reader returns a `MetricsTable`: `rows` (one per scrape interval, DP rank, request, log
+line or training step; `ROW_KEYS`, from `helpers.serving.records`) plus what was skipped. A line, sample or record that is
+recognised but does not read is `garbled` (counted, its reason kept, never guessed); a counter or
+field the source should have but lacks is listed in `missing`. The numbers layer
+(`helpers.acceptance.sources`) turns a table into the same quantities for every source.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helpers.core.errors import BadInputError
+from helpers.serving.records import _row, read_records
+
+VLLM_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted",
+}
+VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+SGLANG_GAUGES = {"sglang:spec_accept_length": "accept_length", "sglang:spec_accept_rate": "accept_rate"}
+
+
+@dataclass
+class MetricsTable:
+    """What one source said: rows in one shape, plus what could not be read."""
+
+    source: str  # path or URL
+    kind: str  # vllm-prometheus, sglang-prometheus, sglang-server-info, sglang-requests, vllm-requests,
+    #            sglang-log, vllm-log, specforge
+    rows: list[dict]
+    lines: int = 0  # lines or records read
+    garbled: int = 0
+    garbled_lines: list[tuple[int, str]] = field(default_factory=list)
+    unrecognised: int = 0
+    missing: list[str] = field(default_factory=list)  # fields / counters the source should have had
+    settings: dict = field(default_factory=dict)  # steps / topk / draft_tokens the source stated
+    interval: float | None = None  # seconds between two scrapes (counters differenced)
+
+    @property
+    def engine(self) -> str:
+        return self.kind.split("-")[0]
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "kind": self.kind, "lines": self.lines, "parsed": len(self.rows),
+                "garbled": self.garbled, "garbled_lines": [{"line": n, "reason": r} for n, r in self.garbled_lines],
+                "unrecognised": self.unrecognised, "missing": list(self.missing), "settings": dict(self.settings),
+                "interval_s": self.interval, "rows": [dict(r) for r in self.rows]}
+
+
+# -- Prometheus text --------------------------------------------------------------------------------
+def parse_prometheus(text: str, source: str = "<text>") -> MetricsTable:
+    """Prometheus exposition text -> a one-row table of vLLM counters or SGLang gauges.
+
+    Each sample line goes through prometheus_client's parser on its own, so one bad line is one
+    garbled line (counted, reason kept) and the rest still read. Comments are skipped.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples, garbled, lines = [], [], 0
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        lines += 1
+        try:
+            fams = list(text_string_to_metric_families(line + "\n"))
+            got = [s for f in fams for s in f.samples]
+            if len(got) != 1:
+                raise ValueError("not one sample")
+            s = got[0]
+            if not math.isfinite(s.value) or (s.name.startswith(("vllm:spec_decode", "sglang:spec_")) and s.value < 0):
+                raise ValueError(f"value {s.value!r}")
+        except Exception as e:  # the parser raises ValueError, IndexError, ... on a cut line
+            garbled.append((n, f"{line.strip()[:80]!r}: {type(e).__name__}: {e}"[:200]))
+            continue
+        samples.append(s)
+    vllm = [s for s in samples if s.name.startswith("vllm:spec_decode")]
+    sgl = [s for s in samples if s.name.startswith("sglang:spec_accept")]
+    unrecognised = len(samples) - len(vllm) - len(sgl)
+    if vllm:
+        return _vllm_prom(vllm, source, lines, garbled, unrecognised)
+    table = MetricsTable(source, "sglang-prometheus", [], lines, len(garbled), garbled, unrecognised)
+    if sgl:
+        values = {}
+        for s in sgl:
+            key = SGLANG_GAUGES.get(s.name)
+            if key:  # several label sets (DP ranks, models): one row each
+                values.setdefault(_labels(s.labels), {})[key] = s.value
+        for label, v in values.items():
+            table.rows.append(_row("gauge", label or "all", **v))
+        table.missing = [k for k, key in SGLANG_GAUGES.items() if not any(key in v for v in values.values())]
+    return table
+
+
+def _labels(labels: dict, drop=("position",)) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in drop)
+
+
+def _base(name: str) -> str:
+    for suffix in ("_total", "_created"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)] if suffix == "_total" else ""
+    return name
+
+
+def _vllm_prom(samples, source, lines, garbled, unrecognised) -> MetricsTable:
+    sums, per_pos, engines = {}, {}, set()
+    for s in samples:
+        base = _base(s.name)
+        if base in VLLM_COUNTERS:
+            key = VLLM_COUNTERS[base]
+            sums[key] = sums.get(key, 0.0) + s.value
+            engines.add(_labels(s.labels))
+        elif base == VLLM_PER_POS:
+            pos = s.labels.get("position")
+            if pos is None or not pos.isdigit():
+                garbled.append((0, f"{s.name}: no numeric position label ({s.labels})"))
+                continue
+            per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + s.value
+    table = MetricsTable(source, "vllm-prometheus", [], lines, len(garbled), garbled, unrecognised)
+    table.missing = [name + "_total" for name, key in VLLM_COUNTERS.items() if key not in sums]
+    positions = None
+    if per_pos:
+        k = max(per_pos) + 1
+        gaps = [p for p in range(k) if p not in per_pos]
+        if gaps:
+            table.missing.append(f"{VLLM_PER_POS}_total position(s) {gaps}")
+        else:
+            positions = [_whole(per_pos[p]) for p in range(k)]
+    else:
+        table.missing.append(VLLM_PER_POS + "_total")
+    table.rows.append(_row("counters", ";".join(sorted(engines)) or "all",
+                           **{k: _whole(v) for k, v in sums.items()}, accepted_per_pos=positions))
+    return table
+
+
+def _whole(x: float):
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def difference(before: MetricsTable, after: MetricsTable, seconds: float | None = None) -> MetricsTable:
+    """The counters accumulated between two scrapes of a vLLM /metrics (after - before).
+
+    A counter that went down (a server restart between scrapes) is reported in `missing` and
+    left out, never guessed. SGLang's gauges are already rates: the later scrape is returned.
+    """
+    if after.kind != "vllm-prometheus" or before.kind != "vllm-prometheus":
+        after.interval = seconds
+        return after
+    a, b = after.rows[0], before.rows[0]
+    out, missing = {}, list(after.missing)
+    for key in ("drafts", "draft_tokens", "accepted"):
+        if a[key] is None or b[key] is None:
+            continue
+        if a[key] < b[key]:
+            missing.append(f"{key}: the counter went down between scrapes ({b[key]} -> {a[key]}): a restart?")
+            continue
+        out[key] = _whole(a[key] - b[key])
+    pos = None
+    if a["accepted_per_pos"] and b["accepted_per_pos"] and len(a["accepted_per_pos"]) == len(b["accepted_per_pos"]):
+        d = [x - y for x, y in zip(a["accepted_per_pos"], b["accepted_per_pos"])]
+        if min(d) < 0:
+            missing.append("accepted_per_pos: a counter went down between scrapes")
+        else:
+            pos = [_whole(x) for x in d]
+    row = _row("interval", a["label"], **out, accepted_per_pos=pos)
+    return MetricsTable(after.source, after.kind, [row], before.lines + after.lines, before.garbled + after.garbled,
+                        before.garbled_lines + after.garbled_lines, before.unrecognised + after.unrecognised,
+                        missing, interval=seconds)
+
+
+# -- JSON sources -------------------------------------------------------------------------------------
+_SETTINGS = {"speculative_num_steps": "steps", "speculative_eagle_topk": "topk",
+             "speculative_num_draft_tokens": "draft_tokens"}
+
+
+def parse_server_info(data: dict, source: str = "<json>") -> MetricsTable:
+    """SGLang `/get_server_info` -> one row per DP rank (`internal_states[i]`) with its average
+    accept length; the speculative server arguments found beside them become `settings`."""
+    table = MetricsTable(source, "sglang-server-info", [], lines=1)
+    table.settings = {v: int(data[k]) for k, v in _SETTINGS.items() if isinstance(data.get(k), int)}
+    states = data.get("internal_states")
+    if not isinstance(states, list):
+        table.missing.append("internal_states")
+        return table
+    for i, st in enumerate(states):
+        value = st.get("avg_spec_accept_length") if isinstance(st, dict) else None
+        if value is None:
+            table.missing.append(f"internal_states[{i}].avg_spec_accept_length")
+        elif not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            table.garbled += 1
+            table.garbled_lines.append((i, f"internal_states[{i}].avg_spec_accept_length = {value!r}"))
+        else:
+            table.rows.append(_row("dp-rank", f"dp rank {i}", accept_length=float(value)))
+    return table
+
+
+# -- logs -----------------------------------------------------------------------------------------------
+def from_log(path) -> MetricsTable:
+    """A serving log (`helpers.serving.logs`) -> rows of the same shape, with the start-up line's settings."""
+    from helpers.serving.logs import read_drafting, read_log
+
+    log = read_log(path)
+    engine = log.engines[0] if len(log.engines) == 1 else "mixed"
+    rows = []
+    for r in log.rows:
+        if r["engine"] == "vllm":
+            per = r.get("per_position")
+            k = len(per) if per else None
+            drafts = r["drafted"] / k if k and r.get("drafted") is not None else None
+            rows.append(_row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
+                             accept_rate=r.get("accept_rate"), accepted=r.get("accepted"),
+                             draft_tokens=r.get("drafted"), drafts=None if drafts is None else _whole(drafts),
+                             per_position=per))
+        else:
+            rows.append(_row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
+                             accept_rate=r.get("accept_rate")))
+    drafting = read_drafting(path)
+    return MetricsTable(str(path), f"{engine}-log", rows, log.total, log.garbled, list(log.garbled_lines),
+                        log.unrecognised, settings={k: drafting[k] for k in ("steps", "topk", "draft_tokens") if k in drafting})
+
+
+# -- any source -------------------------------------------------------------------------------------------
+def is_url(source: str) -> bool:
+    return str(source).startswith(("http://", "https://"))
+
+
+def fetch(url: str, timeout: float = 10.0) -> str:
+    """GET a URL's text; a bare host:port gets `/metrics`. BadInputError when it cannot be read."""
+    from urllib.error import URLError
+    from urllib.parse import urlsplit
+    from urllib.request import urlopen
+
+    if urlsplit(url).path in ("", "/"):
+        url = url.rstrip("/") + "/metrics"
+    try:
+        with urlopen(url, timeout=timeout) as r:  # noqa: S310 (a URL the user gave)
+            return r.read().decode("utf-8", errors="replace")
+    except (URLError, OSError, ValueError) as e:
+        raise BadInputError(url, f"cannot fetch: {getattr(e, 'reason', None) or e}") from None
+
+
+def parse_records(lines, source: str = "<jsonl>") -> MetricsTable:
+    """Per-request JSONL (SGLang meta_info or vLLM counts) or a SpecForge log: `helpers.serving.records`."""
+    r = read_records(lines)
+    if len(r["kinds"]) > 1:
+        raise BadInputError(source, f"mixes record kinds {sorted(r['kinds'])}: give one source per file")
+    kind = r["kinds"].pop() if r["kinds"] else "records"
+    return MetricsTable(source, kind, r["rows"], r["lines"], len(r["garbled_lines"]), r["garbled_lines"], r["unrecognised"])
+
+
+def parse_text(text: str, source: str) -> MetricsTable:
+    """Text of any source except a log file: JSON server info, JSONL records or Prometheus text."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None
+        if isinstance(data, dict) and ("internal_states" in data or any(k in data for k in _SETTINGS)):
+            return parse_server_info(data, source)
+        if isinstance(data, dict) and not any(k in text for k in ("acc_", "simulated_acc_len")):
+            return parse_records([text.replace("\n", " ")], source)
+        return parse_records(text.splitlines(), source)
+    if "vllm:" in text or "sglang:" in text or "# TYPE" in text:
+        return parse_prometheus(text, source)
+    return parse_records(text.splitlines(), source)
+
+
+def read_metrics(source: str, interval: float | None = None) -> MetricsTable:
+    """A URL or a file -> `MetricsTable`. `interval` (URL only): two scrapes, counters differenced.
+
+    Files: a serving log (`helpers.serving.logs` recognises it), a saved /metrics text, a
+    /get_server_info JSON, per-request JSONL, or a SpecForge training log. Raises BadInputError
+    when nothing in it reads.
+    """
+    import time
+
+    source = str(source)
+    if is_url(source):
+        first = parse_text(fetch(source), source)
+        if interval:
+            t0 = time.monotonic()
+            time.sleep(float(interval))
+            second = parse_text(fetch(source), source)
+            table = difference(first, second, time.monotonic() - t0)
+        else:
+            table = first
+    else:
+        p = Path(source)
+        if not p.is_file():
+            raise BadInputError(p, "no such metrics file" if not p.exists() else "not a file")
+        if interval:
+            raise BadInputError(p, "--interval needs a URL to scrape twice (a file is one scrape)")
+        try:
+            text = p.read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
+        table = _from_log_if_log(p, text) or parse_text(text, str(p))
+    if not table.rows:
+        why = f"{table.garbled} garbled" + (f"; missing {', '.join(table.missing)}" if table.missing else "")
+        raise BadInputError(source, f"no speculative-decoding figure reads among {table.lines} lines/records ({why})")
+    return table
+
+
+def _from_log_if_log(p: Path, text: str) -> MetricsTable | None:
+    from helpers.serving.logs import parse_lines
+
+    head = parse_lines(text.splitlines()[:5000])
+    if head.parsed or head.garbled:
+        return from_log(p)
+    return None

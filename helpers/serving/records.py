@@ -1,0 +1,142 @@
+"""Per-request JSONL and SpecForge training logs -> `helpers.serving.metrics.MetricsTable` rows.
+
+SGLang responses' `meta_info` (field names of several releases, listed in `_SGL_*`), vLLM
+per-request counts under its `SpecDecodingStats` names, and SpecForge's per-step `acc_i` /
+`simulated_acc_len` (one JSON object or one `key: value` line per logged step). A record that is
+recognised but does not read is garbled (counted, reason kept); one without any speculative field
+is unrecognised. `helpers.serving.metrics.read_metrics` picks this reader by content.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+# a row: kind, label, and whichever of these the source has (None elsewhere); `helpers.serving.metrics` uses it too
+ROW_KEYS = ("drafts", "draft_tokens", "accepted", "accepted_per_pos", "accept_length", "accept_rate",
+            "completion_tokens", "verify_ct", "histogram", "per_position", "acc", "simulated_acc_len")
+
+
+def _row(kind: str, label, **values) -> dict:
+    row = {"kind": kind, "label": label}
+    row.update({k: values.get(k) for k in ROW_KEYS})
+    return row
+
+
+# meta_info names across SGLang versions: (accepted draft tokens, proposed draft tokens, histogram)
+_SGL_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num", "spec_accepted_tokens")
+_SGL_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+_SGL_HIST = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+_VLLM_REQ = {"num_drafts": "drafts", "num_draft_tokens": "draft_tokens", "num_accepted_tokens": "accepted",
+             "num_accepted_tokens_per_pos": "accepted_per_pos"}
+
+
+def _first(d: dict, names):
+    for n in names:
+        if n in d:
+            return d[n]
+    return None
+
+
+def _number(v, what: str, whole: bool = False):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"{what} = {v!r} is not a non-negative number")
+    if whole and not float(v).is_integer():
+        raise ValueError(f"{what} = {v!r} is not a whole number")
+    return int(v) if whole else float(v)
+
+
+def _request_row(obj: dict, n: int) -> dict | None:
+    """One JSONL record -> a row; None when it holds no speculative field; ValueError when one does not read."""
+    meta = obj.get("meta_info", obj) if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    if "spec_verify_ct" in meta:
+        verify = _number(meta["spec_verify_ct"], "spec_verify_ct", whole=True)
+        comp = meta.get("completion_tokens")
+        acc, prop, hist = _first(meta, _SGL_ACCEPTED), _first(meta, _SGL_PROPOSED), _first(meta, _SGL_HIST)
+        if hist is not None and (not isinstance(hist, list) or not hist):
+            raise ValueError(f"histogram {hist!r} is not a list of counts")
+        return _row("request", meta.get("id", n),
+                    verify_ct=verify,
+                    completion_tokens=None if comp is None else _number(comp, "completion_tokens", whole=True),
+                    accept_length=None if meta.get("spec_accept_length") is None
+                    else _number(meta["spec_accept_length"], "spec_accept_length"),
+                    accept_rate=None if meta.get("spec_accept_rate") is None
+                    else _number(meta["spec_accept_rate"], "spec_accept_rate"),
+                    accepted=None if acc is None else _number(acc, "accepted drafts", whole=True),
+                    draft_tokens=None if prop is None else _number(prop, "proposed drafts", whole=True),
+                    histogram=None if hist is None else [_number(h, "histogram", whole=True) for h in hist])
+    if "num_drafts" in meta and "num_accepted_tokens" in meta:
+        vals = {}
+        for name, key in _VLLM_REQ.items():
+            if name in meta:
+                v = meta[name]
+                vals[key] = [_number(x, name, whole=True) for x in v] if isinstance(v, list) else _number(v, name, whole=True)
+        return _row("request", meta.get("request_id", meta.get("id", n)), **vals)
+    return None
+
+
+_ACC = re.compile(r"""['"]?(?:(train|eval)/)?acc_(\d+)['"]?\s*[:=]\s*([^\s,}'"]+)""")
+_SIM = re.compile(r"""['"]?(?:(train|eval)/)?simulated_acc_len['"]?\s*[:=]\s*([^\s,}'"]+)""")
+_STEP = re.compile(r"""['"]?(?:global_)?step['"]?\s*[:=]\s*(\d+)""")
+
+
+def _specforge_row(line: str, n: int) -> dict | None:
+    """One SpecForge log line (a JSON object or `key: value` text) -> a row per mode (eval first)."""
+    accs = _ACC.findall(line)
+    sims = _SIM.findall(line)
+    if not accs and not sims:
+        return None
+    modes = {}
+    for mode, i, v in accs:
+        modes.setdefault(mode or "train", {}).setdefault("acc", {})[int(i)] = _number(_float(v, f"acc_{i}"), f"acc_{i}")
+    for mode, v in sims:
+        modes.setdefault(mode or "train", {})["sim"] = _number(_float(v, "simulated_acc_len"), "simulated_acc_len")
+    mode = "eval" if "eval" in modes else next(iter(modes))
+    m = modes[mode]
+    acc = m.get("acc", {})
+    if acc and sorted(acc) != list(range(len(acc))):
+        raise ValueError(f"acc_i positions {sorted(acc)} are not 0..{len(acc) - 1}")
+    step = _STEP.search(line)
+    return _row("step", f"{mode} step {step.group(1) if step else n}",
+                acc=[acc[i] for i in range(len(acc))] or None, simulated_acc_len=m.get("sim"))
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is not a number") from None
+
+
+def read_records(lines) -> dict:
+    """Per-request JSONL (SGLang meta_info or vLLM counts) or a SpecForge log -> rows and counts:
+    {rows, lines, garbled_lines, unrecognised, kinds} (`helpers.serving.metrics.parse_records` makes the table)."""
+    rows, garbled, unrecognised, total, kinds = [], [], 0, 0, set()
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        total += 1
+        try:
+            row = None
+            if line.lstrip().startswith("{") and "acc_" not in line:
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"not JSON ({e.msg} at column {e.colno})") from None
+                row = _request_row(obj, n)
+                if row is not None:
+                    kinds.add("sglang-requests" if row["verify_ct"] is not None else "vllm-requests")
+            else:
+                row = _specforge_row(line, n)
+                if row is not None:
+                    kinds.add("specforge")
+        except ValueError as e:
+            garbled.append((n, str(e)))
+            continue
+        if row is None:
+            unrecognised += 1
+        else:
+            rows.append(row)
+    return {"rows": rows, "lines": total, "garbled_lines": garbled, "unrecognised": unrecognised, "kinds": kinds}

@@ -1,0 +1,10 @@
+"""Engine-free speculative decoding: the loop, what a run is set to do and what it counted, and
+prediction against measurement.
+
+Modules (import them by name; this file imports nothing):
+- `loop`
+- `result`
+- `compare`
+"""
+
+__all__ = ["loop", "result", "compare"]

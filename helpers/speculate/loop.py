@@ -1,0 +1,298 @@
+"""Speculative decoding without an engine: a `transformers` target verifies the kit's EAGLE-3 draft,
+token by token, in plain PyTorch - the ground truth the closed form, the Monte Carlo model and the
+replay approximate (docs/speculative-decoding.md).
+
+One round, with n tokens in the target's KV cache and the root (the last generated token) not yet:
+
+1. the draft proposes a chain or a tree from its cached state (`helpers.model.drafter.Drafter`);
+2. ONE target forward over [root, drafted nodes] with the cache (positions n + depth; for a tree a
+   4-D attention mask lets each node see the context, its ancestors and itself), recording the aux
+   hidden states (`HiddenStateCapture`);
+3. verification walks from the root: greedy (temperature 0) accepts a child equal to the target's
+   argmax; sampling applies the rejection rule child by child (accept c with min(1, p(c)/q(c)),
+   else p <- normalised max(p - q, 0); q is the draft distribution mapped to target ids through
+   the reading, or a point mass for a top-k child); the walk's last node gives the correction (a
+   rejected depth) or bonus token (a leaf reached) from its target distribution;
+4. the cache keeps the context, the root and the accepted nodes' rows (rejected rows are dropped,
+   nothing is recomputed: one target forward per round), and the draft extends its own cache over
+   the same positions with their aux states.
+
+Accept length = accepted drafted tokens + 1 (the correction/bonus), as engines count.
+`SpecRun` keeps raw sums (so runs over shards of the prompts add up with `SpecRun.merge`) and
+derives means, standard error, histogram and per-position acceptance from them.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from helpers.io.chat import prompt_ids, uses_template
+from helpers.measure.predict import cpu_threads
+from helpers.model.drafter import Drafter, Proposal
+from helpers.model.target import HiddenStateCapture, Target
+from helpers.speculate.result import PromptRun, SpecRun, SpecSettings
+
+
+# -- verification ---------------------------------------------------------------------------------
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalised max(p - q, 0): what to sample from after rejecting a draft drawn from q."""
+    r = (p - q).clamp_min(0)
+    s = r.sum()
+    return r / s if s > 0 else p
+
+
+def accept_rule(p: torch.Tensor, q: torch.Tensor, token: int, generator) -> tuple[bool, torch.Tensor]:
+    """The standard rejection rule for one drafted token: (accepted, p for what comes next)."""
+    pq = float(q[token]) if token >= 0 else 1.0
+    pt = float(p[token]) if token >= 0 else 0.0
+    u = float(torch.rand((), generator=generator, device=p.device))
+    if pq > 0 and u < min(1.0, pt / pq):
+        return True, p
+    return False, residual(p, q)
+
+
+def _target_q(prop: Proposal, node: int, drafter: Drafter, vocab: int, device) -> torch.Tensor:
+    """The distribution node `node` was drawn from, over target ids (mass outside the vocab dropped)."""
+    q = torch.zeros(vocab, device=device)
+    if node in prop.q:
+        dq = prop.q[node].to(device)
+        tid = drafter.target_ids(torch.arange(dq.numel(), device=drafter.device)).to(device)
+        ok = tid >= 0
+        q.index_add_(0, tid[ok], dq[ok])
+    elif prop.tokens[node] >= 0:
+        q[prop.tokens[node]] = 1.0  # a top-k child: a point mass
+    return q
+
+
+def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Drafter, generator):
+    """Walk the tree: (accepted node path without the root, next token, 'correction'|'bonus')."""
+    children = prop.children()
+    path, cur = [], 0
+    if temperature <= 0:
+        best = logits.argmax(-1).tolist()
+        while True:
+            nxt = next((c for c in children[cur] if prop.tokens[c] == best[cur]), None)
+            if nxt is None:
+                return path, best[cur], "correction" if children[cur] else "bonus"
+            path.append(nxt)
+            cur = nxt
+    while True:
+        p = torch.softmax(logits[cur].float() / temperature, dim=-1)
+        for c in children[cur]:
+            ok, p = accept_rule(p, _target_q(prop, c, drafter, p.numel(), p.device), prop.tokens[c], generator)
+            if ok:
+                path.append(c)
+                cur = c
+                break
+        else:
+            tok = int(torch.multinomial(p, 1, generator=generator))
+            return path, tok, "correction" if children[cur] else "bonus"
+
+
+def tree_mask(prop: Proposal, n: int, dtype, device) -> torch.Tensor:
+    """[1, 1, size, n + size] additive mask: each node sees the n context tokens, its ancestors, itself."""
+    size = prop.size
+    allowed = torch.zeros(size, n + size, dtype=torch.bool)
+    allowed[:, :n] = True
+    for i in range(size):
+        j = i
+        while j >= 0:
+            allowed[i, n + j] = True
+            j = prop.parent[j]
+    mask = torch.zeros(size, n + size, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None].to(device)
+
+
+def _keep_rows(cache, n: int, keep: list[int], chain: bool) -> None:
+    """Cut the target's KV cache to the context (n rows) plus the tree rows `keep` (offsets from n)."""
+    if chain:  # the accepted rows are a prefix; crop(-m) drops the last m rows in every transformers version
+        drop = cache.get_seq_length() - (n + len(keep))
+        if drop > 0:
+            cache.crop(-drop)
+        return
+    rows = list(range(n)) + [n + k for k in keep]
+    if hasattr(cache, "layers"):  # transformers >= 4.56: one object per layer
+        for layer in cache.layers:
+            idx = torch.tensor(rows, device=layer.keys.device)
+            layer.keys, layer.values = layer.keys.index_select(2, idx), layer.values.index_select(2, idx)
+    else:  # earlier: lists of tensors
+        for i, (k, v) in enumerate(zip(cache.key_cache, cache.value_cache)):
+            idx = torch.tensor(rows, device=k.device)
+            cache.key_cache[i], cache.value_cache[i] = k.index_select(2, idx), v.index_select(2, idx)
+
+
+# -- the loop -------------------------------------------------------------------------------------
+def _eos_ids(target: Target) -> set[int]:
+    out = set()
+    for src in (getattr(target.model, "generation_config", None), target.tokenizer):
+        e = getattr(src, "eos_token_id", None)
+        out |= set(e if isinstance(e, (list, tuple)) else [e])
+    return {int(e) for e in out if e is not None}
+
+
+def _cache_argument(model) -> str:
+    """transformers >= 5.2x names the KV cache argument `cache`; earlier ones `past_key_values`."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _layers(target: Target, draft, engine: str) -> list[int]:
+    from helpers.model.capture import resolve_aux_ids
+
+    ids, _ = resolve_aux_ids(None, getattr(draft, "source", None), engine)
+    return target.aux_layers(engine, ids)
+
+
+@torch.inference_mode()
+def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettings, run: SpecRun, *,
+                     index: int = 0, layers=None, generator=None, on_round=None) -> PromptRun:
+    """Generate for one prompt (token ids), adding its counts to `run`."""
+    from transformers import DynamicCache
+
+    steps, topk, n_tokens = settings.shape()
+    T = float(settings.temperature)
+    sample_chain = T > 0 and topk == 1 and n_tokens == steps + 1
+    dev = target.input_device
+    layers = layers or _layers(target, draft, settings.engine)
+    eos = _eos_ids(target)
+    out = PromptRun(index, list(ids))
+    drafter = Drafter(draft, settings.reading)
+    try:
+        cache = DynamicCache(config=target.config)
+    except TypeError:  # transformers < 4.56 takes no config
+        cache = DynamicCache()
+    model = target.model
+    cache_kw = _cache_argument(model)
+    t_start = time.perf_counter()
+    t_target = 0.0
+
+    def forward(x, **kw):
+        nonlocal t_target
+        t0 = time.perf_counter()
+        logits = model(input_ids=x, use_cache=True, **{cache_kw: cache}, **kw).logits[0]
+        t_target += time.perf_counter() - t0
+        return logits
+
+    def emit(tok, kind, pos=-1):
+        out.output_ids.append(int(tok)), out.kinds.append(kind), out.draft_pos.append(pos)
+        return len(out.output_ids) >= settings.max_new_tokens or int(tok) in eos
+
+    with HiddenStateCapture(target, layers) as cap:
+        x = torch.tensor([ids], device=dev)
+        logits = forward(x)
+        run.target_forwards += 1
+        run.target_tokens_fed += len(ids)
+        last = logits[-1].float()
+        first = int(last.argmax()) if T <= 0 else int(torch.multinomial(
+            torch.softmax(last / T, -1), 1, generator=generator))
+        drafter.extend(cap.aux(), torch.tensor([ids[1:] + [first]], device=dev))
+        done = emit(first, "target")
+        root, n = first, len(ids)
+        while not done:
+            prop = drafter.propose(root, steps, topk, n_tokens, sample=sample_chain, temperature=T or 1.0,
+                                   generator=generator)
+            feed = torch.tensor([[t if t >= 0 else 0 for t in prop.tokens]], device=dev)
+            depth = torch.tensor([prop.depth], device=dev)
+            kw = {"position_ids": n + depth, "cache_position": torch.arange(n, n + prop.size, device=dev)}
+            chain = all(prop.parent[i] == i - 1 for i in range(1, prop.size))
+            if not chain:
+                kw["attention_mask"] = tree_mask(prop, n, model.dtype, dev)
+            cap.clear()
+            logits = forward(feed, **kw)
+            aux = cap.aux()
+            run.target_forwards += 1
+            run.target_tokens_fed += prop.size
+            path, nxt, how = verify(prop, logits, T, drafter, generator)
+            run.verify_steps += 1
+            run.histogram_counts[len(path) + 1] += 1
+            run.accepted_per_position[: len(path)] += 1
+            out.accept_lengths.append(len(path) + 1)
+            _keep_rows(cache, n, [0] + path, chain)
+            rows = torch.tensor([0] + path, device=aux.device)
+            accepted = [prop.tokens[c] for c in path]
+            drafter.extend(aux[:, rows], torch.tensor([accepted + [nxt]], device=dev))
+            for j, tok in enumerate(accepted):
+                if emit(tok, "draft", j):
+                    done = True
+                    break
+            if not done:
+                done = emit(nxt, how)
+            n += 1 + len(path)
+            root = nxt
+            if on_round is not None:
+                on_round(out)
+    run.draft_forwards += drafter.forwards
+    run.seconds["target"] += t_target
+    run.seconds["draft"] += drafter.seconds
+    run.seconds["total"] += time.perf_counter() - t_start
+    if target.tokenizer is not None:
+        out.text = target.tokenizer.decode(out.output_ids)
+        out.pieces = [target.tokenizer.decode([t]) for t in out.output_ids]
+    return out
+
+
+def speculate(target: Target, draft, records, settings: SpecSettings, *, progress: bool = False,
+              on_round=None, on_prompt=None) -> SpecRun:
+    """Speculate on every prompt record (`helpers.io.prompts.Conversation`, or a list of token ids).
+
+    `records` may be any iterable, e.g. one process's shard of a prompt file; runs over shards
+    add up with `SpecRun.merge`.
+    """
+    settings.check()
+    run = SpecRun.empty(settings)
+    layers = _layers(target, draft, settings.engine)
+    template = uses_template(target.tokenizer, settings.chat_template) if target.tokenizer is not None else False
+    gen = torch.Generator(device=target.input_device)
+    from tqdm.auto import tqdm
+
+    with cpu_threads(target.model):  # a small model on a busy CPU: one thread (see predict.cpu_threads)
+        for k, rec in enumerate(tqdm(records, desc=f"speculate ({settings.reading})", unit="prompt",
+                                     disable=not progress)):
+            if isinstance(rec, (list, tuple)):
+                ids, index = [int(t) for t in rec], k
+            else:
+                ids, index = prompt_ids(target.tokenizer, rec.prompt_messages(), template), rec.index
+            gen.manual_seed(int(settings.seed) * 1_000_003 + index)  # per prompt: the same tokens however prompts are split
+            pr = speculate_prompt(target, draft, ids, settings, run, index=index, layers=layers, generator=gen,
+                                  on_round=on_round)
+            run.prompts.append(pr)
+            if on_prompt is not None:
+                on_prompt(pr)
+    return run
+
+
+def speculate_readings(target: Target, draft, records, settings: SpecSettings, readings, **kw) -> dict[str, SpecRun]:
+    """The same prompts and settings under each reading of d2t: {reading: SpecRun}."""
+    from dataclasses import replace
+
+    records = list(records)
+    return {r: speculate(target, draft, records, replace(settings, reading=r), **kw) for r in readings}
+
+
+def result_json(runs: dict[str, SpecRun], *, target: str, checkpoint: str, prompts: str | None) -> dict:
+    """The command's JSON: inputs, then one entry per reading."""
+    return {"checkpoint": os.fspath(checkpoint), "target": os.fspath(target),
+            "prompts": os.fspath(prompts) if prompts else None,
+            "readings": {r: run.to_dict() for r, run in runs.items()}}
+
+
+@torch.inference_mode()
+def plain_decode_tps(target: Target, prompts: list[list[int]], max_new_tokens: int) -> float:
+    """Tokens/s of the target decoding greedily on its own (transformers' generate, KV cache, batch 1):
+    the baseline a speculative run on the same machine is compared with."""
+    total, seconds = 0, 0.0
+    dev = target.input_device
+    with cpu_threads(target.model):
+        for ids in prompts:
+            x = torch.tensor([ids], device=dev)
+            t0 = time.perf_counter()
+            out = target.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+                                        max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                                        temperature=None, top_p=None, top_k=None, pad_token_id=0)
+            seconds += time.perf_counter() - t0
+            total += out.shape[1] - x.shape[1]
+    return total / seconds if seconds else float("nan")

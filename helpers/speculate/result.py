@@ -1,0 +1,184 @@
+"""What a speculative decoding run is set to do and what it counted (`helpers.speculate.loop` runs it).
+
+`SpecSettings`: the reading of d2t, chain (K drafted tokens) or SGLang tree (steps, topk,
+draft_tokens counting the root), temperature, tokens per prompt, seed, aux-layer convention.
+`SpecRun` keeps raw sums only - verify steps per accept length, verify steps that accepted each
+drafted position, target forwards and tokens computed, seconds - so runs over shards of the
+prompts (one per process) add up with `SpecRun.merge`; mean, standard error, histogram and
+per-position acceptance (unconditional: / verify steps, vLLM's definition; conditional: / steps
+that reached the position) derive from them. `PromptRun`: one prompt's ids, text and how each
+generated token came.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from helpers.core.terms import check_reading
+from helpers.measure.replay import histogram_stderr
+
+
+@dataclass
+class SpecSettings:
+    """How to speculate. Chain: `draft_tokens` K drafted tokens (steps/topk None). Tree: SGLang's
+    `steps`, `topk`, `draft_tokens` (which counts the root)."""
+
+    reading: str = "offset"
+    draft_tokens: int = 5
+    steps: int | None = None
+    topk: int | None = None
+    temperature: float = 0.0
+    max_new_tokens: int = 64
+    seed: int = 0
+    engine: str = "sglang"
+    chat_template: str = "auto"
+
+    def shape(self) -> tuple[int, int, int]:
+        """(steps, topk, draft_tokens incl. root) of the tree this drafts."""
+        if self.steps is None and self.topk is None:
+            return int(self.draft_tokens), 1, int(self.draft_tokens) + 1
+        return int(self.steps or 1), int(self.topk or 1), int(self.draft_tokens)
+
+    @property
+    def is_chain(self) -> bool:
+        return self.steps is None and self.topk is None
+
+    def check(self) -> SpecSettings:
+        check_reading(self.reading)
+        steps, topk, n = self.shape()
+        if steps < 1 or topk < 1 or n < 2:
+            raise ValueError(f"need steps >= 1, topk >= 1 and at least one drafted token (got steps={steps}, "
+                             f"topk={topk}, draft tokens={n} counting the root)")
+        if self.temperature < 0 or not math.isfinite(self.temperature):
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.max_new_tokens < 1:
+            raise ValueError("max new tokens must be at least 1")
+        return self
+
+    def to_dict(self) -> dict:
+        steps, topk, n = self.shape()
+        return {"reading": self.reading, "drafting": "chain" if self.is_chain else "tree", "steps": steps,
+                "topk": topk, "draft_tokens": self.draft_tokens, "temperature": self.temperature,
+                "max_new_tokens": self.max_new_tokens, "seed": self.seed, "engine": self.engine,
+                "chat_template": self.chat_template}
+
+
+@dataclass
+class PromptRun:
+    """One prompt's generation: ids, text and how every generated token came."""
+
+    index: int
+    prompt_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # "target" (prefill), "draft", "correction", "bonus"
+    draft_pos: list[int] = field(default_factory=list)  # drafted position (0-based) of "draft" tokens, else -1
+    accept_lengths: list[int] = field(default_factory=list)
+    text: str = ""
+    pieces: list[str] = field(default_factory=list)  # each output token decoded on its own (token view)
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "prompt_tokens": len(self.prompt_ids), "output_ids": self.output_ids,
+                "text": self.text, "kinds": self.kinds, "draft_pos": self.draft_pos,
+                "accept_lengths": self.accept_lengths, "pieces": self.pieces,
+                "mean_accept_length": float(np.mean(self.accept_lengths)) if self.accept_lengths else None}
+
+
+@dataclass
+class SpecRun:
+    """Raw sums of a speculation run (one reading) and the prompts' outputs; everything else derives."""
+
+    settings: dict
+    histogram_counts: np.ndarray  # [steps + 2]: verify steps with accept length L
+    accepted_per_position: np.ndarray  # [steps]: verify steps that accepted drafted position j
+    verify_steps: int = 0
+    target_forwards: int = 0  # prefills + verify forwards
+    target_tokens_fed: int = 0  # tokens the target computed (prompts + tree nodes): the cache is reused
+    draft_forwards: int = 0
+    seconds: dict = field(default_factory=lambda: {"total": 0.0, "target": 0.0, "draft": 0.0})
+    prompts: list[PromptRun] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, settings: SpecSettings) -> SpecRun:
+        steps = settings.shape()[0]
+        return cls(settings.to_dict(), np.zeros(steps + 2, np.int64), np.zeros(steps, np.int64))
+
+    @classmethod
+    def merge(cls, runs: list[SpecRun]) -> SpecRun:
+        """Sum runs over shards of the prompts (same settings), prompts in index order."""
+        out = cls(dict(runs[0].settings), sum(r.histogram_counts for r in runs),
+                  sum(r.accepted_per_position for r in runs))
+        for r in runs:
+            out.verify_steps += r.verify_steps
+            out.target_forwards += r.target_forwards
+            out.target_tokens_fed += r.target_tokens_fed
+            out.draft_forwards += r.draft_forwards
+            for k in out.seconds:
+                out.seconds[k] += r.seconds.get(k, 0.0)
+            out.prompts += r.prompts
+        out.prompts.sort(key=lambda p: p.index)
+        return out
+
+    @property
+    def accepted_tokens(self) -> int:
+        """Sum of accept lengths (the tokens verify steps produced, correction/bonus included)."""
+        return int((np.arange(self.histogram_counts.size) * self.histogram_counts).sum())
+
+    @property
+    def mean(self) -> float:
+        return self.accepted_tokens / self.verify_steps if self.verify_steps else float("nan")
+
+    @property
+    def stderr(self) -> float:
+        return histogram_stderr(self.histogram_counts)
+
+    @property
+    def histogram(self) -> dict[int, int]:
+        return {int(i): int(c) for i, c in enumerate(self.histogram_counts) if i > 0}
+
+    @property
+    def per_position_unconditional(self) -> list[float]:
+        """vLLM's per-position acceptance: accepted at drafted position j / verify steps."""
+        return [float(a / self.verify_steps) if self.verify_steps else float("nan") for a in self.accepted_per_position]
+
+    @property
+    def per_position_conditional(self) -> list[float]:
+        """Accepted at position j / verify steps that reached j (accepted j - 1)."""
+        reached = [self.verify_steps] + self.accepted_per_position[:-1].tolist()
+        return [float(a / r) if r else float("nan") for a, r in zip(self.accepted_per_position.tolist(), reached)]
+
+    @property
+    def forwards_per_token(self) -> float:
+        """Target verify forwards per token they produced (1 / mean accept length: cache reused)."""
+        return self.verify_steps / self.accepted_tokens if self.accepted_tokens else float("nan")
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens / wall seconds of the whole run (prompt forwards included)."""
+        n = sum(len(p.output_ids) for p in self.prompts)
+        return n / self.seconds["total"] if self.seconds["total"] else float("nan")
+
+    @property
+    def overhead_fraction(self) -> float:
+        """Share of wall time spent outside model forwards (the loop's own cost)."""
+        s = self.seconds
+        return (s["total"] - s["target"] - s["draft"]) / s["total"] if s["total"] else float("nan")
+
+    def to_dict(self, prompts: bool = True) -> dict:
+        d = {"settings": self.settings, "mean_accept_length": _num(self.mean), "stderr": _num(self.stderr),
+             "verify_steps": self.verify_steps, "accepted_tokens": self.accepted_tokens,
+             "histogram": self.histogram, "accepted_per_position": self.accepted_per_position.tolist(),
+             "per_position_unconditional": [_num(x) for x in self.per_position_unconditional],
+             "per_position_conditional": [_num(x) for x in self.per_position_conditional],
+             "target_forwards": self.target_forwards, "target_tokens_fed": self.target_tokens_fed,
+             "target_forwards_per_token": _num(self.forwards_per_token), "draft_forwards": self.draft_forwards,
+             "seconds": dict(self.seconds), "loop_overhead_fraction": _num(self.overhead_fraction)}
+        if prompts:
+            d["prompts"] = [p.to_dict() for p in self.prompts]
+        return d
+
+
+def _num(x: float) -> float | None:
+    """A float for JSON: None where undefined (NaN: no verify step reached that position)."""
+    return None if x is None or x != x else float(x)

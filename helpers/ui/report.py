@@ -1,0 +1,284 @@
+"""The bug-report bundle: run the notebook sequence on one checkpoint and collect the results.
+
+`run_report(settings, out)` validates every input first (a bad one is one `BadInputError`
+line before any notebook starts), runs the notebooks with papermill, passing each the same
+`RunSettings` under the same parameter names, exports each to HTML, and writes `summary.md` /
+`summary.json`. The summary computes nothing of its own beyond the mapping verdict: it quotes the
+numbers each notebook recorded (`helpers.ui.notebook.Outputs.record`), so a bundle never shows one
+quantity with two values. Nothing but the user's inputs is read: every notebook parameter that
+points at bundled sample data by default is overridden with the user's value or with None, and
+a section whose input was not given says so and how to give it. A notebook that fails is
+recorded with its error and the others still run. It writes only under `out`.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from helpers.core.errors import BadInputError
+from helpers.io import remote
+from helpers.ui.notebook import read_numbers
+from helpers.ui.settings import RunSettings
+
+
+def notebook_dir() -> Path:
+    """The notebooks: the checkout's notebooks/ folder, or the copy installed with the package."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "notebooks").is_dir():
+        return checkout / "notebooks"
+    from importlib.util import find_spec
+
+    spec = find_spec("helpers._notebooks")  # a namespace package: package data, no __init__.py
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+NOTEBOOK_DIR = notebook_dir()
+# The report runs the investigation notebooks; the primer (00) teaches and the dashboard (05)
+# needs a person at the controls, so neither belongs in a bundle.
+SEQUENCE = (
+    "01_mapping_inspection",
+    "02_d2t_offset_histograms",
+    "03_accuracy_with_and_without_mapping",
+    "04_accept_length_simulation",
+    "06_checkpoint_doctor",
+)
+# Notebook parameters that only exist for a notebook opened by hand; in a report they take these
+# values, so nothing is compared with bundled samples and no fixed copy is written.
+# With a target (--target and --prompts), the report also runs speculative decoding with it.
+SPECULATE = "07_speculative_decoding"
+REPORT_ONLY = {"write_fixed_copy": False, "accept_rate": None, "mapping_path": None, "misencoded_path": None,
+               "misencoded_checkpoint": None}
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    ok: bool
+    seconds: float
+    error: str | None = None
+    figures: list[str] = field(default_factory=list)
+    html: str | None = None
+    notebook: str | None = None
+    numbers: dict = field(default_factory=dict)
+
+
+@dataclass
+class ReportResult:
+    out: str
+    runs: list[NotebookRun]
+    summary_path: str
+    summary: dict
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs)
+
+
+def environment() -> dict:
+    import torch
+
+    from helpers import __version__
+
+    cuda = torch.cuda.is_available()
+    return {
+        "d2t_lab": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if cuda else None,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+    }
+
+
+def _error_line(exc) -> str:
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    cell = getattr(exc, "exec_count", None)
+    where = f" (cell {cell})" if cell is not None else ""
+    return " ".join(f"{ename}: {evalue}".split()) + where
+
+
+def run_notebook(name: str, out: Path, parameters: dict, timeout: int = 3600) -> NotebookRun:
+    """Execute one notebook into `out/notebooks`, export it to `out/html`, collect what it saved."""
+    import nbformat
+    import papermill as pm
+
+    from helpers.ui.html_export import write_notebook_html
+
+    src = NOTEBOOK_DIR / f"{name}.ipynb"
+    fig_dir = out / "figures" / name
+    dest = out / "notebooks" / f"{name}.ipynb"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not src.exists():
+        return NotebookRun(name, False, 0.0, error=f"notebook {src} not found")
+    t0 = time.perf_counter()
+    error = None
+    try:
+        pm.execute_notebook(
+            str(src), str(dest), parameters={**parameters, "output_dir": str(fig_dir)}, kernel_name="python3",
+            cwd=str(NOTEBOOK_DIR), progress_bar=False, request_save_on_cell_execute=False,
+            execution_timeout=timeout,
+            # keep the kernels' start-up and shutdown chatter out of the one-line-per-notebook progress
+            extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
+        )
+    except Exception as e:  # a failed cell, a kernel that died, a timeout: record it, go on with the rest
+        error = _error_line(e)
+    run = NotebookRun(name, error is None, time.perf_counter() - t0, error=error)
+    if dest.exists():
+        nb = nbformat.read(str(dest), as_version=4)
+        _drop_defaults(nb)
+        nbformat.write(nb, str(dest))
+        run.notebook = str(dest)
+        (out / "html").mkdir(exist_ok=True)
+        run.html = str(write_notebook_html(nb, out / "html" / f"{name}.html"))
+        run.figures = sorted(str(p) for p in fig_dir.glob("*.png")) if fig_dir.is_dir() else []
+        run.numbers = read_numbers(fig_dir) if fig_dir.is_dir() else {}
+    return run
+
+
+def _drop_defaults(nb) -> None:
+    """Blank the notebook's own `parameters` cell (its defaults for a run by hand name bundled
+    samples); papermill's injected cell after it holds every value this run used."""
+    for cell in nb.cells:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            cell.source = "# The defaults for a run by hand are replaced by this report's values (next cell)."
+
+
+def all_parameters(declared: dict, values: dict) -> dict:
+    """`values` plus the notebook's own default for every other parameter it declares, so the
+    injected cell alone defines them all (the defaults cell is blanked in the bundle)."""
+    import ast
+
+    out = dict(values)
+    for name, info in declared.items():
+        if name not in out:
+            try:
+                out[name] = ast.literal_eval(info["default"])
+            except (ValueError, SyntaxError):
+                pass  # not a literal: the notebook's default stays in effect
+    return out
+
+
+# -- inputs, checked before anything runs ----------------------------------------------------------
+def _existing(path, what: str) -> str | None:
+    if path is None or str(path) == "":
+        return None
+    if remote.is_remote(path):  # hf:// or http(s)://: read where it lives (helpers.io.remote)
+        return str(path).strip()
+    p = Path(path).resolve()
+    if not p.exists():
+        raise BadInputError(p, f"no such {what}")
+    return str(p)
+
+
+def _check_samples(samples: str, aux_width: int | None) -> None:
+    from helpers.io.samples import load_sample, sample_files, split_folders
+
+    for folder in (split_folders(samples) or {"all": samples}).values():
+        files = sample_files(folder)
+        load_sample(files[0], expect_aux_width=aux_width)
+
+
+def _aux_width(checkpoint: str) -> int | None:
+    from helpers.io.checkpoint import flat_config, open_checkpoint
+
+    ck = open_checkpoint(checkpoint)
+    cfg = flat_config(ck.config) if ck.config else {}
+    h = cfg.get("target_hidden_size") or cfg.get("hidden_size")
+    return 3 * h if isinstance(h, int) and h > 0 else None
+
+
+def validate(settings: RunSettings) -> RunSettings:
+    """Every input checked and paths made absolute; a bad one raises one `BadInputError` line."""
+    from helpers.core.devices import parse_dtype, resolve_device
+    from helpers.doctor.inspection import inspect_path
+    from helpers.serving.logs import read_log
+
+    s = settings
+    checkpoint = _existing(s.checkpoint, "file or folder")
+    if checkpoint is None:
+        raise BadInputError(None, "no checkpoint given")
+    inspect_path(checkpoint)  # the mapping reads (or the one line says why not)
+    paths = {
+        "samples": _existing(s.samples, "samples folder"),
+        "embed_from": _existing(s.embed_from, "embed_tokens file or folder"),
+        "target_config": _existing(s.target_config, "target config"),
+        "target_head": _existing(s.target_head, "target head folder"),
+    }
+    paths["target"] = _existing(s.target, "target folder")
+    paths["prompts"] = _existing(s.prompts, "prompt file")
+    if paths["target"] and not paths["prompts"]:
+        raise BadInputError(None, "--target needs --prompts FILE (the prompts to run speculative decoding on)")
+    if paths["prompts"] and not paths["target"]:
+        raise BadInputError(None, "--prompts needs --target DIR (the Hugging Face target that verifies the draft)")
+    if paths["target"]:
+        from helpers.model.target import read_target_config
+
+        read_target_config(paths["target"])  # a folder without config.json is refused here, not in notebook 07
+    logs = tuple(_existing(p, "log file") for p in s.logs)
+    for p in logs:
+        read_log(p)  # a file with no line the kit reads is refused here, not in notebook 04
+    if paths["samples"]:
+        _check_samples(paths["samples"], _aux_width(checkpoint))
+    if s.device:
+        resolve_device(s.device)
+    if s.dtype:
+        try:
+            parse_dtype(s.dtype)
+        except ValueError as e:
+            raise BadInputError(None, f"--dtype: {e}") from None
+    for name in ("baseline_tps", "spec_tps"):
+        value = getattr(s, name)
+        if value is not None and not value > 0:
+            raise BadInputError(None, f"--{name.replace('_', '-')} must be a positive tokens/s figure, got {value}")
+    if s.max_samples is not None and s.max_samples < 1:
+        raise BadInputError(None, f"--max-samples must be at least 1, got {s.max_samples}")
+    metrics = s.metrics
+    if metrics:
+        from helpers.serving.metrics import is_url, read_metrics
+
+        metrics = metrics if is_url(metrics) else _existing(metrics, "metrics file")
+        read_metrics(metrics)  # a source with no figure that reads is refused here, not in notebook 04
+    return s.with_(checkpoint=checkpoint, logs=logs, metrics=metrics, **paths)
+
+
+def _check_out(out: Path, s: RunSettings) -> None:
+    for name in ("checkpoint", "samples", "target"):
+        p = getattr(s, name)
+        if p and (out == Path(p) or Path(p) in out.parents):
+            raise BadInputError(out, "the report must not be written inside the checkpoint or samples folder")
+    if out.exists() and not out.is_dir():
+        raise BadInputError(out, "exists and is not a folder")
+
+
+def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print) -> ReportResult:
+    """Validate `settings`, run `notebooks` on them into `out`, write summary.md / summary.json."""
+    from helpers.ui.summary import summary_dict, summary_markdown
+
+    s = validate(settings)
+    if s.target and SPECULATE not in notebooks:
+        notebooks = (*notebooks, SPECULATE)
+    out = Path(out).resolve()
+    _check_out(out, s)
+    out.mkdir(parents=True, exist_ok=True)
+    import papermill as pm
+
+    runs = []
+    for i, name in enumerate(notebooks, 1):
+        src = NOTEBOOK_DIR / f"{name}.ipynb"
+        declared = pm.inspect_notebook(str(src)) if src.exists() else {}
+        params = all_parameters(declared, s.notebook_parameters(declared, **REPORT_ONLY))
+        run = run_notebook(name, out, params)
+        runs.append(run)
+        if progress:
+            status = "ok" if run.ok else f"FAILED ({run.error})"
+            progress(f"[{i}/{len(notebooks)}] {name}: {status} in {run.seconds:.1f} s, {len(run.figures)} figure(s)")
+    env = environment()
+    summary = summary_dict(s, runs, env)
+    summary["notebooks"] = [asdict(r) for r in runs]
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out / "summary.md").write_text(summary_markdown(s, runs, summary, env))
+    return ReportResult(str(out), runs, str(out / "summary.md"), summary)

@@ -1,0 +1,142 @@
+"""One set of settings for a run of the kit: what the user gave, and what was filled in.
+
+`RunSettings` names every input once, with one meaning, and the notebooks' `parameters` cells
+use the same names, so the report passes one object to every notebook and its summary, and the
+same quantity never shows two values in one bundle:
+
+- `steps`: the drafting depth. Scored drafting steps in `evaluate`, the chain length of the
+  replay, and SGLang's `--speculative-num-steps` for a tree.
+- `topk`: SGLang's `--speculative-eagle-topk` (1: a chain).
+- `draft_tokens`: SGLang's `--speculative-num-draft-tokens`, the verified root included
+  (default `steps + 1`, a chain of `steps` drafted tokens).
+
+`resolve_drafting` fills the drafting settings from explicit values first, then from a serving
+log's start-up line (SGLang `server_args=`, vLLM `num_speculative_tokens`), then from defaults,
+and records where each came from in `sources`, so a report can say which numbers are defaults.
+This module imports neither torch nor the notebooks.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from helpers.core.errors import BadInputError
+from helpers.core.terms import ENGINES
+
+DEFAULT_STEPS = 3  # SGLang's usual EAGLE-3 chain: steps 3, top-k 1, 4 draft tokens
+DEFAULT_TOPK = 1
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything one investigation runs on. Paths are strings or None (not given)."""
+
+    checkpoint: str | None = None
+    samples: str | None = None
+    embed_from: str | None = None
+    target_head: str | None = None
+    target_config: str | None = None
+    engine: str = "all"
+    logs: tuple[str, ...] = ()
+    metrics: str | None = None  # a serving-metrics file or URL (`helpers.serving.metrics.read_metrics`)
+    steps: int = DEFAULT_STEPS
+    topk: int = DEFAULT_TOPK
+    draft_tokens: int | None = None
+    baseline_tps: float | None = None
+    spec_tps: float | None = None
+    device: str | None = None
+    dtype: str | None = None
+    max_samples: int | None = None
+    svg: bool = False
+    # comparisons a notebook draws beside the user's checkpoint when they are named
+    misencoded: str | None = None  # a copy with d2t stored as absolute ids
+    compare_with: tuple[str, ...] = ()  # more checkpoints for the doctor's overview
+    # the target in the loop: notebook 07 runs speculative decoding with it on these prompts
+    target: str | None = None  # Hugging Face target folder
+    prompts: str | None = None  # JSONL prompt file
+    sources: dict = field(default_factory=dict, compare=False)  # setting -> where its value came from
+
+    def __post_init__(self):
+        if self.engine not in ENGINES + ("all",):
+            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINES + ('all',)}")
+        for name in ("steps", "topk"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.draft_tokens is not None and self.draft_tokens < 2:
+            raise ValueError(f"draft_tokens must be at least 2 (the root and one drafted token), got {self.draft_tokens}")
+
+    @property
+    def num_draft_tokens(self) -> int:
+        """SGLang's --speculative-num-draft-tokens: given, or steps + 1 (a chain)."""
+        return self.draft_tokens if self.draft_tokens is not None else self.steps + 1
+
+    @property
+    def is_chain(self) -> bool:
+        return self.topk == 1
+
+    def drafting(self):
+        """The `helpers.acceptance.chain.Drafting` these settings describe."""
+        from helpers.acceptance.chain import Drafting
+
+        if self.is_chain:
+            return Drafting(min(self.steps, self.num_draft_tokens - 1))
+        return Drafting(self.num_draft_tokens, topk=self.topk, steps=self.steps)
+
+    def with_(self, **changes) -> RunSettings:
+        return replace(self, **changes)
+
+    def notebook_parameters(self, declared, **extra) -> dict:
+        """The values for the parameters a notebook declares (same names), plus `extra`."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(extra)
+        out = {}
+        for name in declared:
+            if name in values:
+                v = values[name]
+                out[name] = list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
+        return out
+
+    def evaluate_kwargs(self) -> dict:
+        """What `helpers.measure.evaluate.evaluate` takes from these settings besides the checkpoint and
+        samples (`helpers.measure.evaluate.evaluate_settings` calls it so; the dashboard builds its Run
+        from the same names)."""
+        return dict(steps=self.steps, device=self.device, dtype=self.dtype, max_samples=self.max_samples,
+                    embed_from=self.embed_from, target_head=self.target_head)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["draft_tokens"] = self.num_draft_tokens
+        d["drafting"] = self.drafting().label
+        return d
+
+
+def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_tokens=None) -> RunSettings:
+    """Fill steps / topk / draft_tokens: given values, else a log's start-up line, else defaults.
+
+    `settings.sources` records each one's origin ("--steps", "server_args in LOG", "default").
+    """
+    from helpers.serving.logs import read_drafting
+
+    found, where = {}, None
+    for log in settings.logs:
+        found = read_drafting(log)
+        if found:
+            where = log
+            break
+    given = {"steps": steps, "topk": topk, "draft_tokens": draft_tokens}
+    values, sources = {}, dict(settings.sources)
+    for name, value in given.items():
+        if value is not None:
+            values[name], sources[name] = int(value), f"--{name.replace('_', '-')}"
+        elif name in found:
+            values[name], sources[name] = int(found[name]), f"{found['source']} in {where}"
+    values.setdefault("steps", DEFAULT_STEPS)
+    values.setdefault("topk", DEFAULT_TOPK)
+    sources.setdefault("steps", "default")
+    sources.setdefault("topk", "default")
+    if "draft_tokens" not in values:
+        values["draft_tokens"] = None
+        sources["draft_tokens"] = "steps + 1 (a chain)" if values["topk"] == 1 else "default"
+        if values["topk"] > 1:
+            raise BadInputError(None, "a tree (--topk above 1) needs --draft-tokens "
+                                "(SGLang's --speculative-num-draft-tokens)")
+    return replace(settings, sources=sources, **values)
