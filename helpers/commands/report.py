@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from helpers.commands import _options
 from helpers.core.outputs import output_dir
 from helpers.ui.report import SEQUENCE, run_report
 from helpers.ui.settings import RunSettings, resolve_drafting
@@ -40,7 +41,8 @@ def add_arguments(p) -> None:
                    help="an SGLang or vLLM serving log (repeatable)")
     g.add_argument("--metrics", metavar="FILE|URL", default=None,
                    help="serving metrics: a /metrics or /get_server_info URL, or a saved file (see `d2t-lab metrics`)")
-    g.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
+    _options.engine(g, "engine the doctor checks against, optionally ==VERSION (default: all; a serving log's "
+                       "version is used when --log names one)")
     g.add_argument("--embed-from", default=None, help="embed_tokens for a draft that has none (the target's weights folder)")
     g.add_argument("--target-config", default=None, help="the target's config.json, for the doctor's aux-layer check")
     g.add_argument("--target", metavar="DIR", default=None,

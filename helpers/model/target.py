@@ -35,7 +35,7 @@ from helpers.core.devices import (
     parse_dtype,
     resolve_device,
 )
-from helpers.core.engines import captured_layers
+from helpers.core.engines import aux_convention, aux_layer_ids, captured_layers, engine_at
 from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import open_checkpoint, read_config
 from helpers.model.fit import compare_to_target
@@ -90,7 +90,8 @@ class Target:
         layers = captured_layers(engine, ids, self.num_layers)
         bad = [i for i in layers if not 0 <= i < self.num_layers]
         if bad:
-            shift = " (SGLang adds 1 to configured ids)" if engine == "sglang" and ids else ""
+            n = aux_convention(engine)
+            shift = f" ({engine_at(engine).name} adds {n} to configured ids)" if n and ids else ""
             raise BadInputError(self.path, f"aux layer ids {ids} capture the input of layers {layers}{shift}, but the "
                                 f"target has {self.num_layers} layers (0..{self.num_layers - 1})")
         return layers
@@ -200,12 +201,12 @@ class HiddenStateCapture:
         self._store.clear()
 
 
-def draft_aux_ids(draft_path) -> dict[str, list[int] | None]:
-    """The aux layer ids each engine reads from a draft checkpoint's config (None: engine default)."""
-    from helpers.core.engines import aux_layer_ids
-
+def draft_aux_ids(draft_path, engine) -> list[int] | None:
+    """The aux layer ids `engine` (a name, optionally ==VERSION) reads from a draft checkpoint's
+    config (None: none, the engine's default)."""
+    at = engine_at(engine)
     ck = open_checkpoint(draft_path)
-    return aux_layer_ids(ck.config)
+    return aux_layer_ids(ck.config, [at])[at.key]
 
 
 def draft_mismatches(target: Target, draft_path, embed_rows: int = 4096) -> list[str]:

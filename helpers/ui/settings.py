@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from helpers.core.errors import BadInputError
-from helpers.core.terms import ENGINES
+from helpers.core.engines import engines_at
 
 DEFAULT_STEPS = 3  # SGLang's usual EAGLE-3 chain: steps 3, top-k 1, 4 draft tokens
 DEFAULT_TOPK = 1
@@ -56,8 +56,7 @@ class RunSettings:
     sources: dict = field(default_factory=dict, compare=False)  # setting -> where its value came from
 
     def __post_init__(self):
-        if self.engine not in ENGINES + ("all",):
-            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINES + ('all',)}")
+        engines_at(self.engine)  # 'all', an engine, or an engine ==VERSION; ValueError naming them otherwise
         for name in ("steps", "topk"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
