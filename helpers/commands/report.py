@@ -6,7 +6,7 @@ import json
 from helpers.commands import _options
 from helpers.core.outputs import output_dir
 from helpers.ui.report import SEQUENCE, run_report
-from helpers.ui.settings import RunSettings, resolve_drafting
+from helpers.ui.settings import RunSettings, resolve_drafting, resolve_engine
 
 HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
 DESCRIPTION = f"""\
@@ -71,7 +71,7 @@ def settings_from_args(args) -> RunSettings:
         spec_tps=args.spec_tps, target=args.target, prompts=args.prompts, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
     )
     try:
-        return resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
+        return resolve_engine(resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens))
     except ValueError as e:
         from helpers.core.errors import BadInputError
 

@@ -129,7 +129,7 @@ VLLM = Engine(
         "sliding_window": (s(None, "0.10.1", "absent"), s("0.10.2", None, "reads")),  # per layer_types
         "mla": (s(None, "0.17.1", "absent"), s("0.18.0", None, "reads")),
         # an EAGLE draft's MLA is detected from a short list of model types; kimi_k2 is not on it
-        "mla.detect": (s(*ALWAYS, "misses", "#45760 (fix #45764 is in no release read)"),),
+        "mla.detect": (s(*ALWAYS, "misses", "vLLM issue #45760; its fix #45764 is in no release read"),),
         "mla.fc_norm": (s(None, "0.21.0", "absent"), s("0.22.0", "0.22.1", "loads-unused"), s("0.23.0", None, "reads")),
         "mla.norm_output": (s(None, "0.21.0", "absent"), s("0.22.0", None, "reads")),
         "mla.norm_before_fc": (s(*ALWAYS, "absent"),),

@@ -13,7 +13,6 @@ from helpers.core.engines import (
     LAYER_OPTIONAL,
     EngineAt,
     draft_family,
-    key_fate,
     parse_key,
 )
 from helpers.doctor.findings import CheckContext
@@ -84,7 +83,8 @@ def _weights_option(at, r, rule, keys, switch_on, what, does):
     """(severity, message) for an option stored as weights (fc_norm, input_norm, q/k norms)."""
     rn = r.name(at, rule)
     v = at.value(rn)
-    fate = key_fate(at, keys[0], r.mla) if keys else "unknown"
+    # the engine has no parameter for these names: they meet its rule for unknown names
+    fate = at.value(r.name(at, "unknown"), "unknown") if keys else "unknown"
     if v is None:
         return "info", f"the kit has not read how it handles {what}", rn
     if v == "reads":
@@ -143,7 +143,7 @@ def check_variants(c: CheckContext) -> None:
         out += _window(at, r, cfg)
         for code, ks, sev, msg, rn in out:
             shown = ", ".join(sorted(ks)[:4])
-            change = at.change(rn)
+            change = at.change(rn) if rn else ""
             where = f"{at.label} ({r.file(at)})" if r.file(at) else at.label
             c.add(code, sev, f"{where}{f' ({shown})' if shown else ''}: {msg}" + (f" [{change}]" if change else ""),
                   _FIX[sev])
@@ -160,9 +160,9 @@ def _norm_output(at: EngineAt, r: _Rules, cfg: dict) -> list:
         return [("variant-norm-output", [], "warning", "feeds the pre-norm state back between drafting steps; this "
                  "speculators draft was trained on the normed one (norm_output: true): step 0 is unchanged, steps >= 1 "
                  "differ from training", rn)]
-    if not r.spec and no is False and not r.mla:
+    if not r.spec and no is False and not r.mla:  # the same in every release read: no range to name
         return [("variant-norm-output", [], "error", "always applies the final norm before lm_head; this SpecForge "
-                 "draft was trained without it (norm_output: false): every step's logits differ", rn)]
+                 "draft was trained without it (norm_output: false): every step's logits differ", None)]
     if not r.spec and no is True and not r.mla and v == "reads":
         return [("variant-norm-output", [], "warning", "reads norm_output: true as 'feed the normed state to the next "
                  "drafting step'; SpecForge 0.2.0 (the release the kit models) trains with the pre-norm state fed "
@@ -214,7 +214,7 @@ def check_draft_class(c: CheckContext) -> None:
             sp = at.span("mla.detect")
             c.add("mla-draft", "error",
                   f"{at.label} ({at.engine.files.get('mla.detect', '')}): an EAGLE draft's MLA is detected from a "
-                  f"short list of model types that lacks kimi_k2 ({sp.pr}): the draft is set up as non-MLA "
+                  f"short list of model types that lacks kimi_k2 ({sp.pr}, up to {at.engine.newest}): the draft is set up as non-MLA "
                   "(wrong attention backend and KV-cache layout) without a word",
                   "serve with a release that includes #45764, or set the draft's model_type to deepseek_v3 "
                   "(the same MLA layer)")

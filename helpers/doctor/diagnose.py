@@ -98,7 +98,8 @@ WEIGHT_SCAN_CODES = ("nonfinite-weights",)  # the findings of the one check that
 
 
 def diagnose_each(path, engine: str = "all", target_config=None, *, check_weights: bool = True, scanned=None):
-    """(findings for `engine`, {engine: findings} for each engine it covers), weights scanned once.
+    """(findings for `engine`, {engine: findings} for each engine it covers, keyed by the `--engine` value
+    naming it, e.g. "vllm==0.10.1"), weights scanned once.
 
     The per-engine lists share the NaN/Inf finding of the one scan instead of reading every
     weight again per engine (a draft's weights are gigabytes). `scanned`: findings of an earlier
@@ -111,7 +112,7 @@ def diagnose_each(path, engine: str = "all", target_config=None, *, check_weight
     each = {}
     for at in engines_at(engine):
         one = diagnose(path, at.spec, target_config, check_weights=False)
-        each[at.key] = Findings(one + scanned, path=main.path, engine=at.key, versions=one.versions)
+        each[at.spec] = Findings(one + scanned, path=main.path, engine=at.spec, versions=one.versions)
     return main, each
 
 

@@ -108,6 +108,29 @@ class RunSettings:
         return d
 
 
+def resolve_engine(settings: RunSettings) -> RunSettings:
+    """The engine release from a serving log when `settings.engine` names none.
+
+    A log whose start-up lines state its engine's release (`helpers.serving.logs.read_engine_version`)
+    narrows 'all' to that engine, or adds the version to the engine named ('vllm' -> 'vllm==0.10.1');
+    an engine given with a version, or a log of another engine, leaves it as it is.
+    `settings.sources['engine']` says where the value came from.
+    """
+    from helpers.serving.logs import read_engine_version
+
+    sources = dict(settings.sources)
+    if any(op in settings.engine for op in "=<>~!"):
+        sources.setdefault("engine", "--engine")
+        return replace(settings, sources=sources)
+    for log in settings.logs:
+        found = read_engine_version(log)
+        if found and settings.engine in ("all", found[0]):
+            sources["engine"] = f"the {found[0]} release stated in {log}"
+            return replace(settings, engine=f"{found[0]}=={found[1]}", sources=sources)
+    sources.setdefault("engine", "--engine" if settings.engine != "all" else "default: every engine at its newest release read")
+    return replace(settings, sources=sources)
+
+
 def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_tokens=None) -> RunSettings:
     """Fill steps / topk / draft_tokens: given values, else a log's start-up line, else defaults.
 
