@@ -107,18 +107,14 @@ def run(args) -> int:
 
     from helpers.core.distributed import finish, from_env, gather_to_main
     from helpers.io.prompts import read_prompts
-    from helpers.model.draft import load_draft
-    from helpers.model.target import draft_mismatches, load_target
+    from helpers.model.pair import load_pair
     from helpers.speculate.loop import result_json, speculate_readings
     from helpers.speculate.result import SpecRun, SpecSettings
 
     ranks = from_env(args.device)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
-    target = load_target(target_dir, device=ranks.device(args.device), dtype=dtype)
-    bad = draft_mismatches(target, args.checkpoint)
-    if bad:
-        raise BadInputError(args.checkpoint, "does not fit the target " + str(target_dir) + ": " + "; ".join(bad))
-    draft = load_draft(args.checkpoint, device=target.input_device, dtype=target.dtype,
-                       embed_from=args.embed_from)
+    # the draft's files are opened once: load_pair passes the open Checkpoint on (fit, memory, load, aux ids)
+    target, draft = load_pair(target_dir, args.checkpoint, device=ranks.device(args.device), dtype=dtype,
+                              embed_from=args.embed_from)
     if draft.d2t is None and args.reading in ("offset", "absolute"):
         raise BadInputError(args.checkpoint, f"has no d2t: --reading {args.reading} needs one (use none)")
     readings = ["offset", "absolute", "none"] if args.reading == "all" else [args.reading]

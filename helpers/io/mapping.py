@@ -132,11 +132,15 @@ class VocabMapping:
         self.t2d = _check_t2d(t2d, t2d_where, target_vocab_size)
         self.target_vocab_size = target_vocab_size
         lo, hi = int(self.d2t.min()), int(self.d2t.max())
-        if lo < 0:
-            i = int(torch.argmin(self.d2t))
+        # a negative entry is a valid offset when the draft vocab is not in target-id order (NeMo
+        # Automodel keeps it in frequency order): only a negative target id is impossible
+        offsets = self.d2t + torch.arange(self.d2t.numel(), dtype=self.d2t.dtype)
+        if lo < 0 and int(offsets.min()) < 0:
+            i = int(torch.argmin(offsets))
             raise BadInputError(
                 where,
-                f"d2t[{i}] = {lo} is negative: neither an offset nor an absolute id can be negative",
+                f"d2t[{i}] = {int(self.d2t[i])} is negative: neither an offset (target id {int(offsets[i])}) "
+                "nor an absolute id can be negative",
             )
         if target_vocab_size is not None and hi >= target_vocab_size:
             i = int(torch.argmax(self.d2t))

@@ -190,7 +190,7 @@ def resolve_aux_ids(aux_layers, draft, engine: str) -> tuple[list[int] | None, s
     """The configured aux ids to use and where they came from: --aux-layers, the draft, the default."""
     if aux_layers:
         return [int(i) for i in aux_layers], "--aux-layers"
-    if draft:
+    if draft is not None and not (isinstance(draft, str) and not draft):
         ids = draft_aux_ids(draft, engine)
         if ids:
             return ids, "the draft's config"

@@ -37,7 +37,7 @@ from helpers.core.devices import (
 )
 from helpers.core.engines import aux_convention, aux_layer_ids, captured_layers, engine_at
 from helpers.core.errors import BadInputError
-from helpers.io.checkpoint import open_checkpoint, read_config
+from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.fit import compare_to_target
 
 ACTIVATION_MARGIN = 1.2  # weights x this: room for activations and the KV cache of short prompts
@@ -201,19 +201,28 @@ class HiddenStateCapture:
         self._store.clear()
 
 
-def draft_aux_ids(draft_path, engine) -> list[int] | None:
-    """The aux layer ids `engine` (a name, optionally ==VERSION) reads from a draft checkpoint's
-    config (None: none, the engine's default)."""
+def _checkpoint(draft) -> Checkpoint:
+    """A draft given as a path / URL, an open `Checkpoint` or a loaded draft (its `.checkpoint`)."""
+    if isinstance(draft, Checkpoint):
+        return draft
+    ck = getattr(draft, "checkpoint", None)
+    return ck if isinstance(ck, Checkpoint) else open_checkpoint(draft)
+
+
+def draft_aux_ids(draft, engine) -> list[int] | None:
+    """The aux layer ids `engine` (a name, optionally ==VERSION) reads from a draft's config (None:
+    none, the engine's default); `draft` is a path, an open `Checkpoint` or a loaded draft (nothing
+    is opened again for the last two)."""
     at = engine_at(engine)
-    ck = open_checkpoint(draft_path)
-    return aux_layer_ids(ck.config, [at])[at.key]
+    return aux_layer_ids(_checkpoint(draft).config, [at])[at.key]
 
 
-def draft_mismatches(target: Target, draft_path, embed_rows: int = 4096) -> list[str]:
-    """One line per way the draft at `draft_path` does not fit `target` (empty: it fits): vocab
-    size, hidden size, and the draft's own `embed_tokens` against the target's (the same
-    `embed_rows` evenly spaced rows of both), by `target_match.compare_to_target`."""
-    ck = open_checkpoint(draft_path)
+def draft_mismatches(target: Target, draft, embed_rows: int = 4096) -> list[str]:
+    """One line per way `draft` does not fit `target` (empty: it fits): vocab size, hidden size,
+    and the draft's own `embed_tokens` against the target's (the same `embed_rows` evenly spaced
+    rows of both), by `fit.compare_to_target`. `draft` is a path, an open `Checkpoint` or a loaded
+    draft; a loaded one's embedding is compared from memory (no file is read)."""
+    ck = _checkpoint(draft)
     fc = ck.tensors.find("fc.weight")
     key = ck.tensors.find("embed_tokens.weight")
     theirs = target.embedding()
@@ -222,7 +231,11 @@ def draft_mismatches(target: Target, draft_path, embed_rows: int = 4096) -> list
         shape = tuple(ck.tensors.shape(key))
         if shape == tuple(theirs.shape):  # the same evenly spaced rows of both
             rows = torch.linspace(0, shape[0] - 1, min(embed_rows, shape[0])).long()
-            mine = ck.tensors.get(key, "cpu")[rows].float()
+            loaded = getattr(draft, "embed_tokens", None)
+            if loaded is not None and getattr(draft, "embed_stored", False):
+                mine = loaded.weight.detach()[rows.to(loaded.weight.device)].float().cpu()
+            else:
+                mine = ck.tensors.get(key, "cpu")[rows].float()
             ours = theirs.detach()[rows.to(theirs.device)].float().cpu()
         else:  # only the shapes are compared: nothing to read
             mine, ours = torch.empty(shape, device="meta"), torch.empty(tuple(theirs.shape), device="meta")

@@ -143,7 +143,8 @@ def _cache_argument(model) -> str:
 def _layers(target: Target, draft, engine: str) -> list[int]:
     from helpers.model.capture import resolve_aux_ids
 
-    ids, _ = resolve_aux_ids(None, getattr(draft, "source", None), engine)
+    # the loaded draft's own Checkpoint (load_draft keeps it): its config is not read again
+    ids, _ = resolve_aux_ids(None, getattr(draft, "checkpoint", None) or getattr(draft, "source", None), engine)
     return target.aux_layers(engine, ids)
 
 

@@ -49,8 +49,8 @@ class SpeculatePanel:
         self.target.options = tuple(str(p) for p in find_targets(root))
 
     def _load(self, checkpoint: str, target: str, device, dtype, embed_from):
-        from helpers.model.draft import load_draft
-        from helpers.model.target import draft_mismatches, load_target
+        from helpers.model.pair import load_pair
+        from helpers.model.target import load_target
 
         key = ("target", target, device, dtype)
         if key not in self._cache:
@@ -59,10 +59,7 @@ class SpeculatePanel:
         tgt = self._cache[key]
         dkey = ("draft", checkpoint, str(tgt.device), str(tgt.dtype), embed_from)
         if dkey not in self._cache:
-            bad = draft_mismatches(tgt, checkpoint)
-            if bad:
-                raise BadInputError(checkpoint, "does not fit the target: " + "; ".join(bad))
-            self._cache[dkey] = load_draft(checkpoint, device=tgt.input_device, dtype=tgt.dtype, embed_from=embed_from)
+            self._cache[dkey] = load_pair(tgt, checkpoint, embed_from=embed_from)[1]
         return tgt, self._cache[dkey]
 
     def run(self, checkpoint: str, *, device=None, dtype=None, embed_from=None, steps: int = 3,
