@@ -6,9 +6,12 @@ mean the same in every command. Nothing here imports torch.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
-ENGINE_CHOICES = ("sglang", "vllm", "all")
+from helpers.core.engines import ENGINE_KEYS, aux_convention, engines_at
+
+ENGINE_CHOICES = ENGINE_KEYS + ("all",)  # each may carry a version: sglang==0.5.10, vllm>=0.30
 
 
 def checkpoint(p, help: str = "draft checkpoint folder or mapping file") -> None:
@@ -24,8 +27,32 @@ def out(p, help: str, *, required: bool = False, aliases: tuple[str, ...] = (), 
     p.add_argument("-o", "--out", *aliases, dest=dest, metavar=metavar, required=required, help=help)
 
 
-def engine(p, help: str = "the engine the draft is served with (default: all)") -> None:
-    p.add_argument("--engine", choices=ENGINE_CHOICES, default="all", help=help)
+def engine_value(text: str) -> str:
+    """An `--engine` value: an engine name or 'all', with an optional version; kept as given."""
+    try:
+        engines_at(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def aux_engine_value(text: str) -> str:
+    """An `--engine` value naming one engine whose aux-layer convention the kit has read."""
+    text = engine_value(text)
+    (at,) = engines_at(text) if text != "all" else (None,)
+    if at is None or aux_convention(at) is None:
+        raise argparse.ArgumentTypeError(f"must name an engine whose aux-layer convention the kit has read "
+                                         f"(sglang or vllm, optionally ==VERSION), got {text!r}")
+    return text
+
+
+def engine(p, help: str = "the engine the draft is served with, optionally with its release: sglang, vllm, trtllm, "
+           "sglang==0.5.10, vllm>=0.30 (default: all = sglang and vllm, each at the newest release read)") -> None:
+    p.add_argument("--engine", type=engine_value, default="all", metavar="ENGINE[==VERSION]", help=help)
+
+
+def aux_engine(p, help: str) -> None:
+    p.add_argument("--engine", type=aux_engine_value, default="sglang", metavar="ENGINE[==VERSION]", help=help)
 
 
 def target_config(p, help: str = "the target model's config.json (aux layers, sizes)") -> None:

@@ -42,8 +42,8 @@ def add_arguments(p) -> None:
     p.add_argument("--draft", metavar="CKPT", default=None,
                    help="draft checkpoint: checked against the target (vocab, hidden size, embedding); its "
                         "config's aux layer ids are used")
-    p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
-                   help="whose aux-layer convention to reproduce (default sglang)")
+    _options.aux_engine(p, "whose aux-layer convention to reproduce: sglang or vllm, optionally ==VERSION "
+                        "(default sglang)")
     p.add_argument("--aux-layers", metavar="A,B,C", default=None,
                    help="aux layer ids as a draft config states them (overrides the draft's)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="with --regenerate: tokens to generate (default 256)")

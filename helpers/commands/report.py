@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import json
 
+from helpers.commands import _options
 from helpers.core.outputs import output_dir
 from helpers.ui.report import SEQUENCE, run_report
-from helpers.ui.settings import RunSettings, resolve_drafting
+from helpers.ui.settings import RunSettings, resolve_drafting, resolve_engine
 
 HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
 DESCRIPTION = f"""\
@@ -40,7 +41,8 @@ def add_arguments(p) -> None:
                    help="an SGLang or vLLM serving log (repeatable)")
     g.add_argument("--metrics", metavar="FILE|URL", default=None,
                    help="serving metrics: a /metrics or /get_server_info URL, or a saved file (see `d2t-lab metrics`)")
-    g.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
+    _options.engine(g, "engine the doctor checks against, optionally ==VERSION (default: all; a serving log's "
+                       "version is used when --log names one)")
     g.add_argument("--embed-from", default=None, help="embed_tokens for a draft that has none (the target's weights folder)")
     g.add_argument("--target-config", default=None, help="the target's config.json, for the doctor's aux-layer check")
     g.add_argument("--target", metavar="DIR", default=None,
@@ -69,7 +71,7 @@ def settings_from_args(args) -> RunSettings:
         spec_tps=args.spec_tps, target=args.target, prompts=args.prompts, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
     )
     try:
-        return resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
+        return resolve_engine(resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens))
     except ValueError as e:
         from helpers.core.errors import BadInputError
 

@@ -59,8 +59,8 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
-                   help="whose aux-layer convention feeds the draft (default sglang)")
+    _options.aux_engine(p, "whose aux-layer convention feeds the draft: sglang or vllm, optionally ==VERSION "
+                        "(default sglang)")
     p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
                    help="auto: the tokenizer's chat template when it has one (default); none: plain text")
     _options.device_dtype(p)

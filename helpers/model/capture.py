@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from helpers.core.distributed import SINGLE, Ranks, barrier, sum_counts
+from helpers.core.engines import aux_convention
 from helpers.core.errors import BadInputError
 from helpers.io.chat import encode_conversation, prompt_ids, uses_template
 from helpers.io.prompts import Conversation, count_prompts, file_sha256, read_prompts
@@ -190,7 +191,7 @@ def resolve_aux_ids(aux_layers, draft, engine: str) -> tuple[list[int] | None, s
     if aux_layers:
         return [int(i) for i in aux_layers], "--aux-layers"
     if draft is not None and not (isinstance(draft, str) and not draft):
-        ids = draft_aux_ids(draft)[engine]
+        ids = draft_aux_ids(draft, engine)
         if ids:
             return ids, "the draft's config"
     return None, "engine default (2, L//2, L-3)"
@@ -205,8 +206,13 @@ def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=
     Under torchrun (`ranks`), batch k is rank k % world's; every rank writes its own files into
     the shared `out`, rank 0 the manifest, and the counts are summed over ranks."""
     prompts, out = Path(prompts), Path(out)
-    if engine not in ("sglang", "vllm"):
-        raise BadInputError(None, f"--engine must be sglang or vllm for a capture, got {engine!r}")
+    try:
+        known = aux_convention(engine) is not None
+    except ValueError as e:
+        raise BadInputError(None, f"--engine: {e}") from None
+    if not known:
+        raise BadInputError(None, f"--engine must name an engine whose aux-layer convention the kit has read "
+                            f"(sglang or vllm) for a capture, got {engine!r}")
     if batch_size < 1 or max_new_tokens < 1:
         raise BadInputError(None, "--batch-size and --max-new-tokens must be at least 1")
     if draft:

@@ -35,7 +35,7 @@ from helpers.core.devices import (
     parse_dtype,
     resolve_device,
 )
-from helpers.core.engines import captured_layers
+from helpers.core.engines import aux_convention, aux_layer_ids, captured_layers, engine_at
 from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.fit import compare_to_target
@@ -90,7 +90,8 @@ class Target:
         layers = captured_layers(engine, ids, self.num_layers)
         bad = [i for i in layers if not 0 <= i < self.num_layers]
         if bad:
-            shift = " (SGLang adds 1 to configured ids)" if engine == "sglang" and ids else ""
+            n = aux_convention(engine)
+            shift = f" ({engine_at(engine).name} adds {n} to configured ids)" if n and ids else ""
             raise BadInputError(self.path, f"aux layer ids {ids} capture the input of layers {layers}{shift}, but the "
                                 f"target has {self.num_layers} layers (0..{self.num_layers - 1})")
         return layers
@@ -208,12 +209,12 @@ def _checkpoint(draft) -> Checkpoint:
     return ck if isinstance(ck, Checkpoint) else open_checkpoint(draft)
 
 
-def draft_aux_ids(draft) -> dict[str, list[int] | None]:
-    """The aux layer ids each engine reads from a draft's config (None: engine default); `draft` is a
-    path, an open `Checkpoint` or a loaded draft (nothing is opened again for the last two)."""
-    from helpers.core.engines import aux_layer_ids
-
-    return aux_layer_ids(_checkpoint(draft).config)
+def draft_aux_ids(draft, engine) -> list[int] | None:
+    """The aux layer ids `engine` (a name, optionally ==VERSION) reads from a draft's config (None:
+    none, the engine's default); `draft` is a path, an open `Checkpoint` or a loaded draft (nothing
+    is opened again for the last two)."""
+    at = engine_at(engine)
+    return aux_layer_ids(_checkpoint(draft).config, [at])[at.key]
 
 
 def draft_mismatches(target: Target, draft, embed_rows: int = 4096) -> list[str]:

@@ -419,6 +419,49 @@ def drafting_from_line(line: str) -> dict:
     return {}
 
 
+# -- the engine's release from a log's start-up lines ----------------------------------------------
+# vLLM prints its version at start-up ("vLLM API server version X" up to 0.14, "vLLM server version
+# X, serving model M" and "Initializing a V1 LLM engine (vX) with config" later). SGLang prints none
+# in any release read (0.4.6-0.5.23): its version is read from `python -m sglang.check_env` output
+# ("sglang: X") or a `pip freeze` line ("sglang==X") kept at the top of the log.
+_VERSION = r"v?(\d+(?:\.\d+)+(?:[.+-]?[A-Za-z0-9]+)*)"
+_ENGINE_VERSION = (
+    ("vllm", re.compile(r"vLLM (?:API )?server version " + _VERSION)),
+    ("vllm", re.compile(r"Initializing an? (?:V1 )?LLM engine \(" + _VERSION + r"\)")),
+    ("sglang", re.compile(r"^\s*sglang\s*:\s*" + _VERSION + r"\s*$")),
+    ("sglang", re.compile(r"^\s*sglang==" + _VERSION + r"\s*$")),
+    ("vllm", re.compile(r"^\s*vllm\s*:\s*" + _VERSION + r"\s*$")),
+    ("vllm", re.compile(r"^\s*vllm==" + _VERSION + r"\s*$")),
+)
+
+
+def engine_version_from_line(line: str) -> tuple[str, str] | None:
+    """(engine, version) when one start-up line states the serving engine's release, else None."""
+    for engine, pattern in _ENGINE_VERSION:
+        m = pattern.search(line)
+        if m:
+            return engine, m.group(1).rstrip(".,")
+    return None
+
+
+def read_engine_version(path, max_lines: int = 5000) -> tuple[str, str] | None:
+    """(engine, version) from the first line within `max_lines` that states one, or None."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInputError(p, "no such log file" if not p.exists() else "not a file")
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh):
+                if n >= max_lines:
+                    break
+                found = engine_version_from_line(line)
+                if found:
+                    return found
+    except OSError as e:
+        raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
+    return None
+
+
 def pooled_measurement(tables) -> tuple[float | None, float | None, int]:
     """(mean accept length, mean generation tok/s, rows) over every parsed row of several logs,
     each row weighted alike; None where no row has the number."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.core.terms import ENGINES_READING_D2T as ENGINES
+from helpers.core.engines import ENGINE_KEYS, engine_key
 from helpers.io.mapping import VocabMapping, build_from_frequencies
 
 
@@ -288,6 +288,7 @@ def engine_propose(draft_logits: torch.Tensor, d2t: torch.Tensor, engine: str, t
     - tensorrt-llm: picks the draft id, then adds `d2t[draft_id]` to it.
     """
     n = d2t.numel()
+    engine = engine_key(engine)  # 'tensorrt-llm' -> 'trtllm'
     if engine == "sglang":
         hot_token_id = d2t + torch.arange(n)  # [N]
         return hot_token_id[draft_logits.argmax(-1)]
@@ -295,10 +296,10 @@ def engine_propose(draft_logits: torch.Tensor, d2t: torch.Tensor, engine: str, t
         full = draft_logits.new_full((*draft_logits.shape[:-1], target_vocab_size), float("-inf"))  # [B, V]
         full[..., torch.arange(n) + d2t] = draft_logits
         return full.argmax(-1)
-    if engine in ("tensorrt-llm", "trtllm"):
+    if engine == "trtllm":
         draft = draft_logits.argmax(-1)
         return d2t[draft] + draft
-    raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+    raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINE_KEYS}")
 
 
 def decode_table(m: VocabMapping, toy: ToyVocab = TOY):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from helpers.core.errors import BadInputError
-from helpers.core.terms import ENGINES
+from helpers.core.engines import engines_at
 
 DEFAULT_STEPS = 3  # SGLang's usual EAGLE-3 chain: steps 3, top-k 1, 4 draft tokens
 DEFAULT_TOPK = 1
@@ -56,8 +56,7 @@ class RunSettings:
     sources: dict = field(default_factory=dict, compare=False)  # setting -> where its value came from
 
     def __post_init__(self):
-        if self.engine not in ENGINES + ("all",):
-            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINES + ('all',)}")
+        engines_at(self.engine)  # 'all', an engine, or an engine ==VERSION; ValueError naming them otherwise
         for name in ("steps", "topk"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -107,6 +106,29 @@ class RunSettings:
         d["draft_tokens"] = self.num_draft_tokens
         d["drafting"] = self.drafting().label
         return d
+
+
+def resolve_engine(settings: RunSettings) -> RunSettings:
+    """The engine release from a serving log when `settings.engine` names none.
+
+    A log whose start-up lines state its engine's release (`helpers.serving.logs.read_engine_version`)
+    narrows 'all' to that engine, or adds the version to the engine named ('vllm' -> 'vllm==0.10.1');
+    an engine given with a version, or a log of another engine, leaves it as it is.
+    `settings.sources['engine']` says where the value came from.
+    """
+    from helpers.serving.logs import read_engine_version
+
+    sources = dict(settings.sources)
+    if any(op in settings.engine for op in "=<>~!"):
+        sources.setdefault("engine", "--engine")
+        return replace(settings, sources=sources)
+    for log in settings.logs:
+        found = read_engine_version(log)
+        if found and settings.engine in ("all", found[0]):
+            sources["engine"] = f"the {found[0]} release stated in {log}"
+            return replace(settings, engine=f"{found[0]}=={found[1]}", sources=sources)
+    sources.setdefault("engine", "--engine" if settings.engine != "all" else "default: every engine at its newest release read")
+    return replace(settings, sources=sources)
 
 
 def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_tokens=None) -> RunSettings:
