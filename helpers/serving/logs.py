@@ -96,9 +96,12 @@ def _int(text: str, what: str, unit: str = "") -> int:
 
 def _fields(body: str, cut_ok: bool = False) -> dict[str, str]:
     """`Key: value, Key: value` -> dict in order. `cut_ok`: a last part without ':' (a line cut
-    inside a key) is dropped and the dict gets the marker key `...` instead of raising."""
+    inside a key) is dropped and the dict gets the marker key `...` instead of raising; a body
+    ending in ',' gets the marker key `,` (its last value is complete)."""
     out = {}
-    body = body.strip().rstrip(",").strip()
+    body = body.strip()
+    comma = body.endswith(",")
+    body = body.rstrip(",").strip()
     parts = _FIELD_SPLIT.split(body)
     for i, part in enumerate(parts):
         key, sep, value = part.partition(":")
@@ -108,6 +111,8 @@ def _fields(body: str, cut_ok: bool = False) -> dict[str, str]:
                 break
             raise Garbled(f"field without a value: {part!r}")
         out[key.strip()] = value.strip()
+    if cut_ok and comma and "..." not in out:
+        out[","] = ""
     return out
 
 
@@ -115,7 +120,9 @@ def _cut(f: dict) -> dict:
     """The fields of a line cut short that surely end before the cut: a dangling key is dropped
     already, else the last value may be cut and is dropped."""
     f = dict(f)
-    if f.pop("...", None) is None and f:
+    complete = f.pop("...", None) is not None
+    complete = f.pop(",", None) is not None or complete
+    if not complete and f:
         f.pop(next(reversed(f)))
     return f
 
@@ -155,6 +162,7 @@ def _sglang(body: str, sep: str) -> dict:
         row["cut"] = True
     elif "..." in f:
         raise Garbled(f"field without a value: {f['...']!r}")
+    f.pop(",", None)
     if "accept rate" in f:
         row["format"] = "sglang"
     if "#running-req" not in f:
@@ -204,7 +212,9 @@ def _vllm(body: str) -> dict:
         rate_key, complete = "Avg Draft acceptance rate", False
     else:
         raise Garbled("no Avg Draft acceptance rate (truncated)")
-    if not complete:
+    if complete:
+        f.pop(",", None)
+    else:
         f = _cut(f)
         if "Mean acceptance length" not in f:
             raise Garbled(f"no {rate_key} (truncated) and no complete Mean acceptance length")
