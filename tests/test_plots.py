@@ -515,7 +515,8 @@ def test_plot_findings_grid_colours_each_code_by_worst_severity():
 
 
 def test_plot_prediction_curve_draws_the_closed_form():
-    from helpers.acceptance.chain import Drafting, chain_expected
+    from helpers.acceptance.chain import chain_expected
+    from helpers.acceptance.drafting import Drafting
 
     chain = Drafting(4)
     ax = plots.plot_prediction_curve([chain], marks={"measured": (0.5, chain.expected(0.5))}, rates=[0.0, 0.5, 0.9])

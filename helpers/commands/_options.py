@@ -89,3 +89,36 @@ def figure_path(path, what: str = "figure"):
     if p.suffix[1:].lower() not in known:
         raise BadInputError(p, f"unknown figure format {p.suffix!r} (use one of {', '.join('.' + k for k in sorted(known))})")
     return p
+
+
+DRAFT_TOKENS_LONE = {
+    "drafted": "alone: a chain of K drafted tokens (the older meaning, kept)",
+    "sglang": "alone: SGLang's count with the root, a chain of K - 1",
+}
+
+
+def drafting(p, lone: str, title: str | None = None) -> None:
+    """--steps / --topk / --draft-tokens, read by `helpers.acceptance.drafting.Drafting.from_flags`.
+
+    With --steps or --topk, --draft-tokens is SGLang's --speculative-num-draft-tokens (root
+    counted); alone it keeps the command's older meaning (`lone`: "drafted" or "sglang")."""
+    g = p.add_argument_group(title) if title else p
+    g.add_argument("--steps", type=int, default=None, metavar="S",
+                   help="drafting depth: SGLang --speculative-num-steps; with --topk 1 (or no --topk) a chain of S")
+    g.add_argument("--topk", type=int, default=None, metavar="T",
+                   help="SGLang --speculative-eagle-topk: children per expanded node (1: a chain)")
+    g.add_argument("--draft-tokens", type=int, default=None, metavar="K",
+                   help="with --steps/--topk: SGLang --speculative-num-draft-tokens, the root counted (a chain of S "
+                        f"verifies S + 1); {DRAFT_TOKENS_LONE[lone]}")
+
+
+def drafting_from(args, lone: str, positions: int | None = None):
+    """The `Drafting` the flags give (None when none given and no `positions`); a shape no engine
+    runs is one line naming the flag, exit 2."""
+    from helpers.acceptance.drafting import Drafting
+    from helpers.core.errors import BadInputError
+
+    try:
+        return Drafting.from_flags(args.steps, args.topk, args.draft_tokens, lone=lone, positions=positions)
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None

@@ -17,7 +17,10 @@ One round, with n tokens in the target's KV cache and the root (the last generat
    nothing is recomputed: one target forward per round), and the draft extends its own cache over
    the same positions with their aux states.
 
-Accept length = accepted drafted tokens + 1 (the correction/bonus), as engines count.
+Accept length = accepted drafted tokens + 1 (the correction/bonus), as engines count, of the tokens
+a verify step EMITS: a step cut by `max_new_tokens` or EOS counts only the tokens it emitted (its
+last emitted token stands in for the bonus), so the mean is what SGLang's decode log counts: tokens
+emitted by verify steps / verify steps, the prefill's first token not included (`SpecRun.mean`).
 `SpecRun` keeps raw sums (so runs over shards of the prompts add up with `SpecRun.merge`) and
 derives means, standard error, histogram and per-position acceptance from them.
 """
@@ -154,7 +157,8 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
     """Generate for one prompt (token ids), adding its counts to `run`."""
     from transformers import DynamicCache
 
-    steps, topk, n_tokens = settings.shape()
+    d = settings.drafting
+    steps, topk, n_tokens = d.steps, d.topk, d.num_draft_tokens
     T = float(settings.temperature)
     sample_chain = T > 0 and topk == 1 and n_tokens == steps + 1
     dev = target.input_device
@@ -208,20 +212,22 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             run.target_forwards += 1
             run.target_tokens_fed += prop.size
             path, nxt, how = verify(prop, logits, T, drafter, generator)
-            run.verify_steps += 1
-            run.histogram_counts[len(path) + 1] += 1
-            run.accepted_per_position[: len(path)] += 1
-            out.accept_lengths.append(len(path) + 1)
             _keep_rows(cache, n, [0] + path, chain)
             rows = torch.tensor([0] + path, device=aux.device)
             accepted = [prop.tokens[c] for c in path]
             drafter.extend(aux[:, rows], torch.tensor([accepted + [nxt]], device=dev))
+            before = len(out.output_ids)
             for j, tok in enumerate(accepted):
                 if emit(tok, "draft", j):
                     done = True
                     break
             if not done:
                 done = emit(nxt, how)
+            emitted = len(out.output_ids) - before  # len(path) + 1 unless max_new_tokens / EOS cut it
+            run.verify_steps += 1
+            run.histogram_counts[emitted] += 1
+            run.accepted_per_position[: emitted - 1] += 1
+            out.accept_lengths.append(emitted)
             n += 1 + len(path)
             root = nxt
             if on_round is not None:

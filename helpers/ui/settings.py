@@ -10,7 +10,9 @@ same quantity never shows two values in one bundle:
 - `draft_tokens`: SGLang's `--speculative-num-draft-tokens`, the verified root included
   (default `steps + 1`, a chain of `steps` drafted tokens).
 
-`resolve_drafting` fills the drafting settings from explicit values first, then from a serving
+The three are read into one `helpers.acceptance.drafting.Drafting` (`RunSettings.drafting`), checked
+there (a shape SGLang does not run, e.g. steps 3 topk 1 draft_tokens 8, is a ValueError naming
+the flag). `resolve_drafting` fills the drafting settings from explicit values first, then from a serving
 log's start-up line (SGLang `server_args=`, vLLM `num_speculative_tokens`), then from defaults,
 and records where each came from in `sources`, so a report can say which numbers are defaults.
 This module imports neither torch nor the notebooks.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from helpers.acceptance.drafting import Drafting, fill
 from helpers.core.errors import BadInputError
 from helpers.core.engines import engines_at
 
@@ -57,11 +60,14 @@ class RunSettings:
 
     def __post_init__(self):
         engines_at(self.engine)  # 'all', an engine, or an engine ==VERSION; ValueError naming them otherwise
-        for name in ("steps", "topk"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.draft_tokens is not None and self.draft_tokens < 2:
-            raise ValueError(f"draft_tokens must be at least 2 (the root and one drafted token), got {self.draft_tokens}")
+        Drafting.check_flags(self.steps, self.topk, self.draft_tokens, lone="sglang")
+        if self.topk == 1 or self.draft_tokens is not None:  # complete: the whole shape is checked now
+            self.drafting  # noqa: B018 (raises ValueError naming the flag)
+
+    @property
+    def drafting(self) -> Drafting:
+        """The drafting shape these settings describe (steps, topk, draft_tokens with the root counted)."""
+        return Drafting.from_flags(self.steps, self.topk, self.draft_tokens, lone="sglang")
 
     @property
     def num_draft_tokens(self) -> int:
@@ -71,14 +77,6 @@ class RunSettings:
     @property
     def is_chain(self) -> bool:
         return self.topk == 1
-
-    def drafting(self):
-        """The `helpers.acceptance.chain.Drafting` these settings describe."""
-        from helpers.acceptance.chain import Drafting
-
-        if self.is_chain:
-            return Drafting(min(self.steps, self.num_draft_tokens - 1))
-        return Drafting(self.num_draft_tokens, topk=self.topk, steps=self.steps)
 
     def with_(self, **changes) -> RunSettings:
         return replace(self, **changes)
@@ -104,7 +102,7 @@ class RunSettings:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["draft_tokens"] = self.num_draft_tokens
-        d["drafting"] = self.drafting().label
+        d["drafting"] = self.drafting.label
         return d
 
 
@@ -145,12 +143,17 @@ def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_toke
             where = log
             break
     given = {"steps": steps, "topk": topk, "draft_tokens": draft_tokens}
+    try:
+        Drafting.check_flags(steps, topk, draft_tokens, lone="sglang")
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None
+    merged, origin = fill(given, found)
     values, sources = {}, dict(settings.sources)
-    for name, value in given.items():
-        if value is not None:
-            values[name], sources[name] = int(value), f"--{name.replace('_', '-')}"
-        elif name in found:
-            values[name], sources[name] = int(found[name]), f"{found['source']} in {where}"
+    for name, value in merged.items():
+        values[name] = int(value)
+        sources[name] = f"--{name.replace('_', '-')}" if origin[name] == "given" else f"{found['source']} in {where}"
+    if "steps" not in values and values.get("topk", 1) == 1 and "draft_tokens" in values:
+        values["steps"], sources["steps"] = values["draft_tokens"] - 1, "draft tokens - 1 (a chain)"
     values.setdefault("steps", DEFAULT_STEPS)
     values.setdefault("topk", DEFAULT_TOPK)
     sources.setdefault("steps", "default")
@@ -161,4 +164,7 @@ def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_toke
         if values["topk"] > 1:
             raise BadInputError(None, "a tree (--topk above 1) needs --draft-tokens "
                                 "(SGLang's --speculative-num-draft-tokens)")
-    return replace(settings, sources=sources, **values)
+    try:
+        return replace(settings, sources=sources, **values)
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None

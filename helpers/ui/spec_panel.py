@@ -68,6 +68,7 @@ class SpeculatePanel:
         returns the HTML headline for the output area."""
         from helpers.io.chat import prompt_ids, uses_template
         from helpers.speculate.loop import speculate
+        from helpers.acceptance.drafting import Drafting
         from helpers.speculate.result import SpecSettings
 
         target = self.target.value.strip()
@@ -83,7 +84,7 @@ class SpeculatePanel:
         ids = prompt_ids(tok, [{"role": "user", "content": self.prompt.value}], uses_template(tok, "auto"))
         self.runs = {}
         for r in readings:
-            st = SpecSettings(reading=r, draft_tokens=int(steps), max_new_tokens=int(self.max_new_tokens.value))
+            st = SpecSettings(reading=r, drafting=Drafting.chain(int(steps)), max_new_tokens=int(self.max_new_tokens.value))
             run = speculate(tgt, draft, [ids], st, on_round=lambda p, r=r: view.update(r, p, tok))
             view.update(r, run.prompts[0], tok)
             self.runs[r] = run
