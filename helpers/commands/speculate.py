@@ -108,10 +108,11 @@ def run(args) -> int:
     from helpers.core.distributed import finish, from_env, gather_to_main
     from helpers.io.prompts import read_prompts
     from helpers.model.draft import load_draft
-    from helpers.model.target import draft_mismatches, load_target
+    from helpers.model.target import check_speculation_target, draft_mismatches, load_target
     from helpers.speculate.loop import result_json, speculate_readings
     from helpers.speculate.result import SpecRun, SpecSettings
 
+    check_speculation_target(target_dir)  # a family the loop cannot run: one line, before loading
     ranks = from_env(args.device)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     target = load_target(target_dir, device=ranks.device(args.device), dtype=dtype)
     bad = draft_mismatches(target, args.checkpoint)
