@@ -114,9 +114,11 @@ def run(args) -> int:
     from helpers.core.distributed import finish, from_env, gather_to_main
     from helpers.io.prompts import read_prompts
     from helpers.model.pair import load_pair
+    from helpers.model.target import check_speculation_target
     from helpers.speculate.loop import result_json, speculate_readings
     from helpers.speculate.result import SpecRun, SpecSettings
 
+    check_speculation_target(target_dir)  # a family the loop cannot run: one line, before loading
     ranks = from_env(args.device)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     # the draft's files are opened once: load_pair passes the open Checkpoint on (fit, memory, load, aux ids)
     target, draft = load_pair(target_dir, args.checkpoint, device=ranks.device(args.device), dtype=dtype,

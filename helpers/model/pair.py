@@ -13,13 +13,15 @@ from __future__ import annotations
 from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import Checkpoint, open_checkpoint
 from helpers.model.draft import Eagle3Draft, load_draft
-from helpers.model.target import Target, draft_mismatches, load_target
+from helpers.model.target import Target, check_speculation_target, draft_mismatches, load_target
 
 
 def load_pair(target, checkpoint, *, device=None, dtype=None, embed_from=None,
               draft_config=None) -> tuple[Target, Eagle3Draft]:
     """(target, draft): `target` a folder or a loaded `Target`; `checkpoint` a path / URL or an open
     `Checkpoint`. Refuses a draft that does not fit the target (vocab, hidden size, embedding)."""
+    if not isinstance(target, Target):
+        check_speculation_target(target)  # a family the loop cannot run: one line, before anything loads
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
     tgt = target if isinstance(target, Target) else load_target(target, device=device, dtype=dtype)
     draft = load_draft(ck, device=tgt.input_device, dtype=tgt.dtype, embed_from=embed_from or None,

@@ -3,8 +3,9 @@ prediction against measurement.
 
 Modules (import them by name; this file imports nothing):
 - `loop`
+- `target_cache`
 - `result`
 - `compare`
 """
 
-__all__ = ["loop", "result", "compare"]
+__all__ = ["loop", "target_cache", "result", "compare"]

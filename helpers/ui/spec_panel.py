@@ -50,10 +50,11 @@ class SpeculatePanel:
 
     def _load(self, checkpoint: str, target: str, device, dtype, embed_from):
         from helpers.model.pair import load_pair
-        from helpers.model.target import load_target
+        from helpers.model.target import check_speculation_target, load_target
 
         key = ("target", target, device, dtype)
         if key not in self._cache:
+            check_speculation_target(target)  # a family the loop cannot run: one line, before loading
             self._cache = {k: v for k, v in self._cache.items() if k[0] != "target"}  # one target at a time
             self._cache[key] = load_target(target, device=device, dtype=dtype)
         tgt = self._cache[key]
