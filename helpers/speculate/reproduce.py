@@ -247,6 +247,23 @@ def _emulation(key: str, target, draft, settings, window: int):
     raise ValueError(f"unknown misconfiguration {key!r}")
 
 
+def run_wiring(target, draft, records, settings, key: str, *, window: int = DEFAULT_WINDOW):
+    """The engine-free run under one wiring of the catalogue (`key`, e.g. "absolute"), or None when
+    it cannot happen to this draft. `settings` are the correct wiring's (reading offset)."""
+    from helpers.speculate.loop import speculate
+
+    why, ctx, st = _emulation(key, target, draft, settings, window)
+    if why is not None:
+        return None
+    with ctx:
+        return speculate(target, draft, list(records), st)
+
+
+def wiring_keys(window: int = DEFAULT_WINDOW) -> list[str]:
+    """The catalogue's keys, in order (the correct wiring first)."""
+    return [m.key for m in _catalogue(window)]
+
+
 def reproduce(target, draft, records, settings, *, accept_length: float, stderr: float | None = None,
               known: dict | None = None, window: int = DEFAULT_WINDOW, only=None, progress: bool = False) -> Reproduction:
     """Run the catalogue (see the module docstring) and rank it against `accept_length`.
