@@ -128,7 +128,12 @@ class Ladder:
     @property
     def conclusion(self) -> str:
         """One sentence: the verdict, the evidence that decided it, and what reproduces it."""
-        r1 = self.rungs[0]
+        r1, r2 = self.rungs[0], self.rungs[1]
+        if self.verdict == "the samples overstate the draft":
+            return f"The samples overstate the draft, decided by {self.decided_by}: {r2.text} {r1.text[0].upper()}{r1.text[1:]}"
+        if self.verdict in ("no serving measurement", "no verdict"):
+            s = f"No verdict on the deployment: {r1.text}"
+            return s + (f" The draft itself: {r2.text}" if r2.decided else "")
         s = f"{self.verdict[0].upper()}{self.verdict[1:]}, decided by {self.decided_by}: {r1.text}"
         if self.reproduced:
             s += f" Reproduced engine-free by: {self.reproduced['label']} ({_row_text(self.reproduced)})"
