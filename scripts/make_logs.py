@@ -7,9 +7,13 @@ accept lengths drawn from the tree model of helpers.acceptance.chain (`build_tre
 hang together:
 
 - sglang.log: current SGLang, `--speculative-num-steps 5 --speculative-eagle-topk 4
-  --speculative-num-draft-tokens 16`, one request at a time, per-token acceptance ~0.21, which
-  under the tree model gives the investigation's accept length of ~1.9 and ~46.7 tok/s (step
-  cost 3.66 decode steps at a 90 tok/s baseline).
+  --speculative-num-draft-tokens 16`, one request at a time, serving the bundled tiny draft
+  (data_samples/tiny_draft_sglang) with a MISCONFIGURATION the kit reproduces engine-free:
+  `WIRING` (default: d2t read as absolute ids). Its accept lengths are drawn from the engine-free
+  loop's own per-verify-step accept lengths under that wiring (`helpers.speculate.reproduce.run_wiring`
+  on the bundled target and prompts), so `make demo` finds a deployment bug and `reproduce` names
+  the wiring; throughput from the investigation's step cost (3.66 decode steps at 90 tok/s).
+  Synthetic: no server wrote it.
 - sglang_old.log: an older SGLang build (`Decode batch.`, no accept rate) serving a
   speculators-style (`layers.0.*`) draft it silently does not load: accept length ~1.0.
 - vllm.log: vLLM V1 with the same draft loaded correctly, chain drafting with 3 speculative
@@ -27,16 +31,45 @@ from pathlib import Path
 import numpy as np
 
 from helpers.acceptance.tree import build_tree
-from helpers.acceptance.chain import rate_for_accept_length
 
 BASELINE_TPS = 90.0
 STEP_COST = 1.9 * 90.0 / 46.7  # decode steps per speculative step, from the investigation
 ROOT = Path(__file__).resolve().parents[1]
+TREE = (5, 4, 16)  # SGLang --speculative-num-steps / --speculative-eagle-topk / --speculative-num-draft-tokens
+WIRING = "absolute"  # the misconfiguration sglang.log is made under (a key of helpers.speculate.reproduce)
 
 
-def sglang_log(rng: np.random.Generator, old: bool) -> list[str]:
-    steps, topk, ntok, interval = 5, 4, 16, 40
-    rate = 0.02 if old else rate_for_accept_length(1.9, ntok, topk, steps)
+def engine_free_lengths(wiring: str, prompts: int = 4, max_new_tokens: int = 16) -> np.ndarray:
+    """P(accept length = 1 .. steps + 1) of the bundled tiny draft, tree TREE, under `wiring`,
+    measured by the engine-free loop on the first `prompts` bundled prompts (fp32, CPU)."""
+    import torch
+
+    from helpers.io.prompts import read_prompts
+    from helpers.model.draft import load_draft
+    from helpers.model.target import load_target
+    from helpers.speculate.reproduce import run_wiring
+    from helpers.speculate.result import SpecSettings
+
+    torch.set_num_threads(1)
+    target = load_target(ROOT / "data_samples" / "tiny_target", device="cpu", dtype=torch.float32)
+    draft = load_draft(ROOT / "data_samples" / "tiny_draft_sglang", device="cpu", dtype=torch.float32)
+    steps, topk, ntok = TREE
+    settings = SpecSettings(draft_tokens=ntok, steps=steps, topk=topk, max_new_tokens=max_new_tokens)
+    records = list(read_prompts(ROOT / "data_samples" / "prompts.jsonl", prompts))
+    run = run_wiring(target, draft, records, settings, wiring)
+    return histogram_law(run.histogram_counts, steps)
+
+
+def histogram_law(counts, steps: int) -> np.ndarray:
+    """A run's verify-step histogram [steps + 2] (index = accept length) as P(L = 1 .. steps + 1)."""
+    c = np.asarray(counts, dtype=float)[1: steps + 2]
+    return c / c.sum()
+
+
+def sglang_log(rng: np.random.Generator, old: bool, p_len: np.ndarray | None = None) -> list[str]:
+    """`p_len`: P(accept length = 1 .. steps + 1) per verify step (current format); the old-format
+    log draws from the tree model at per-token acceptance 0.02 (a draft it does not load)."""
+    (steps, topk, ntok), interval = TREE, 40
     t = dt.datetime(2026, 1, 5, 10, 0, 0) if not old else dt.datetime(2025, 6, 2, 14, 30, 0)
     lines, max_tokens = [], 1_048_576
     tag = "" if old else " TP0"
@@ -44,16 +77,19 @@ def sglang_log(rng: np.random.Generator, old: bool) -> list[str]:
     def stamp():
         return f"[{t:%Y-%m-%d %H:%M:%S}{tag}]"
 
-    lines.append(f"{stamp()} server_args=ServerArgs(model_path='moonshotai/Kimi-K2.5', speculative_algorithm='EAGLE3', "
+    model = ("model_path='moonshotai/Kimi-K2.5'" if old else
+             "model_path='data_samples/tiny_target', speculative_draft_model_path='data_samples/tiny_draft_sglang'")
+    lines.append(f"{stamp()} server_args=ServerArgs({model}, speculative_algorithm='EAGLE3', "
                  f"speculative_num_steps={steps}, speculative_eagle_topk={topk}, speculative_num_draft_tokens={ntok}, "
                  f"decode_log_interval={interval})")
     if old:
         lines.append(f"{stamp()} Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, avail mem=21.30 GB")
     lines.append(f"{stamp()} The server is fired up and ready to roll!")
-    # accept-length law of the tree: P(L >= d + 1) = sum of the path probabilities at depth d
-    tree = build_tree(rate, steps, topk, ntok)
-    reach = np.array([1.0] + [tree.prob[tree.depth == d].sum() for d in range(1, steps + 1)])  # [steps + 1]
-    p_len = reach - np.append(reach[1:], 0.0)  # P(L = 1 .. steps + 1)
+    if p_len is None:
+        # accept-length law of the tree: P(L >= d + 1) = sum of the path probabilities at depth d
+        tree = build_tree(0.02, steps, topk, ntok)
+        reach = np.array([1.0] + [tree.prob[tree.depth == d].sum() for d in range(1, steps + 1)])  # [steps + 1]
+        p_len = reach - np.append(reach[1:], 0.0)  # P(L = 1 .. steps + 1)
     for req in range(9):
         t += dt.timedelta(seconds=float(rng.uniform(1, 4)))
         prompt = int(rng.integers(300, 1500))
@@ -134,7 +170,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     files = {
-        "sglang.log": sglang_log(np.random.default_rng(1), old=False),
+        "sglang.log": sglang_log(np.random.default_rng(1), old=False, p_len=engine_free_lengths(WIRING)),
         "sglang_old.log": sglang_log(np.random.default_rng(2), old=True),
         "vllm.log": vllm_log(np.random.default_rng(3)),
     }

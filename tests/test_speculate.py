@@ -375,6 +375,14 @@ def test_dashboard_speculate_mode_streams_the_token_view(models):
     out = "".join(o.get("data", {}).get("text/html", "") for o in dash.output.outputs)
     assert "offset</b> reading: accept length" in out
     assert dash.spec.runs["absolute"].mean == 1.0 < dash.spec.runs["offset"].mean
+    # the evidence ladder: no serving number typed in, then one at the absolute reading's accept length
+    assert dash.ladder.verdict == "no serving measurement" and "No verdict on the deployment" in out
+    dash.serving.value = 1.0
+    dash.run_button.click()
+    out = "".join(o.get("data", {}).get("text/html", "") for o in dash.output.outputs)
+    off = dash.spec.runs["offset"]
+    assert dash.ladder.verdict == ("a deployment bug" if (1.0 - off.mean) / off.stderr <= -3 else "no deployment bug")
+    assert dash.ladder.conclusion.split(",")[0] in out and "serving vs engine-free" in out
     # no target: one line, no exception
     dash.spec.target.value = ""
     dash.run_button.click()

@@ -5,6 +5,7 @@ Modules (import them by name; this file imports nothing):
 - `logs`
 - `metrics`
 - `records`
+- `measured`: the serving accept length as one figure (mean, stderr, drafting) for the evidence ladder
 """
 
-__all__ = ["logs", "metrics", "records"]
+__all__ = ["logs", "metrics", "records", "measured"]

@@ -1,11 +1,13 @@
 """Engine-free speculative decoding: the loop, what a run is set to do and what it counted, and
-prediction against measurement.
+prediction against measurement, the evidence ladder, and which wiring bug reproduces a serving number.
 
 Modules (import them by name; this file imports nothing):
 - `loop`
 - `target_cache`
 - `result`
 - `compare`
+- `ladder`: the evidence ladder (serving vs engine-free vs prediction) every front end concludes with
+- `reproduce`: the engine-free loop under each known misconfiguration, ranked against a serving number
 """
 
-__all__ = ["loop", "target_cache", "result", "compare"]
+__all__ = ["loop", "target_cache", "result", "compare", "ladder", "reproduce"]

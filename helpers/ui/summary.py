@@ -82,7 +82,8 @@ def summary_dict(s: RunSettings, runs, env: dict) -> dict:
         settings["drafting"] = nb04["drafting"]["label"]
     return {
         "checkpoint": s.checkpoint, "samples": s.samples, "engine": s.engine, "settings": settings,
-        "numbers": numbers, "environment": env, "conclusion": conclusion(numbers),
+        "numbers": numbers, "environment": env, "conclusion": conclusion(numbers, s.samples),
+        "ladder": ladder(numbers, s.samples).to_dict(),
     }
 
 
@@ -90,8 +91,8 @@ SOUND_VERDICTS = ("offset", "identity", "ambiguous")  # what the engines can ser
 SOUND_DIAGNOSES = (None, "healthy", "coverage", "generalisation")  # `EvalResult.diagnosis()` that are no bug
 
 
-def overall(numbers: dict) -> str:
-    """One sentence that reconciles the sections: is the checkpoint broken, or the deployment?"""
+def broken(numbers: dict) -> list[str]:
+    """What is wrong with the checkpoint itself (verdict, doctor errors, accuracy diagnosis); [] if nothing."""
     verdict = (numbers.get("inspect") or {}).get("verdict")
     errs = sorted({f["code"] for f in numbers.get("doctor") or [] if f["severity"] == "error"})
     diagnosis = (numbers.get("accuracy") or {}).get("diagnosis")
@@ -102,23 +103,55 @@ def overall(numbers: dict) -> str:
         problems.append(f"doctor errors {', '.join(errs)}")
     if diagnosis not in SOUND_DIAGNOSES:
         problems.append(f"accuracy diagnosis '{diagnosis}'")
+    return problems
+
+
+def ladder(numbers: dict, samples=None):
+    """The evidence ladder (`helpers.speculate.ladder`) over the numbers the notebooks recorded:
+    serving (notebook 04's figure, else notebook 07's), engine-free (notebook 07, the engines'
+    reading), the prediction (notebook 04), coverage (notebook 03), per-position acceptance
+    (notebook 07), whether the samples were regenerated (their capture.json), and the wiring
+    `reproduce` ranked first (notebook 07)."""
+    from helpers.speculate.ladder import Figure, evidence_ladder, figure_from_run, samples_regenerated
+
+    spec = numbers.get("speculate") or {}
+    fig = numbers.get("serving_figure") or spec.get("serving")
+    serving = None if not fig else Figure(fig["value"], fig.get("stderr"), fig.get("source", ""),
+                                          tuple(fig["shape"]) if fig.get("shape") else None)
+    engine_free, per_position = None, None
+    runs = spec.get("speculate") or {}
+    if runs:
+        ref = "offset" if "offset" in runs else next(iter(runs))
+        n = spec.get("prompts")
+        engine_free = figure_from_run(runs[ref], f"engine-free, {n} prompts, {ref} reading, notebook 07")
+        per_position = runs[ref].get("per_position_conditional")
+    pred = numbers.get("predicted_accept_length")
+    predicted = None if not pred else Figure(
+        pred["expected"], None, "teacher-forced accuracy on the samples, notebook 04",
+        (pred["steps"], pred["topk"] or 1, pred["draft_tokens"]))
+    acc = numbers.get("accuracy") or {}
+    best = (spec.get("reproduce") or {}).get("best")
+    return evidence_ladder(serving=serving, engine_free=engine_free, predicted=predicted,
+                           regenerated=samples_regenerated(samples), per_position=per_position,
+                           coverage=acc.get("coverage"), reproduced=best)
+
+
+def overall(numbers: dict, samples=None) -> str:
+    """One sentence that reconciles the sections: is the checkpoint broken, or the deployment?"""
+    problems = broken(numbers)
     if problems:
         return f"The checkpoint itself is broken ({'; '.join(problems)}): fix it before looking at serving."
-    status = numbers.get("accept_length_status")
-    if status == "below":
-        return ("The checkpoint is healthy offline, yet serving accepts far less than its accuracy predicts: a "
-                "deployment bug (how the engine loads or feeds the draft: aux layer ids, key layout, algorithm "
-                "flag, d2t loaded), not the draft's ceiling.")
-    if status in ("agrees", "above"):
-        return "Healthy: the checkpoint is wired correctly and serving accepts what its accuracy predicts."
-    if diagnosis is None:
+    lad = ladder(numbers, samples)
+    if lad.verdict in ("a deployment bug", "no deployment bug", "the samples overstate the draft"):
+        return lad.conclusion
+    if (numbers.get("accuracy") or {}).get("diagnosis") is None and not numbers.get("speculate"):
         return "No accuracy was measured (no samples given): the verdict and the doctor's findings are all there is."
-    return "Healthy offline; no serving measurement was given to compare with (pass --log)."
+    return "Healthy offline; no serving measurement was given to compare with (pass --log). " + lad.rungs[1].text
 
 
-def conclusion(numbers: dict) -> list[str]:
+def conclusion(numbers: dict, samples=None) -> list[str]:
     """The bundle's findings in a few lines, each quoting the notebook that computed it."""
-    lines = [f"**{overall(numbers)}**"]
+    lines = [f"**{overall(numbers, samples)}**"]
     ins = numbers.get("inspect") or {}
     if ins:
         lines.append(f"d2t verdict: {ins['verdict'].upper()} (notebook 01).")
@@ -130,12 +163,16 @@ def conclusion(numbers: dict) -> list[str]:
     if acc and acc.get("conclusion"):
         lines.append(f"Accuracy: {acc['conclusion']} (notebook 03)")
     if numbers.get("accept_length_conclusion"):
-        lines.append(f"Accept length: {numbers['accept_length_conclusion']} (notebook 04)")
+        lines.append(f"Accept length from the prediction alone: {numbers['accept_length_conclusion']} (notebook 04; "
+                     "the evidence ladder below weighs it against the stronger measurements)")
     spec = numbers.get("speculate")
     if spec:
         lines.append("With the target in the loop: " + "; ".join(
             f"{r} reading accept length {d['mean_accept_length']:.2f}" for r, d in spec["speculate"].items())
             + " (notebook 07).")
+    rep = (numbers.get("speculate") or {}).get("reproduce")
+    if rep:
+        lines.append(f"Which wiring reproduces the serving number: {rep['verdict']} (notebook 07).")
     return lines
 
 
@@ -211,7 +248,9 @@ def _accept_section(n: dict) -> list[str]:
         L.append(f"- throughput: step cost {tp['step_cost']:.2f} decode steps, break-even accept length "
                  f"{tp['break_even_accept_length']:.2f}, {tp['spec_tps']:.1f} tok/s measured")
     if n.get("accept_length_conclusion"):
-        L += ["", f"**Conclusion:** {n['accept_length_conclusion']}"]
+        L += ["", f"**Conclusion (notebook 04, serving against the prediction alone):** {n['accept_length_conclusion']}"]
+        if n.get("speculate"):
+            L.append("(The engine-free measurement of notebook 07 is stronger evidence: see the evidence ladder above.)")
     return L
 
 
@@ -238,11 +277,33 @@ def _speculate_section(n: dict, s: RunSettings) -> list[str]:
     return L
 
 
+def _reproduce_section(rep: dict) -> list[str]:
+    f = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    se = "" if rep.get("stderr") is None else f" ± {rep['stderr']:.2f}"
+    L = [f"measured (serving) accept length **{rep['accept_length']:.2f}**{se}; engine-free on {rep['prompts']} "
+         "prompts under each wiring, ranked by |z|", "",
+         "| rank | wiring | accept length (engine-free) | z | who makes that mistake |", "|---|---|---|---|---|"]
+    rank = 0
+    for r in rep["rows"]:
+        if r["skipped"]:
+            L.append(f"| - | {r['label']} | not run: {r['skipped']} | | {r['engines']} |")
+            continue
+        rank += 1
+        z = "inf" if r["z"] is None else f"{r['z']:+.1f}"
+        L.append(f"| {rank} | {r['label']}{' (reproduces)' if r['reproduces'] else ''} | {f(r['mean'])} ± "
+                 f"{f(r['stderr'])} | {z} | {r['engines']} |")
+    return L + ["", f"**{rep['verdict'][0].upper()}{rep['verdict'][1:]}.**"]
+
+
 def summary_markdown(s: RunSettings, runs, summary: dict, env: dict) -> str:
     n = summary["numbers"]
     L = [f"# d2t-lab report: `{s.checkpoint}`", "", f"made {time.strftime('%Y-%m-%d %H:%M')} with d2t-lab "
          f"{env.get('d2t_lab')}; every number below comes from the inputs listed, computed by the notebook named.", ""]
     L += ["## Conclusion", ""] + [f"- {line}" for line in summary["conclusion"]] + [""]
+    L += ["## Evidence ladder", "", "Strongest evidence first: serving against the engine-free measurement decides a "
+          "deployment bug; the engine-free measurement against the teacher-forced prediction decides whether the "
+          "samples overstate the draft; coverage and per-position acceptance say where it loses.", ""]
+    L += ladder(n, s.samples).markdown() + [""]
     L += _inputs_section(s, summary) + ["", "## Verdict (notebook 01)", ""]
     ins = n["inspect"]
     tv = ins["target_vocab_size"]
@@ -265,6 +326,9 @@ def summary_markdown(s: RunSettings, runs, summary: dict, env: dict) -> str:
     for what, err in n["errors"].items():
         L.append(f"- **{what}** unavailable: {err}")
     L += ["", "## Speculative decoding with the target (notebook 07)", ""] + _speculate_section(n, s)
+    rep = (n.get("speculate") or {}).get("reproduce")
+    if rep:
+        L += ["", "## Which wiring reproduces the serving number (notebook 07)", ""] + _reproduce_section(rep)
     L += ["", "## Notebooks", "", "| notebook | result | seconds | figures |", "|---|---|---|---|"]
     for r in runs:
         res = "ok" if r.ok else f"FAILED: {r.error}"

@@ -114,6 +114,26 @@ def headline(result) -> str:
     return "<br>".join(lines)
 
 
+def speculate_ladder(runs: dict, serving: float):
+    """The evidence ladder (`helpers.speculate.ladder`) for speculate mode: the serving accept length
+    typed in (0: none) against the loop's run with the engines' reading, on the same chain."""
+    from helpers.speculate.ladder import Figure, evidence_ladder, figure_from_run
+
+    ref = next((r for r in ("offset", "none") if r in runs), None)
+    if ref is None:
+        return None
+    run = runs[ref]
+    ef = figure_from_run(run.to_dict(prompts=False), f"engine-free, this prompt, {ref} reading")
+    fig = Figure(serving, None, "serving, as typed in", ef.shape) if serving >= 1.0 else None
+    return evidence_ladder(serving=fig, engine_free=ef, per_position=run.per_position_conditional)
+
+
+def ladder_html(ladder) -> str:
+    """The ladder's conclusion and rungs as HTML lines."""
+    lines = ladder.lines()
+    return "<b>" + html.escape(lines[0]) + "</b><br>" + "<br>".join(html.escape(x) for x in lines[1:])
+
+
 # -- the dashboard ----------------------------------------------------------------------------
 class Dashboard:
     """Checkpoint + samples pickers, device/dtype/reading/steps controls, Run, output area."""
@@ -137,6 +157,7 @@ class Dashboard:
         max_new_tokens: int = 32,
     ):
         self.result = None  # last EvalResult, or None
+        self.ladder = None  # speculate mode: the evidence ladder of the last run, or None
         self.hint = None  # after a run: how long the whole folder would take, and with torchrun
         self.error: str | None = None  # last one-line error, or None
         self.figure_png: bytes | None = None  # last figure, as PNG bytes
@@ -162,6 +183,7 @@ class Dashboard:
             self.reading,
             W.HBox([self.max_samples, self.steps]),
             self.spec.controls,
+            self.serving,
             W.HBox([self.run_button, self.status]),
         ])
         self.widget = W.VBox([
@@ -182,6 +204,7 @@ class Dashboard:
         """Speculate mode shows the target and prompt controls instead of the samples picker."""
         spec = self.mode.value == "speculate"
         self.spec.controls.layout.display = None if spec else "none"
+        self.serving.layout.display = None if spec else "none"
         self.samples.layout.display = "none" if spec else None
         self.run_button.tooltip = ("decode the prompt with the target verifying the draft, two readings side by side"
                                    if spec else "load the draft, run it on the samples, show accuracy")
@@ -215,6 +238,10 @@ class Dashboard:
                                             description="max samples", style=style,
                                             layout=W.Layout(width="240px"),
                                             tooltip="0 = every sample in the folder")
+        self.serving = W.BoundedFloatText(value=0.0, min=0.0, max=1000.0, step=0.01, description="serving accept len",
+                                          style=style, layout=W.Layout(width="300px"),
+                                          tooltip="the accept length your server reports for the same drafting "
+                                                  "(0: not given); speculate mode weighs it against the loop's")
         self.steps = W.IntSlider(value=steps, min=1, max=8, description="draft steps",
                                  style={"description_width": "80px"}, layout=W.Layout(width="300px"))
 
@@ -319,6 +346,9 @@ class Dashboard:
         self.result = self.spec.runs
         self.output.outputs = ()
         self.output.append_display_data(HTML(headline))
+        self.ladder = speculate_ladder(self.spec.runs, float(self.serving.value or 0.0))
+        if self.ladder is not None:
+            self.output.append_display_data(HTML(ladder_html(self.ladder)))
 
     def _evaluate(self, args: dict):
         """`evaluate(**args)`, with tqdm.auto's progress bars shown above the output area.

@@ -1,0 +1,39 @@
+"""The serving accept length as one figure for the evidence ladder: mean, standard error, drafting.
+
+`serving_figure(logs, settings, metrics=...)` reads the logs (every parsed row of every log, each row
+one logging interval, weighted alike: the mean notebook 04 reports) or, without logs, the metrics
+source, and returns a `helpers.speculate.ladder.Figure` whose drafting shape is the settings'
+(`helpers.ui.settings.RunSettings`, resolved from the logs' start-up lines where not given). The
+standard error of a log's mean is the spread of its interval means over sqrt(rows); a metrics
+source states none (None).
+"""
+from __future__ import annotations
+
+from helpers.speculate.ladder import Figure, mean_stderr
+
+
+def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None) -> Figure | None:
+    """The serving accept length (see the module docstring), or None when no source is given.
+
+    `acceptance`: a metrics source already read and normalised (`helpers.acceptance.sources`), so a
+    URL is not scraped twice; used when there are no logs, as `metrics` is."""
+    shape = None
+    if settings is not None:
+        shape = (int(settings.steps), int(settings.topk or 1), int(settings.num_draft_tokens))
+    logs = list(logs or [])
+    if logs:
+        from helpers.serving.logs import read_log
+
+        values = [x for p in logs for x in read_log(p).column("accept_length")]
+        mean, se = mean_stderr(values)
+        if mean is not None:
+            return Figure(mean, se, f"serving logs, mean of {len(values):,} logged intervals", shape)
+    acc = acceptance
+    if acc is None and metrics and settings is not None:
+        from helpers.acceptance.sources import normalise_for
+        from helpers.serving.metrics import read_metrics
+
+        acc = normalise_for(read_metrics(metrics), settings)
+    if acc is not None and acc.accept_length is not None:
+        return Figure(float(acc.accept_length), None, f"serving metrics ({acc.kind})", shape)
+    return None

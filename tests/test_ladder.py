@@ -1,0 +1,194 @@
+"""The evidence ladder and `reproduce`: which evidence decides a conclusion, and which wiring bug
+reproduces a serving number.
+
+Fast tests check the ladder's arithmetic on figures; the slow ones run the real engine-free loop
+on the bundled tiny target and draft, write serving logs with scripts/make_logs.py's own writer
+from those runs (a healthy one and one under the absolute reading), read them back with the
+kit's log reader, and run the report on the bundled demo pair (`make demo`'s inputs).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers.speculate.ladder import Figure, evidence_ladder, samples_regenerated, z_score
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "data_samples"
+DRAFT, TARGET, PROMPTS = SAMPLES / "tiny_draft_sglang", SAMPLES / "tiny_target", SAMPLES / "prompts.jsonl"
+TREE = (5, 4, 16)
+
+
+def _make_logs():
+    spec = importlib.util.spec_from_file_location("make_logs", ROOT / "scripts" / "make_logs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# -- the ladder's arithmetic ------------------------------------------------------------------------
+def test_z_uses_both_standard_errors():
+    a, b = Figure(1.5, 0.03, "a"), Figure(2.0, 0.04, "b")
+    assert z_score(a, b) == pytest.approx(-0.5 / 0.05)
+    assert z_score(Figure(1.0, 0.0), Figure(1.0, None)) == 0.0
+    assert z_score(Figure(1.0, 0.0), Figure(2.0, 0.0)) == -math.inf
+
+
+def test_serving_against_engine_free_decides_and_names_the_evidence():
+    ef = Figure(2.04, 0.10, "engine-free", TREE)
+    pred = Figure(4.63, None, "prediction", TREE)
+    bug = evidence_ladder(serving=Figure(1.0, 0.0, "log", TREE), engine_free=ef, predicted=pred,
+                          reproduced={"key": "absolute", "label": "d2t read as absolute ids", "mean": 1.0,
+                                      "stderr": 0.0, "z": 0.0})
+    assert bug.verdict == "a deployment bug" and not bug.rests_on_prediction
+    assert "serving vs engine-free" in bug.decided_by and "d2t read as absolute ids" in bug.conclusion
+    assert ef.text() in bug.conclusion  # the correct wiring's measurement beside it
+    assert "not the serving traffic" in " ".join(bug.rungs[0].notes)  # the caveat
+    ok = evidence_ladder(serving=Figure(1.98, 0.01, "log", TREE), engine_free=ef, predicted=pred)
+    assert ok.verdict == "no deployment bug" and ok.rungs[0].decided
+    assert ok.reproduced is None and "Reproduced" not in ok.conclusion
+    # the same serving number against the prediction alone: a deployment bug that rests on a prediction
+    alone = evidence_ladder(serving=Figure(1.98, 0.01, "log", TREE), predicted=pred)
+    assert alone.verdict == "a deployment bug" and alone.rests_on_prediction
+    assert "--target" in alone.conclusion and "--prompts" in alone.conclusion
+    # other drafting settings are not comparable: the prediction decides, and says so
+    other = evidence_ladder(serving=Figure(1.98, 0.01, "log", (3, 1, 4)), engine_free=ef)
+    assert other.verdict == "no verdict" and "not comparable" in " ".join(other.rungs[0].notes)
+
+
+def test_samples_overstate_the_draft_reads_the_capture_manifest(tmp_path):
+    ef, pred = Figure(2.04, 0.10, "engine-free", TREE), Figure(4.63, None, "prediction", TREE)
+    assert samples_regenerated(tmp_path) is None
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "capture.json").write_text(json.dumps({"regenerate": False}))
+    assert samples_regenerated(tmp_path) is False
+    lad = evidence_ladder(engine_free=ef, predicted=pred, regenerated=samples_regenerated(tmp_path))
+    assert lad.samples_overstate and "--regenerate" in lad.rungs[1].text and "not regenerated" in lad.rungs[1].text
+    assert lad.verdict == "the samples overstate the draft"
+    assert samples_regenerated(SAMPLES / "tiny_hidden_states") is True  # the bundled ones were
+    lad = evidence_ladder(engine_free=ef, predicted=pred, regenerated=True)
+    assert lad.samples_overstate and "regenerated their answers" in lad.rungs[1].text
+    close = evidence_ladder(engine_free=ef, predicted=Figure(2.1, None, "prediction", TREE))
+    assert close.samples_overstate is False
+    where = evidence_ladder(engine_free=ef, per_position=[0.6, 0.3, float("nan")], coverage=0.8)
+    assert "80.0 %" in where.rungs[2].text and "weakest position is 1" in where.rungs[2].text
+
+
+def test_reproduce_command_refuses_bad_input_in_one_line(cli):
+    base = ["reproduce", DRAFT, "--target", TARGET, "--prompts", PROMPTS]
+    for extra, word in ((["--accept-length", "0.5"], "--accept-length"),
+                        (["--accept-length", "2", "--stderr", "-1"], "--stderr"),
+                        (["--accept-length", "2", "--steps", "3"], "--topk")):
+        r = cli(*base, *extra)
+        assert r.returncode == 2 and word in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    r = cli("reproduce", DRAFT, "--target", TARGET, "--prompts", SAMPLES / "none.jsonl", "--accept-length", "2")
+    assert r.returncode == 2 and "none.jsonl" in r.stderr
+
+
+# -- the real loop: a healthy log and one under the absolute reading ---------------------------------
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    import torch
+
+    from helpers.io.prompts import read_prompts
+    from helpers.model.draft import load_draft
+    from helpers.model.target import load_target
+    from helpers.speculate.reproduce import run_wiring
+    from helpers.speculate.result import SpecSettings
+
+    torch.set_num_threads(1)
+    target, draft = load_target(TARGET, "cpu", "float32"), load_draft(DRAFT, "cpu", torch.float32)
+    settings = SpecSettings(draft_tokens=TREE[2], steps=TREE[0], topk=TREE[1], max_new_tokens=24)
+    records = list(read_prompts(PROMPTS, 4))
+    runs = {k: run_wiring(target, draft, records, settings, k) for k in ("correct", "absolute")}
+    ml = _make_logs()
+    out = tmp_path_factory.mktemp("logs")
+    logs = {}
+    for k, run in runs.items():
+        lines = ml.sglang_log(np.random.default_rng(7), old=False, p_len=ml.histogram_law(run.histogram_counts, TREE[0]))
+        logs[k] = out / f"{k}.log"
+        logs[k].write_text("\n".join(lines) + "\n")
+    return target, draft, records, settings, runs, logs
+
+
+def _ladder_for(log, run):
+    from helpers.serving.measured import serving_figure
+    from helpers.speculate.ladder import figure_from_run
+    from helpers.ui.settings import RunSettings, resolve_drafting
+
+    served = resolve_drafting(RunSettings(logs=(str(log),)))
+    fig = serving_figure([log], served)
+    return fig, evidence_ladder(serving=fig, engine_free=figure_from_run(run.to_dict(prompts=False), "engine-free"))
+
+
+@pytest.mark.slow
+def test_a_log_at_the_healthy_accept_length_is_no_deployment_bug(pair):
+    *_, runs, logs = pair
+    fig, lad = _ladder_for(logs["correct"], runs["correct"])
+    assert fig.shape == TREE and abs(fig.value - runs["correct"].mean) < 3 * runs["correct"].stderr
+    assert lad.verdict == "no deployment bug", lad.report()
+    assert "serving vs engine-free" in lad.decided_by
+
+
+@pytest.mark.slow
+def test_a_log_under_the_absolute_reading_is_a_deployment_bug_that_reproduce_names(pair):
+    from helpers.speculate.reproduce import reproduce
+
+    target, draft, records, settings, runs, logs = pair
+    fig, lad = _ladder_for(logs["absolute"], runs["correct"])
+    assert fig.value == pytest.approx(runs["absolute"].mean, abs=0.01)
+    assert lad.verdict == "a deployment bug", lad.report()
+    rep = reproduce(target, draft, records, settings, accept_length=fig.value, stderr=fig.stderr,
+                    known={"correct": runs["correct"]})
+    assert rep.best.key == "absolute" and rep.best.reproduces, rep.report()
+    assert rep.best.run.mean == pytest.approx(runs["absolute"].mean)  # re-run, not reused: the same count
+    correct = rep.correct
+    assert correct.mean == runs["correct"].mean and not correct.reproduces
+    assert "d2t read as absolute ids reproduces" in rep.verdict()
+    skipped = {r.key: r.skipped for r in rep.rows if r.skipped}
+    assert "fc_norm_dropped" in skipped  # the tiny draft has no EAGLE-3.1 norms
+    z = [abs(r.z) for r in rep.ranked]
+    assert z == sorted(z)
+    d = rep.to_dict()
+    json.dumps(d, allow_nan=False)
+    assert d["best"]["key"] == "absolute" and d["rows"][0]["key"] == "absolute"
+
+
+# -- the demo: `make demo`'s report tells one story ---------------------------------------------------
+@pytest.mark.slow
+def test_demo_report_concludes_from_its_own_numbers(tmp_path):
+    from helpers.__main__ import main
+
+    out = tmp_path / "demo"
+    code = main(["report", str(DRAFT), "--samples", str(SAMPLES / "tiny_hidden_states"), "--log",
+                 str(SAMPLES / "logs" / "sglang.log"), "--baseline-tps", "90", "--engine", "sglang",
+                 "--target", str(TARGET), "--prompts", str(PROMPTS), "--max-samples", "4", "--device", "cpu",
+                 "-o", str(out)])
+    assert code == 0
+    s = json.loads((out / "summary.json").read_text())
+    md = (out / "summary.md").read_text()
+    n = s["numbers"]
+    nb04 = json.loads((out / "figures" / "04_accept_length_simulation" / "numbers.json").read_text())
+    nb07 = json.loads((out / "figures" / "07_speculative_decoding" / "numbers.json").read_text())
+    serving, ef = nb04["serving_figure"], nb07["speculate"]["offset"]
+    # the verdict follows from the recorded numbers: serving well below the engine-free measurement
+    z = (serving["value"] - ef["mean_accept_length"]) / math.hypot(serving["stderr"], ef["stderr"])
+    assert serving["value"] == pytest.approx(nb04["measured"])
+    assert s["ladder"]["verdict"] == ("a deployment bug" if z <= -3 else "no deployment bug")
+    assert s["ladder"]["verdict"] == "a deployment bug"
+    assert nb07["speculate_ladder"]["verdict"] == s["ladder"]["verdict"]  # notebook 07 says the same
+    first = s["conclusion"][0]
+    assert "deployment bug" in first and "serving vs engine-free" in first and "no deployment bug" not in first
+    # it names the reproduced wiring, with the correct wiring's measurement beside it
+    best = nb07["speculate_reproduce"]["best"]
+    assert best["key"] == "absolute" and "d2t read as absolute ids" in first
+    assert f"{ef['mean_accept_length']:.2f}" in first
+    assert "## Which wiring reproduces the serving number (notebook 07)" in md
+    # no section contradicts another: the prediction-only conclusion is marked as weaker evidence
+    assert "serving against the prediction alone" in md and "Healthy:" not in md
+    assert n["speculate"]["reproduce"]["best"]["key"] == "absolute"
