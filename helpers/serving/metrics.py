@@ -248,18 +248,26 @@ def is_url(source: str) -> bool:
     return str(source).startswith(("http://", "https://"))
 
 
-def fetch(url: str, timeout: float = 10.0) -> str:
-    """GET a URL's text; a bare host:port gets `/metrics`. BadInputError when it cannot be read."""
+def fetch(url: str, timeout: float | None = None) -> str:
+    """GET a URL's text; a bare host:port gets `/metrics`. BadInputError when it cannot be read.
+    `timeout`: seconds to connect and between reads (default: `--timeout`, as every remote read)."""
     from urllib.error import URLError
     from urllib.parse import urlsplit
     from urllib.request import urlopen
 
+    from helpers.io import remote
+
+    timeout = remote.timeout() if timeout is None else timeout
     if urlsplit(url).path in ("", "/"):
         url = url.rstrip("/") + "/metrics"
     try:
         with urlopen(url, timeout=timeout) as r:  # noqa: S310 (a URL the user gave)
             return r.read().decode("utf-8", errors="replace")
+    except TimeoutError:
+        raise BadInputError(url, f"the server did not answer within {timeout:g} s (--timeout SECONDS)") from None
     except (URLError, OSError, ValueError) as e:
+        if isinstance(getattr(e, "reason", None), TimeoutError):
+            raise BadInputError(url, f"the server did not answer within {timeout:g} s (--timeout SECONDS)") from None
         raise BadInputError(url, f"cannot fetch: {getattr(e, 'reason', None) or e}") from None
 
 
@@ -311,8 +319,11 @@ def read_metrics(source: str, interval: float | None = None) -> MetricsTable:
             table = first
     else:
         p = Path(source)
+        if source.lower().startswith("hf:"):  # Path would print hf://o/r as hf:/o/r
+            raise BadInputError(source, "metrics are read from a file or an http(s):// URL, not from the Hub")
         if not p.is_file():
-            raise BadInputError(p, "no such metrics file" if not p.exists() else "not a file")
+            raise BadInputError(source, "no such metrics file" if not p.exists() else
+                                "is a folder, not a metrics file" if p.is_dir() else "not a file")
         if interval:
             raise BadInputError(p, "--interval needs a URL to scrape twice (a file is one scrape)")
         try:
