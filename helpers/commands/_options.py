@@ -42,6 +42,27 @@ def device_dtype(p) -> None:
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on a GPU, fp32 on CPU)")
 
 
+def readings(p) -> None:
+    """`--readings offset,absolute` or `--reading offset` (the same flag), or `all` (default)."""
+    p.add_argument("--readings", "--reading", dest="readings", metavar="R[,R...]", default="all",
+                   help="readings of d2t to run: offset, absolute, none, comma-separated, or all (default)")
+
+
+def parse_readings(text: str) -> list[str]:
+    """The readings a `--readings` value names, in the kit's order; one line on a bad name."""
+    from helpers.core.errors import BadInputError
+    from helpers.core.terms import READINGS
+
+    names = [x.strip().lower() for x in str(text).split(",") if x.strip()]
+    if names == ["all"]:
+        return list(READINGS)
+    bad = [x for x in names if x not in READINGS]
+    if bad or not names:
+        raise BadInputError(None, f"--readings {text!r}: unknown reading {', '.join(bad) or '(none)'}; choose from "
+                            f"{', '.join(READINGS)} (comma-separated) or all")
+    return [r for r in READINGS if r in names]
+
+
 def show_progress(args) -> bool:
     """Progress bars only for a person at a terminal, never with --json."""
     return not getattr(args, "json", False) and sys.stderr.isatty()

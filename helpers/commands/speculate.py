@@ -27,7 +27,7 @@ that reached j), target forwards per generated token (1 / accept length: the cac
 
 --target and --prompts default to the bundled tiny target and prompts (data_samples/), so
   d2t-lab speculate data_samples/tiny_draft_sglang
-runs as is; --reading limits the run to one reading.
+runs as is; --readings (or --reading) limits the run: offset, absolute, none, comma-separated, or all.
 
 Under torchrun (torchrun --nproc-per-node N -m helpers speculate ...) prompt i is rank i % N's, and
 rank 0 merges the runs (sums of counts) and prints. With --temperature > 0 each prompt's sampling
@@ -49,8 +49,7 @@ def add_arguments(p) -> None:
                    help="Hugging Face target folder (default: the bundled data_samples/tiny_target)")
     p.add_argument("--prompts", metavar="FILE", default=None,
                    help="JSONL prompt file (default: the bundled data_samples/prompts.jsonl)")
-    p.add_argument("--reading", choices=("offset", "absolute", "none", "all"), default="all",
-                   help="reading of d2t to run (default: all three)")
+    _options.readings(p)
     p.add_argument("--draft-tokens", type=int, default=5,
                    help="chain: drafted tokens K (default 5); tree: SGLang's num-draft-tokens (counts the root)")
     p.add_argument("--steps", type=int, default=None, help="tree: depth (SGLang num-steps)")
@@ -97,10 +96,14 @@ def run(args) -> int:
         dtype = parse_dtype(args.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
+    from helpers.model.preflight import preflight
+
     target_dir = Path(args.target) if args.target else BUNDLED / "tiny_target"
     prompts = Path(args.prompts) if args.prompts else BUNDLED / "prompts.jsonl"
-    if not prompts.is_file():
-        raise BadInputError(prompts, "no such prompt file")
+    # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
+    preflight(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts), max_prompts=args.max_prompts,
+              embed_from=args.embed_from, need_weights=True, what="speculate", engine=args.engine)
+    readings = _options.parse_readings(args.readings)
     if (args.steps is None) != (args.topk is None):
         raise BadInputError(None, "a tree needs both --steps and --topk (a chain neither)")
     import torch
@@ -119,9 +122,8 @@ def run(args) -> int:
         raise BadInputError(args.checkpoint, "does not fit the target " + str(target_dir) + ": " + "; ".join(bad))
     draft = load_draft(args.checkpoint, device=target.input_device, dtype=target.dtype,
                        embed_from=args.embed_from)
-    if draft.d2t is None and args.reading in ("offset", "absolute"):
-        raise BadInputError(args.checkpoint, f"has no d2t: --reading {args.reading} needs one (use none)")
-    readings = ["offset", "absolute", "none"] if args.reading == "all" else [args.reading]
+    if draft.d2t is None and args.readings.strip().lower() != "all" and set(readings) - {"none"}:
+        raise BadInputError(args.checkpoint, f"has no d2t: --readings {args.readings} needs one (use none)")
     if draft.d2t is None:
         readings = ["none"]
     settings = SpecSettings(draft_tokens=args.draft_tokens, steps=args.steps, topk=args.topk,
@@ -131,9 +133,7 @@ def run(args) -> int:
         settings.check()
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
-    records = list(read_prompts(prompts, args.max_prompts))
-    if not records:
-        raise BadInputError(prompts, "holds no prompt records")
+    records = list(read_prompts(prompts, args.max_prompts))  # checked at the door: at least one
     mine = [rec for rec in records if ranks.takes(rec.index)]
     with torch.inference_mode():
         runs = speculate_readings(target, draft, mine, settings, readings,
