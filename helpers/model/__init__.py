@@ -10,7 +10,8 @@ Modules (import them by name; this file imports nothing):
 - `target`
 - `target_head`
 - `fit`
+- `preflight`
 - `capture`
 """
 
-__all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "fit", "capture"]
+__all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "fit", "preflight", "capture"]
