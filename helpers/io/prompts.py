@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.core.errors import BadInputError
+from helpers.core.errors import BadInputError, clip
 
 _ANSWER_KEYS = ("response", "completion", "answer")
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -52,12 +52,8 @@ class Conversation:
 
 
 def _short(obj, n: int = 80) -> str:
-    """A record shown in a message: whole when short, else cut at a word with an ellipsis."""
-    text = json.dumps(obj, ensure_ascii=False)
-    if len(text) <= n:
-        return text
-    cut = text[:n].rsplit(" ", 1)[0] if " " in text[: n] else text[:n]
-    return cut + " ..."
+    """A record shown in a message: whole when short, else cut after a word with " ..."."""
+    return clip(json.dumps(obj, ensure_ascii=False), n)
 
 
 def _messages(obj, where: str, path: Path) -> list[dict]:
@@ -128,7 +124,7 @@ def read_prompts(path: str | os.PathLike, max_records: int | None = None) -> Ite
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 raise BadInputError(path, f"line {lineno} is not JSON ({e.msg} at column {e.colno})") from None
             msgs = _with_user_turn(_messages(obj, f"line {lineno}", path), f"line {lineno}", path)

@@ -29,7 +29,7 @@ import os
 import re
 from pathlib import Path
 
-from helpers.core.errors import BadInputError
+from helpers.core.errors import BadInputError, clip
 
 TIMEOUT_ENV = "D2T_LAB_TIMEOUT"
 DEFAULT_TIMEOUT = 30.0  # seconds to connect, and between two reads of one answer
@@ -356,8 +356,7 @@ def _say(e: Exception) -> str:
         return "cannot be read: no such revision"
     if isinstance(e, FileNotFoundError) or name == "EntryNotFoundError":
         return "no such file or folder on the server"
-    msg = " ".join(str(e).split())
-    return f"cannot be read ({name}: {msg[:117] + '...' if len(msg) > 120 else msg})"
+    return f"cannot be read ({name}: {clip(str(e), 120)})"
 
 
 def _sync(remote: _Remote, folder: Path, old: dict | None, listing: dict, whole_limit: int | None = None) -> Path:

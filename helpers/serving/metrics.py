@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.core.errors import BadInputError
+from helpers.core.errors import BadInputError, clip
 from helpers.serving.records import _row, read_records
 
 VLLM_COUNTERS = {
@@ -94,7 +94,7 @@ def parse_prometheus(text: str, source: str = "<text>") -> MetricsTable:
             if not math.isfinite(s.value) or (s.name.startswith(("vllm:spec_decode", "sglang:spec_")) and s.value < 0):
                 raise ValueError(f"value {s.value!r}")
         except Exception as e:  # the parser raises ValueError, IndexError, ... on a cut line
-            garbled.append((n, f"{line.strip()[:80]!r}: {type(e).__name__}: {e}"[:200]))
+            garbled.append((n, clip(f"{clip(line.strip(), 80)!r}: {type(e).__name__}: {e}", 200)))
             continue
         samples.append(s)
     vllm = [s for s in samples if s.name.startswith("vllm:spec_decode")]
