@@ -63,6 +63,13 @@ def parse_readings(text: str) -> list[str]:
     return [r for r in READINGS if r in names]
 
 
+def dist_timeout(p) -> None:
+    """`--dist-timeout SECONDS`: how long a rank under torchrun waits for the others."""
+    p.add_argument("--dist-timeout", type=float, metavar="SECONDS", default=None,
+                   help="under torchrun: seconds a rank waits for the others (rendezvous, each collective) before "
+                        "naming the one that did not arrive (default 300; $D2T_LAB_DIST_TIMEOUT)")
+
+
 def show_progress(args) -> bool:
     """Progress bars only for a person at a terminal, never with --json."""
     return not getattr(args, "json", False) and sys.stderr.isatty()

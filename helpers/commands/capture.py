@@ -59,6 +59,7 @@ def add_arguments(p) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="records per forward pass (default 8)")
     p.add_argument("--max-prompts", "--max-samples", dest="max_samples", type=int, default=None,
                    help="capture at most the first N prompt records (--max-samples: the older spelling)")
+    _options.dist_timeout(p)
     _options.json_flag(p)
 
 
@@ -89,7 +90,7 @@ def run(args) -> int:
               need_answer=not args.regenerate, aux_layers=layers, engine=args.engine, what="capture",
               target_flag="TARGET")
     output_dir(args.out, "capture folder", create=False)  # not a file, its parents creatable
-    ranks = from_env(args.device)  # under torchrun: this rank, its share of the batches
+    ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank, its share of the batches
     target = load_target(args.target, device=ranks.device(args.device), dtype=args.dtype)
     result = capture(target, args.prompts, args.out, engine=args.engine, aux_layers=layers, draft=args.draft,
                      regenerate=args.regenerate, max_new_tokens=args.max_new_tokens,

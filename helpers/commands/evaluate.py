@@ -61,6 +61,7 @@ def add_arguments(p) -> None:
                         "norm (SpecForge stores them so: lm_head only) - 'yes', 'no' (apply the norm, then "
                         "lm_head) or 'auto' (default: normed when RMS(hidden_state / norm.weight) is within 2 %% "
                         "of 1 on 90 %% of the first samples' positions; the JSON says which was used)")
+    _options.dist_timeout(p)
     _options.json_flag(p)
 
 
@@ -80,7 +81,7 @@ def run(args) -> int:
         raise BadInputError(None, f"--dtype: {e}") from None
     from helpers.core.distributed import finish, from_env
 
-    ranks = from_env(args.device)  # under torchrun: this rank's share of the files, counts summed
+    ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank's share of the files, counts summed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the result carries its warnings; printed below / in the JSON
         r = evaluate(

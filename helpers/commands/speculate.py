@@ -64,6 +64,7 @@ def add_arguments(p) -> None:
                    help="auto: the tokenizer's chat template when it has one (default); none: plain text")
     _options.device_dtype(p)
     _options.embed_from(p)
+    _options.dist_timeout(p)
     _options.json_flag(p)
 
 
@@ -115,7 +116,7 @@ def run(args) -> int:
     from helpers.speculate.loop import result_json, speculate_readings
     from helpers.speculate.result import SpecRun, SpecSettings
 
-    ranks = from_env(args.device)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
+    ranks = from_env(args.device, args.dist_timeout)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     target = load_target(target_dir, device=ranks.device(args.device), dtype=dtype)
     bad = draft_mismatches(target, args.checkpoint)
     if bad:
