@@ -289,3 +289,30 @@ def test_progress_off_a_terminal_is_plain_lines_only_for_long_waits(tmp_path):
     assert lines[-1].startswith("capture: 100%") and "15/15" in lines[-1]
     short = subprocess.run([sys.executable, str(script), "2"], env=env, capture_output=True, text=True, timeout=60)
     assert short.returncode == 0 and short.stderr == "", short.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_capture_says_how_to_resume(tmp_path):
+    """Ctrl-C (SIGINT) during a capture: one line that says how to resume, and the re-run does."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "o"
+    args = [sys.executable, "-m", "helpers", "capture", str(TARGET), "--prompts", str(PROMPTS), "--regenerate",
+            "--max-new-tokens", "16", "--batch-size", "1", "--max-prompts", "12", "--device", "cpu", "--json",
+            "-o", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.time() + 180
+    while time.time() < deadline and not list(out.rglob("data_*.ckpt")) and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted: re-run the same command to resume (finished samples are kept)"
+    done = len(list(out.rglob("data_*.ckpt")))
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["skipped"] == done
