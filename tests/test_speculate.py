@@ -320,7 +320,7 @@ def test_report_with_a_target_runs_notebook_07_and_quotes_it(tmp_path):
     from helpers.ui.report import run_report
     from helpers.ui.settings import RunSettings
 
-    s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), steps=4, max_samples=3,
+    s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), steps=4, max_prompts=3,
                     device="cpu")
     res = run_report(s, tmp_path / "out", notebooks=(), progress=None)
     assert [r.name for r in res.runs] == ["07_speculative_decoding"] and res.ok, res.runs[0].error

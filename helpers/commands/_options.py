@@ -69,9 +69,81 @@ def device_dtype(p) -> None:
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on a GPU, fp32 on CPU)")
 
 
+def readings(p) -> None:
+    """`--readings offset,absolute` or `--reading offset` (the same flag), or `all` (default)."""
+    p.add_argument("--readings", "--reading", dest="readings", metavar="R[,R...]", default="all",
+                   help="readings of d2t to run: offset, absolute, none, comma-separated, or all (default)")
+
+
+def parse_readings(text: str) -> list[str]:
+    """The readings a `--readings` value names, in the kit's order; one line on a bad name."""
+    from helpers.core.errors import BadInputError
+    from helpers.core.terms import READINGS
+
+    names = [x.strip().lower() for x in str(text).split(",") if x.strip()]
+    if names == ["all"]:
+        return list(READINGS)
+    bad = [x for x in names if x not in READINGS]
+    if bad or not names:
+        raise BadInputError(None, f"--readings {text!r}: unknown reading {', '.join(bad) or '(none)'}; choose from "
+                            f"{', '.join(READINGS)} (comma-separated) or all")
+    return [r for r in READINGS if r in names]
+
+
+def dist_timeout(p) -> None:
+    """`--dist-timeout SECONDS`: how long a rank under torchrun waits for the others."""
+    p.add_argument("--dist-timeout", type=float, metavar="SECONDS", default=None,
+                   help="under torchrun: seconds a rank waits for the others (rendezvous, each collective) before "
+                        "naming the one that did not arrive (default 300; $D2T_LAB_DIST_TIMEOUT)")
+
+
+PROGRESS_EVERY_S = 10  # off a terminal: the first line after this long, then one line this often
+
+
+class _ProgressLines:
+    """stderr off a terminal (a log file, a pipe, CI): tqdm's in-place redraws (`\\r...`) become
+    one plain line each, and the newline tqdm ends a bar with is not doubled. Other text passes."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.last_was_bar = False
+
+    def write(self, text: str) -> int:
+        if text.startswith("\r"):
+            line = text.strip("\r\n ").replace("\r", "")
+            if line:
+                self.stream.write(line + "\n")
+                self.last_was_bar = True
+            return len(text)
+        if text == "\n" and self.last_was_bar:
+            self.last_was_bar = False
+            return len(text)
+        self.last_was_bar = False
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def show_progress(args) -> bool:
-    """Progress bars only for a person at a terminal, never with --json."""
-    return not getattr(args, "json", False) and sys.stderr.isatty()
+    """Whether to show progress: never with --json; a bar at a terminal; elsewhere (a log, a pipe)
+    plain lines, only for a wait over PROGRESS_EVERY_S and then one line that often."""
+    if getattr(args, "json", False):
+        return False
+    if not sys.stderr.isatty():
+        import os
+
+        os.environ.setdefault("TQDM_DELAY", str(PROGRESS_EVERY_S))  # tqdm reads TQDM_* for its defaults
+        os.environ.setdefault("TQDM_MININTERVAL", str(PROGRESS_EVERY_S))
+        if not isinstance(sys.stderr, _ProgressLines):
+            sys.stderr = _ProgressLines(sys.stderr)
+    return True
 
 
 def figure_path(path, what: str = "figure"):

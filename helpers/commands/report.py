@@ -5,13 +5,13 @@ import json
 
 from helpers.commands import _options
 from helpers.core.outputs import output_dir
-from helpers.ui.report import SEQUENCE, run_report
+from helpers.ui.report import SEQUENCE, SPECULATE, run_report
 from helpers.ui.settings import RunSettings, resolve_drafting, resolve_engine
 
 HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
 DESCRIPTION = f"""\
-Run the investigation notebooks ({', '.join(SEQUENCE)}) with papermill on CHECKPOINT and
-the inputs you pass, and write to OUT:
+Run the investigation notebooks ({', '.join(SEQUENCE)}, and {SPECULATE} with
+--target and --prompts) with papermill on CHECKPOINT and the inputs you pass, and write to OUT:
   summary.md / summary.json  conclusion, the inputs (and which were not given), d2t verdict,
                              doctor findings, accuracy per reading, predicted / replayed /
                              measured accept length, tokens/s, environment
@@ -21,9 +21,11 @@ the inputs you pass, and write to OUT:
                              kit version and time in the PNG metadata; numbers.json beside them
 Only your inputs are read: no bundled sample is compared with your checkpoint, and a section
 whose input you did not give says so (e.g. "not given: pass --log FILE"). Every input is
-checked before the first notebook starts (exit 2, one line). With --target DIR --prompts FILE
-the report also runs 07_speculative_decoding: real speculative decoding with that target under
-both readings of d2t (token view, measured vs predicted accept length, tokens/s). The drafting settings come from
+checked before the first notebook starts (exit 2, one line): paths, prompt records, the draft's
+fit to --target. With --target DIR --prompts FILE the report also runs 07_speculative_decoding:
+real speculative decoding with that target under both readings of d2t (token view, measured vs
+predicted accept length, tokens/s; --max-prompts, --max-new-tokens, --temperature), and the
+doctor (06) checks the draft against the target's config. The drafting settings come from
 --steps/--topk/--draft-tokens, else from the first --log with SGLang's server_args= (or vLLM's
 num_speculative_tokens) line, else a 3-token chain; summary.md says which.
 OUT is created (with missing parents); it must not be a file.
@@ -60,6 +62,11 @@ def add_arguments(p) -> None:
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: the best present)")
     r.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)")
     r.add_argument("--max-samples", type=int, default=None, help="score at most this many sample files per split")
+    r.add_argument("--max-prompts", type=int, default=None,
+                   help="with --target: use at most the first N prompt records (default: all)")
+    r.add_argument("--max-new-tokens", type=int, default=48, help="with --target: tokens generated per prompt (default 48)")
+    r.add_argument("--temperature", type=float, default=0.0,
+                   help="with --target: 0 verifies greedily (default); > 0 uses speculative sampling")
     r.add_argument("--svg", action="store_true", help="save every figure as SVG too")
     r.add_argument("--json", action="store_true", help="print summary.json instead of the progress lines")
 
@@ -69,6 +76,7 @@ def settings_from_args(args) -> RunSettings:
         checkpoint=args.checkpoint, samples=args.samples, embed_from=args.embed_from, target_head=args.target_head,
         target_config=args.target_config, engine=args.engine, logs=tuple(args.logs), metrics=args.metrics, baseline_tps=args.baseline_tps,
         spec_tps=args.spec_tps, target=args.target, prompts=args.prompts, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
+        max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
     )
     try:
         return resolve_engine(resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens))

@@ -31,7 +31,7 @@ that reached j), target forwards (prefills + verify steps) per generated token.
 
 --target and --prompts default to the bundled tiny target and prompts (data_samples/), so
   d2t-lab speculate data_samples/tiny_draft_sglang
-runs as is; --reading limits the run to one reading.
+runs as is; --readings (or --reading) limits the run: offset, absolute, none, comma-separated, or all.
 
 Under torchrun (torchrun --nproc-per-node N -m helpers speculate ...) prompt i is rank i % N's, and
 rank 0 merges the runs (sums of counts) and prints. With --temperature > 0 each prompt's sampling
@@ -54,8 +54,7 @@ def add_arguments(p) -> None:
                    help="Hugging Face target folder (default: the bundled data_samples/tiny_target)")
     p.add_argument("--prompts", metavar="FILE", default=None,
                    help="JSONL prompt file (default: the bundled data_samples/prompts.jsonl)")
-    p.add_argument("--reading", choices=("offset", "absolute", "none", "all"), default="all",
-                   help="reading of d2t to run (default: all three)")
+    _options.readings(p)
     _options.drafting(p, "drafted")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: speculative sampling")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
@@ -67,6 +66,7 @@ def add_arguments(p) -> None:
                    help="auto: the tokenizer's chat template when it has one (default); none: plain text")
     _options.device_dtype(p)
     _options.embed_from(p)
+    _options.dist_timeout(p)
     _options.json_flag(p)
 
 
@@ -100,10 +100,14 @@ def run(args) -> int:
         dtype = parse_dtype(args.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
+    from helpers.model.preflight import preflight
+
     target_dir = Path(args.target) if args.target else BUNDLED / "tiny_target"
     prompts = Path(args.prompts) if args.prompts else BUNDLED / "prompts.jsonl"
-    if not prompts.is_file():
-        raise BadInputError(prompts, "no such prompt file")
+    # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
+    preflight(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts), max_prompts=args.max_prompts,
+              embed_from=args.embed_from, need_weights=True, what="speculate", engine=args.engine)
+    readings = _options.parse_readings(args.readings)
     drafting = _options.drafting_from(args, "drafted")  # checked before anything loads
     if drafting is None:
         from helpers.acceptance.drafting import Drafting
@@ -119,13 +123,12 @@ def run(args) -> int:
     from helpers.speculate.result import SpecRun, SpecSettings
 
     check_speculation_target(target_dir)  # a family the loop cannot run: one line, before loading
-    ranks = from_env(args.device)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
+    ranks = from_env(args.device, args.dist_timeout)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     # the draft's files are opened once: load_pair passes the open Checkpoint on (fit, memory, load, aux ids)
     target, draft = load_pair(target_dir, args.checkpoint, device=ranks.device(args.device), dtype=dtype,
                               embed_from=args.embed_from)
-    if draft.d2t is None and args.reading in ("offset", "absolute"):
-        raise BadInputError(args.checkpoint, f"has no d2t: --reading {args.reading} needs one (use none)")
-    readings = ["offset", "absolute", "none"] if args.reading == "all" else [args.reading]
+    if draft.d2t is None and args.readings.strip().lower() != "all" and set(readings) - {"none"}:
+        raise BadInputError(args.checkpoint, f"has no d2t: --readings {args.readings} needs one (use none)")
     if draft.d2t is None:
         readings = ["none"]
     settings = SpecSettings(drafting=drafting, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
@@ -134,9 +137,7 @@ def run(args) -> int:
         settings.check()
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
-    records = list(read_prompts(prompts, args.max_prompts))
-    if not records:
-        raise BadInputError(prompts, "holds no prompt records")
+    records = list(read_prompts(prompts, args.max_prompts))  # checked at the door: at least one
     mine = [rec for rec in records if ranks.takes(rec.index)]
     with torch.inference_mode():
         runs = speculate_readings(target, draft, mine, settings, readings,

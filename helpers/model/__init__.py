@@ -11,7 +11,9 @@ Modules (import them by name; this file imports nothing):
 - `target_head`
 - `pair`
 - `fit`
+- `preflight`
 - `capture`
 """
 
-__all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "capture"]
+__all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "preflight",
+           "capture"]

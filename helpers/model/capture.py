@@ -28,7 +28,7 @@ from helpers.core.distributed import SINGLE, Ranks, barrier, sum_counts
 from helpers.core.engines import aux_convention
 from helpers.core.errors import BadInputError
 from helpers.io.chat import encode_conversation, prompt_ids, uses_template
-from helpers.io.prompts import Conversation, count_prompts, file_sha256, read_prompts
+from helpers.io.prompts import Conversation, check_prompts, file_sha256, read_prompts
 from helpers.io.samples import sample_path, write_sample
 from helpers.model.target import (
     HiddenStateCapture,
@@ -91,8 +91,10 @@ def _manifest(target: Target, prompts: Path, engine: str, ids, ids_source: str, 
 
 
 def _check_resume(out: Path, manifest: dict) -> None:
+    """A folder holding samples of a capture with other settings is refused; a manifest with no
+    sample beside it (a run that failed before writing one) binds nothing and is replaced."""
     f = out / MANIFEST
-    if not f.is_file():
+    if not f.is_file() or not any(out.glob("rows_*/data_*.ckpt")):
         return
     try:
         old = json.loads(f.read_text())
@@ -168,8 +170,8 @@ def _sequences(target: Target, batch: list[Conversation], template: bool, regene
     if not regenerate:
         for rec in batch:
             if not rec.has_answer:
-                raise BadInputError(prompts, f"record {rec.index} has no assistant answer to teacher-force: pass "
-                                    "--regenerate to let the target answer")
+                raise BadInputError(prompts, f"line {rec.line}: the record has no assistant answer to teacher-force "
+                                    "(pass --regenerate to let the target answer)")
         return [encode_conversation(tok, rec.messages, template) for rec in batch]
     heads = [prompt_ids(tok, rec.prompt_messages(), template) for rec in batch]
     tails = _generate(target, heads, max_new_tokens)
@@ -222,9 +224,7 @@ def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=
     ids, source = resolve_aux_ids(aux_layers, draft, engine)
     layers = target.aux_layers(engine, ids)
     template = uses_template(target.tokenizer, chat_template)
-    records = count_prompts(prompts, max_samples)
-    if records == 0:
-        raise BadInputError(prompts, "holds no prompt records")
+    records = check_prompts(prompts, max_samples, need_answer=not regenerate, flag="--max-prompts")
     manifest = _manifest(target, prompts, engine, ids, source, layers, regenerate, max_new_tokens, chat_template,
                          template, max_samples, records, draft)
     if out.exists() and not out.is_dir():

@@ -42,7 +42,7 @@ from helpers.core.devices import (
     resolve_device,
 )
 from helpers.core.engines import aux_convention, aux_layer_ids, captured_layers, engine_at
-from helpers.core.errors import BadInputError
+from helpers.core.errors import BadInputError, clip
 from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.fit import compare_to_target
 
@@ -151,7 +151,7 @@ def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_ma
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, device_map=device_map or None, low_cpu_mem_usage=True)
     except (OSError, ValueError, KeyError) as e:
-        raise BadInputError(path, f"transformers cannot load this target: {str(e).splitlines()[0][:200]}") from None
+        raise BadInputError(path, f"transformers cannot load this target: {clip(str(e).splitlines()[0], 200)}") from None
     if device_map is None:
         model.to(device)
     model.eval()
@@ -160,7 +160,7 @@ def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_ma
         try:
             tok = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError, KeyError) as e:
-            raise BadInputError(path, f"has no tokenizer transformers can load ({str(e).splitlines()[0][:160]})") from None
+            raise BadInputError(path, f"has no tokenizer transformers can load ({clip(str(e).splitlines()[0], 160)})") from None
     return Target(model, tok, path, device, dtype)
 
 

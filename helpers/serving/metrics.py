@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.core.errors import BadInputError
+from helpers.core.errors import BadInputError, clip
 from helpers.serving.records import _row, read_records
 
 VLLM_COUNTERS = {
@@ -94,7 +94,7 @@ def parse_prometheus(text: str, source: str = "<text>") -> MetricsTable:
             if not math.isfinite(s.value) or (s.name.startswith(("vllm:spec_decode", "sglang:spec_")) and s.value < 0):
                 raise ValueError(f"value {s.value!r}")
         except Exception as e:  # the parser raises ValueError, IndexError, ... on a cut line
-            garbled.append((n, f"{line.strip()[:80]!r}: {type(e).__name__}: {e}"[:200]))
+            garbled.append((n, clip(f"{clip(line.strip(), 80)!r}: {type(e).__name__}: {e}", 200)))
             continue
         samples.append(s)
     vllm = [s for s in samples if s.name.startswith("vllm:spec_decode")]
@@ -253,18 +253,26 @@ def is_url(source: str) -> bool:
     return str(source).startswith(("http://", "https://"))
 
 
-def fetch(url: str, timeout: float = 10.0) -> str:
-    """GET a URL's text; a bare host:port gets `/metrics`. BadInputError when it cannot be read."""
+def fetch(url: str, timeout: float | None = None) -> str:
+    """GET a URL's text; a bare host:port gets `/metrics`. BadInputError when it cannot be read.
+    `timeout`: seconds to connect and between reads (default: `--timeout`, as every remote read)."""
     from urllib.error import URLError
     from urllib.parse import urlsplit
     from urllib.request import urlopen
 
+    from helpers.io import remote
+
+    timeout = remote.timeout() if timeout is None else timeout
     if urlsplit(url).path in ("", "/"):
         url = url.rstrip("/") + "/metrics"
     try:
         with urlopen(url, timeout=timeout) as r:  # noqa: S310 (a URL the user gave)
             return r.read().decode("utf-8", errors="replace")
+    except TimeoutError:
+        raise BadInputError(url, f"the server did not answer within {timeout:g} s (--timeout SECONDS)") from None
     except (URLError, OSError, ValueError) as e:
+        if isinstance(getattr(e, "reason", None), TimeoutError):
+            raise BadInputError(url, f"the server did not answer within {timeout:g} s (--timeout SECONDS)") from None
         raise BadInputError(url, f"cannot fetch: {getattr(e, 'reason', None) or e}") from None
 
 
@@ -317,8 +325,11 @@ def read_metrics(source: str, interval: float | None = None, year: int | None = 
             table = first
     else:
         p = Path(source)
+        if source.lower().startswith("hf:"):  # Path would print hf://o/r as hf:/o/r
+            raise BadInputError(source, "metrics are read from a file or an http(s):// URL, not from the Hub")
         if not p.is_file():
-            raise BadInputError(p, "no such metrics file" if not p.exists() else "not a file")
+            raise BadInputError(source, "no such metrics file" if not p.exists() else
+                                "is a folder, not a metrics file" if p.is_dir() else "not a file")
         if interval:
             raise BadInputError(p, "--interval needs a URL to scrape twice (a file is one scrape)")
         try:

@@ -48,7 +48,7 @@ class RunSettings:
     spec_tps: float | None = None
     device: str | None = None
     dtype: str | None = None
-    max_samples: int | None = None
+    max_samples: int | None = None  # sample files scored per split (evaluate, notebooks 03/04)
     svg: bool = False
     # comparisons a notebook draws beside the user's checkpoint when they are named
     misencoded: str | None = None  # a copy with d2t stored as absolute ids
@@ -56,6 +56,9 @@ class RunSettings:
     # the target in the loop: notebook 07 runs speculative decoding with it on these prompts
     target: str | None = None  # Hugging Face target folder
     prompts: str | None = None  # JSONL prompt file
+    max_prompts: int | None = None  # prompt records used (None: all)
+    max_new_tokens: int = 48  # tokens generated per prompt
+    temperature: float = 0.0  # 0: greedy verification; > 0: speculative sampling
     sources: dict = field(default_factory=dict, compare=False)  # setting -> where its value came from
 
     def __post_init__(self):
