@@ -318,3 +318,42 @@ def decode_table(m: VocabMapping, toy: ToyVocab = TOY):
             "t2d's i-th True id": kept.tolist() if kept is not None and kept.numel() == m.draft_vocab_size else None,
         }
     ).set_index("draft id")
+
+
+# -- the engines' own lines ---------------------------------------------------------------------
+# (engine, release, file in the released wheel, line number, the line as released, what it shows).
+# Short quotations, one line each, of the released code read for this kit; tests/test_primer.py
+# compares each with the unpacked wheel when it is at hand. TensorRT-LLM is not quoted: no release
+# of it was read (only a repository snapshot).
+ENGINE_LINES = (
+    ("SGLang", "0.5.23", "sglang/srt/models/llama_eagle3.py", 352,
+     "self.hot_token_id = loaded_weight + torch.arange(loaded_weight.shape[0])",
+     "d2t is read as offsets: hot_token_id = d2t + arange(N)"),
+    ("SGLang", "0.5.23", "sglang/srt/models/llama_eagle3.py", 355,
+     'if "t2d" in name:', "t2d is skipped when loading (the next line is `continue`)"),
+    ("SGLang", "0.5.23", "sglang/srt/speculative/eagle_worker_v2.py", 758,
+     "topk_index = self.hot_token_id[topk_index]", "a drafted draft id becomes a target id by indexing hot_token_id"),
+    ("SGLang", "0.5.23", "sglang/srt/models/kimi_k25_eagle3.py", 437,
+     'if name == "d2t" or name.endswith(".d2t"):', "the MLA draft reads d2t the same way (exact name)"),
+    ("vLLM", "0.29.0", "vllm/model_executor/models/llama_eagle3.py", 305,
+     "torch.zeros(self.config.draft_vocab_size, dtype=torch.long),",
+     "the mapping parameter starts as zeros: a d2t that never arrives stays the identity"),
+    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 339,
+     "if self.config.draft_vocab_size != target_vocab_size:",
+     "from 0.31.0 the parameter exists only with a reduced vocab"),
+    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 429,
+     'name = name.replace("d2t", "draft_id_to_target_id")', "the weight d2t is loaded into that parameter"),
+    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 386,
+     "targets = base + self.draft_id_to_target_id", "d2t is read as offsets: targets = arange(N) + d2t"),
+    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 394,
+     "logits_new[:, targets] = logits", "draft logits are scattered into a row of V target columns"),
+)
+
+
+def engine_lines(engine: str | None = None):
+    """The quoted engine lines as a table (pandas): engine, release, file:line, the line, what it shows."""
+    import pandas as pd
+
+    rows = [{"engine": e, "release": r, "file:line": f"{f}:{n}", "line": text, "what it shows": what}
+            for e, r, f, n, text, what in ENGINE_LINES if engine is None or e.lower() == engine.lower()]
+    return pd.DataFrame(rows)
