@@ -168,7 +168,8 @@ def answers_in_prose_above(nb, module: str, solutions: dict) -> list:
             answer = solutions[n]
             above = "\n".join(prose)
             hit = (f"'{answer}'" in above or f" {answer} " in above or f"`{answer}`" in above) \
-                if isinstance(answer, str) else (str(answer) in above if isinstance(answer, list) else printed(str(answer), above))
+                if isinstance(answer, str) else (str(answer) in above if isinstance(answer, list)
+                                                 else bool({str(answer), f"{answer:,}"} & set(NUMBER.findall(above))))
             if hit:
                 found.append((n, answer))
             prose = []

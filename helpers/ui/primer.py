@@ -10,9 +10,12 @@ answer away. Everything random here takes a seed.
 - `bounds`: the numbers behind `0 <= d2t[i] <= V - N` and the leading zero run;
 - `sampled_drafts`: seeded draft logits decoded under both readings, with why a row can agree;
 - `step0_breakdown`: a real draft's step-0 predictions split by why the absolute reading was right;
+- `accuracy_numbers`: what `evaluate`'s columns mean, each recomputed from the others;
+- `accept_length_example`: from per-step accuracy to the accept length of a drafted chain;
 - `t2d_for_training`: what `t2d` is for (building the training target on the draft vocab);
 - `offset_runs`: why a valid `d2t` has far fewer distinct values than entries;
-- `engine_propose`: how SGLang, vLLM and TensorRT-LLM turn draft logits into target ids.
+- `engine_propose`: how SGLang, vLLM and TensorRT-LLM turn draft logits into target ids;
+- `ENGINE_LINES` / `engine_lines`: the engines' own lines behind those claims, quoted by release.
 """
 from __future__ import annotations
 
@@ -197,7 +200,7 @@ def step0_breakdown(checkpoint, samples, *, max_samples: int | None = None) -> d
     model = load_draft(checkpoint, device="cpu")
     d2t = draft_d2t(model).cpu()
     kept = d2t + torch.arange(d2t.numel())
-    n_lab = off = ab = ab0 = abj = chose0 = 0
+    n_lab = off = ab = ab0 = abj = chose0 = none = 0
     for p in draft_predictions(model, samples, steps=1, reading="offset", max_samples=max_samples):
         mask = p.mask[:, 0]
         target = p.pred[:, 0, 0][mask]
@@ -210,6 +213,7 @@ def step0_breakdown(checkpoint, samples, *, max_samples: int | None = None) -> d
         ab0 += int((hit & (j == 0)).sum())
         abj += int((hit & (j > 0)).sum())
         chose0 += int((j == 0).sum())
+        none += int((j == label).sum())  # the none reading proposes target id j itself
     return {
         "labelled positions": n_lab,
         "offset right": off, "offset top-1 %": round(100 * off / max(n_lab, 1), 1),
@@ -219,7 +223,56 @@ def step0_breakdown(checkpoint, samples, *, max_samples: int | None = None) -> d
         "positions where the draft chose draft id 0": chose0,
         "d2t[0] (draft id 0's target under both readings)": int(d2t[0]),
         "draft ids whose d2t[j] is itself a kept id": int(torch.isin(d2t, kept).sum()),
+        "none right (draft id j equal to the real token)": none,
+        "none top-1 %": round(100 * none / max(n_lab, 1), 1),
+        "draft vocab N": int(d2t.numel()),
+        "target vocab V": int(model.config.vocab_size) if getattr(model.config, "vocab_size", None) else None,
     }
+
+
+def accuracy_numbers(result):
+    """The numbers `evaluate` prints, per reading, with the identity that ties them (pandas).
+
+    top-1 % = correct / labelled positions; coverage % = share of the labels this reading can
+    produce at all (its ceiling: a label outside the ids it maps to can never be matched);
+    covered top-1 % = top-1 among those labels only; so top-1 = coverage x covered top-1. The
+    figure's "coverage ceiling" is the share of labels that are kept tokens (t2d True).
+    """
+    import pandas as pd
+
+    rows = []
+    for r, sc in result.overall.readings.items():
+        rows.append({"reading": r, "labelled positions": sc.tokens, "top-1 %": round(100 * sc.top1, 1),
+                     "coverage %": round(100 * sc.coverage, 1), "covered top-1 %": round(100 * sc.covered_top1, 1),
+                     "coverage x covered top-1 %": round(100 * sc.coverage * sc.covered_top1, 1)})
+    return pd.DataFrame(rows).set_index("reading")
+
+
+def accept_length_example(checkpoint, samples, *, draft_tokens: int = 3, max_samples: int | None = None):
+    """Per-step top-1 of a real draft turned into the accept length of a chain of `draft_tokens` (pandas).
+
+    Drafted position k is accepted only if positions 0..k-1 were, so with per-step rates a_k the
+    expected accept length is 1 + a_0 + a_0 a_1 + ... (the 1 is the target's own token). The
+    rates are `evaluate`'s step top-1 (step k fed the draft's own earlier guesses).
+    """
+    import pandas as pd
+
+    from helpers.measure.evaluate import evaluate
+    from helpers.speculate.compare import predicted_chain
+
+    r = evaluate(checkpoint, samples, readings=("offset", "absolute"), steps=draft_tokens, topk=1,
+                 max_samples=max_samples, progress=False)
+    rows = []
+    for name, sc in r.overall.readings.items():
+        a = [float(x) for x in sc.step_top1]
+        terms, prod = ["1"], 1.0
+        for x in a:
+            prod *= x
+            terms.append(f"{prod:.3f}")
+        rows.append({"reading": name, **{f"a_{k}": round(x, 3) for k, x in enumerate(a)},
+                     "1 + a_0 + a_0 a_1 + ...": " + ".join(terms),
+                     "accept length": round(predicted_chain(a, draft_tokens), 2)})
+    return pd.DataFrame(rows).set_index("reading")
 
 
 def t2d_for_training(toy: ToyVocab = TOY, positions: int = 6, seed: int = 0):
