@@ -1,7 +1,7 @@
 """The numbers behind notebooks/00_offset_encoding_primer.ipynb: toy vocabularies and failure modes.
 
 Two dozen-token vocabularies with made-up assistant-token counts: `TOY` (target vocab 12, draft
-vocab 6), on which the notebook works every example, and `PRACTICE` (10 and 5), on which the
+vocab 6), on which the notebook works every example, and `PRACTICE` (10 and 5), on which the first
 exercises (`helpers.ui.primer_exercises`) are asked, so that nothing the notebook prints gives an
 answer away. Everything random here takes a seed.
 
