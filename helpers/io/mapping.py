@@ -231,6 +231,9 @@ class VocabMapping:
         if self.is_all_zero:
             if v is not None and v == n and (self.t2d is None or bool(self.t2d.all())):
                 return Verdict("identity", tuple(ev + ["d2t is all zeros and the draft and target vocab sizes are equal"]))
+            if self.t2d is not None and off.matches_t2d:  # the N most frequent ids happen to be 0..N-1
+                return Verdict("identity", tuple(ev + [
+                    f"d2t is all zeros and t2d keeps exactly target ids 0..{n - 1:,}: draft id i is target id i"]))
             if v is None:
                 return Verdict(
                     "ambiguous",
