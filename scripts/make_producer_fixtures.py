@@ -105,9 +105,6 @@ def torchspec_tree(args, work) -> str:
     """The TorchSpec source tree gen_torchspec.py imports from (torchspec/ and tools/)."""
     if args.torchspec_src:
         return os.path.abspath(args.torchspec_src)
-    if not args.torchspec_git_dir:
-        sys.exit("--only torchspec (or a full run) needs --torchspec-git-dir (a git dir of "
-                 "github.com/lightseekorg/TorchSpec holding commit " + TORCHSPEC_COMMIT + ") or --torchspec-src")
     dest = os.path.join(work, "torchspec-src")
     shutil.rmtree(dest, ignore_errors=True)
     os.makedirs(dest)
@@ -129,6 +126,10 @@ def main():
     args = ap.parse_args()
     os.chdir(ROOT)
     only = set(args.only or PRODUCERS)
+    if "torchspec" in only and not (args.torchspec_src or args.torchspec_git_dir):
+        sys.exit("the torchspec fixture (a full run, or --only torchspec) needs --torchspec-git-dir (a git dir of "
+                 "github.com/lightseekorg/TorchSpec holding commit " + TORCHSPEC_COMMIT + ") or --torchspec-src; "
+                 "nothing was changed")
     work = os.path.join(args.venv_root, "producer-fixtures-work")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0", TOKENIZERS_PARALLELISM="false")
     target = os.path.join(OUT, "target")
