@@ -1,4 +1,4 @@
-"""Usage: python check_modelopt_plain.py data_samples/producers/modelopt_eagle3 data_samples/producers/target [single]
+"""Usage: python check_modelopt_plain.py data_samples/producers/pending/modelopt_eagle3 data_samples/producers/target [single]
 Plain-torch check of the documented ModelOpt EAGLE-3 semantics in anchor alignment:
 anchor a at step k: ids next_ids[a+k] (roll(-1)), rope position a+k, hidden = raw out of step k-1,
 attn over step-0 keys s<=a + diagonal keys of steps 1..k; carried hidden through input_layernorm then hidden_norm."""

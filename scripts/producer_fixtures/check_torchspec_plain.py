@@ -1,6 +1,6 @@
 """Plain-torch re-implementation of TorchSpec's MLA EAGLE-3 draft step (Eagle3DeepseekV2ForCausalLM) as
 documented in docs/producer-variants.md. Checks the fixture against its recorded fp32 logits:
-    python check_torchspec_plain.py data_samples/producers/torchspec_mla_pruned [base=50000] [nomscale]
+    python check_torchspec_plain.py data_samples/producers/pending/torchspec_mla_pruned [base=50000] [nomscale]
 Yarn as TorchSpec runs it: rope base 10000 whatever rope_theta says (LlamaYarnRotaryEmbedding is built
 without base=), ramp always applied, softmax scale * mscale(factor, mscale_all_dim)^2.
 """

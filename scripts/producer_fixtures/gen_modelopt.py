@@ -124,13 +124,13 @@ def run_ttt(model, inputs, dtype):
     return captured
 
 
-def reference_json(files, export_cfg):
+def reference_json(files, export_cfg, target_rel):
     return {
         "producer": "nvidia-modelopt",
         "version": VERSION,
         "transformers": TF_VERSION,
         "variant": "eagle3 (llama decoder, eagle3_default_config)",
-        "target": "../target",
+        "target": target_rel,
         "signals": {
             "config": {
                 "architectures": export_cfg.get("architectures"),
@@ -209,7 +209,7 @@ def reference_json(files, export_cfg):
             "export config rope_scaling: when training rope_type is 'default', EagleExporter writes "
             "eagle_export_rope_scaling (default {rope_type: yarn, factor: 32, original_max_position_embeddings: "
             "2048}) into config.json; the recorded logits use the TRAINING rope (default, theta 10000)",
-            "embed_tokens is not exported: the draft uses the target's embeddings (../target)",
+            "embed_tokens is not exported: the draft uses the target's embeddings (see target)",
             "t2d is not exported (ModelOpt has no t2d buffer)",
             "config.json has eagle_config.{use_aux_hidden_state, use_input_layernorm_in_first_layer, "
             "use_last_layernorm, eagle_aux_hidden_state_layer_ids, ...} and draft_vocab_size",
@@ -249,7 +249,7 @@ def main():
     torch.save(ref, os.path.join(fixture, "reference.pt"))
     C.check_weights_only(os.path.join(fixture, "reference.pt"))
     files = sorted(os.listdir(fixture)) + ["reference.json"]
-    C.write_json(os.path.join(fixture, "reference.json"), reference_json(files, export_cfg))
+    C.write_json(os.path.join(fixture, "reference.json"), reference_json(files, export_cfg, os.path.relpath(target_dir, fixture)))
     print("modelopt_eagle3:", files, sorted(exported))
 
 

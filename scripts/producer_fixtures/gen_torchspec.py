@@ -132,7 +132,7 @@ def ttt_logits(model, inputs, dtype):
     return ids, captured
 
 
-def reference_json(files, commit, checks):
+def reference_json(files, commit, checks, target_rel):
     return {
         "producer": "torchspec",
         "version": "0.1.0 (version.txt; source only, not on PyPI)",
@@ -140,7 +140,7 @@ def reference_json(files, commit, checks):
         "transformers": TF_VERSION,
         "variant": "Kimi-K2.5-style MLA EAGLE-3 draft (Eagle3DeepseekV2ForCausalLM), yarn rope, "
                    "vocab pruned at conversion by tools/convert_to_hf.py --prune-vocab",
-        "target": "../target (embed_tokens; the export also carries its own embed_tokens copy)",
+        "target": target_rel + " (embed_tokens; the export also carries its own embed_tokens copy)",
         "signals": {
             "config": {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "kimi_k2",
                        "rope_scaling": DRAFT_CONFIG["rope_scaling"], "rope_theta": DRAFT_CONFIG["rope_theta"],
@@ -265,7 +265,7 @@ def main():
     torch.save(ref, os.path.join(fixture, "reference.pt"))
     C.check_weights_only(os.path.join(fixture, "reference.pt"))
     files = sorted(os.listdir(fixture)) + ["reference.json"]
-    C.write_json(os.path.join(fixture, "reference.json"), reference_json(files, commit, checks))
+    C.write_json(os.path.join(fixture, "reference.json"), reference_json(files, commit, checks, os.path.relpath(target_dir, fixture)))
     print("torchspec_mla_pruned:", files, checks)
 
 
