@@ -1,6 +1,6 @@
 """Plain-torch re-implementation of the MLA EAGLE-3 draft step as documented in docs/producer-variants.md
 (NeMo Automodel DeepseekV3Eagle3DraftModel). Checks a fixture folder against its recorded fp32 logits:
-    python check_mla_plain.py data_samples/producers/nemo_mla_yarn [noyarn]
+    python check_mla_plain.py data_samples/producers/pending/nemo_mla_yarn [noyarn]
 """
 import json, math, sys, torch
 from safetensors.torch import load_file

@@ -181,7 +181,7 @@ def ckpt_tree(path: str) -> list[str]:
     return sorted(out)
 
 
-def reference_json(variant, kind, flags, cfg, files, tree, weight_keys):
+def reference_json(variant, kind, flags, cfg, files, tree, weight_keys, target_rel):
     mla = kind == "deepseek_v3"
     draft_src = f"{PKG}/speculative/eagle/" + ("draft_deepseek.py" if mla else "draft_llama.py")
     rope = getattr(cfg, "rope_parameters", None) or {}
@@ -189,7 +189,7 @@ def reference_json(variant, kind, flags, cfg, files, tree, weight_keys):
         "producer": "nemo-automodel",
         "version": VERSION,
         "variant": variant,
-        "target": "../target_deepseek_v3" if mla else "../target",
+        "target": target_rel,
         "signals": {
             "config": {
                 "architectures": ["LlamaEagle3DraftModel"],
@@ -351,7 +351,8 @@ def main():
         files = sorted(os.listdir(fixture)) + ["reference.json"]
         weight_keys = sorted(k for k in exported if "fc_norm" in k or "self_attn" in k)
         C.write_json(os.path.join(fixture, "reference.json"),
-                     reference_json(variant, kind, flags, cfg, files, ckpt_tree(ckpt), weight_keys))
+                     reference_json(variant, kind, flags, cfg, files, ckpt_tree(ckpt), weight_keys,
+                                    os.path.relpath(tdir, fixture)))
         d = [(lg_fp32[k] - lg_bf16[k]).abs().max().item() for k in range(C.STEPS)]
         print(f"nemo_{variant}: {files}  |fp32-bf16| max per step {['%.3g' % x for x in d]}")
     dist.destroy_process_group()
