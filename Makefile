@@ -50,6 +50,7 @@ benchmarks: $(STAMP)
 samples: $(STAMP)
 	$(BIN)/python scripts/make_kimi_mapping.py
 	$(BIN)/python scripts/make_samples.py
+	$(BIN)/python scripts/make_kimi_samples.py
 	$(BIN)/python scripts/make_logs.py
 	$(BIN)/python scripts/make_metrics_samples.py
 

@@ -105,7 +105,7 @@ class DraftConfig:
             rms_norm_eps=float(flat.get("rms_norm_eps", 1e-6)),
             rope_theta=rope_theta,
             rope_scaling=scaling,
-            norm_before_residual=bool(flat.get("norm_before_residual", False)),
+            norm_before_residual=bool(flat.get("norm_before_residual", False)) and not mla,
             max_position_embeddings=int(flat.get("max_position_embeddings") or 2048),
             aux_layer_ids=list(aux) if aux else None,
             architectures=list(cfg.get("architectures") or []),
@@ -154,9 +154,11 @@ def _mla_fields(cfg: dict, flat: dict, where) -> dict:
     return {"attention": "mla", "q_lora_rank": q_lora, "kv_lora_rank": need("kv_lora_rank"),
             "qk_nope_head_dim": need("qk_nope_head_dim"), "qk_rope_head_dim": need("qk_rope_head_dim"),
             "v_head_dim": need("v_head_dim"), "rope_interleave": bool(flat.get("rope_interleave", True)),
-            "yarn_scale": not nemo, "producer": "nemo" if nemo else "sglang-mla",
+            "yarn_scale": not nemo, "producer": "nemo-automodel" if nemo else "sglang-mla",
             "fc_norm": bool(flat.get("fc_norm", False)), "final_norm": True,
-            "feed_normed": bool(flat.get("norm_output", False)), "ignored": []}
+            "feed_normed": bool(flat.get("norm_output", False)),
+            "ignored": ["norm_before_residual: true (the MLA layer's residual is the raw state in SGLang's "
+                        "kimi_k25_eagle3 and NeMo's draft)"] if flat.get("norm_before_residual") else []}
 
 
 def _variant_fields(cfg: dict, flat: dict, where) -> dict:
@@ -171,7 +173,7 @@ def _variant_fields(cfg: dict, flat: dict, where) -> dict:
         return _speculators_fields(cfg, flat, where) | {"tie_word_embeddings": tie}
     if NEMO_ARCH in (cfg.get("architectures") or []):
         # NeMo Automodel (draft_llama.py): logits always from norm(h); norm_output feeds norm(h) on
-        return {"producer": "nemo", "fc_norm": bool(flat.get("fc_norm", False)), "final_norm": True,
+        return {"producer": "nemo-automodel", "fc_norm": bool(flat.get("fc_norm", False)), "final_norm": True,
                 "feed_normed": bool(flat.get("norm_output", False)), "tie_word_embeddings": tie, "ignored": []}
     ignored = []
     for key in ("norm_before_fc", "attention_bias", "use_sliding_window"):

@@ -15,8 +15,13 @@ id through `d2t` under a reading, as the engines do), and predicts token t+2+k. 
 position t attends to the step-0 keys/values of positions <= t and to the keys/values of its own
 chain's steps 1..k, with RoPE position t+k - the pattern SpecForge trains with.
 
-`load_draft` reads SGLang/SpecForge (`midlayer.*`, flat config) and speculators (`layers.0.*`,
-nested `transformer_layer_config`) checkpoints straight onto the device in the target dtype.
+The layer is Llama/Qwen3 attention or DeepSeek-V3 MLA (Kimi drafts), `helpers.model.layer`; `step`
+is the one layer-plus-head pass that `draft_steps` here and `helpers.model.drafter.Drafter`
+(speculate, with its KV cache) both run.
+
+`load_draft` reads SGLang/SpecForge (`midlayer.*`, flat config), speculators (`layers.0.*`,
+nested `transformer_layer_config`), NeMo Automodel and SGLang kimi_k25_eagle3 (MLA) checkpoints
+straight onto the device in the target dtype; it takes a path or an open `Checkpoint`.
 The config (`DraftConfig`, RoPE frequencies) is in `helpers.model.config`, devices and dtypes in
 `helpers.core.devices`; both are re-exported here.
 """

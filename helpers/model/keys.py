@@ -107,7 +107,7 @@ def _mla_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
 
 def _why_refused(canon: str, cfg: DraftConfig) -> str:
     """Why a stored tensor the forward does not take would make the kit's logits wrong."""
-    cfgname = "config.json" if cfg.producer == "specforge" else "the speculators config"
+    cfgname = "the speculators config" if cfg.producer == "speculators" else "config.json"
     if canon.startswith("fc_norm."):
         return f"per-chunk norms before fc, but {cfgname} does not set fc_norm: true"
     if canon == "input_norm.weight":
