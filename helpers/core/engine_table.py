@@ -94,7 +94,9 @@ SGLANG = Engine(
         "mla.prefix.model": (s(*ALWAYS, "skips"),),  # NAME -> model.NAME: a stored model.* name is model.model.*
         "mla.unknown": (s(*ALWAYS, "warns"),),  # "skipping unexpected weight", and it starts
         "mla.requires_q_lora": (s(*ALWAYS, True),),  # raises without q_lora_rank
-        "mla.one_layer": (s(*ALWAYS, True),),  # raises unless num_hidden_layers == 1
+        "mla.layers.count": (s(*ALWAYS, "raises"),),  # raises unless num_hidden_layers == 1
+        # num_hidden_layers: one layer only (raises otherwise), then that many layers are built
+        "layers.count": (s(None, "0.5.11", "raises"), s("0.5.12", None, "builds")),
     },
 )
 
@@ -135,6 +137,9 @@ VLLM = Engine(
         "mla.norm_before_fc": (s(*ALWAYS, "absent"),),
         "mla.prefix.model": (s(*ALWAYS, "fails"),),
         "mla.unknown": (s(*ALWAYS, "fails"),),
+        # num_hidden_layers: one layer whatever the config says, then that many layers are built
+        "layers.count": (s(None, "0.11.0", "ignores"), s("0.11.1", None, "builds")),
+        "mla.layers.count": (s(*ALWAYS, "builds"),),  # deepseek_eagle3.py (0.18.0 on) builds that many
     },
 )
 
