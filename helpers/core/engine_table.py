@@ -85,6 +85,7 @@ SGLANG = Engine(
         "qk_norm": (s(*ALWAYS, "absent"),),
         "attention_bias": (s(*ALWAYS, "absent"),),  # q/k/v built without bias in every release read
         "sliding_window": (s(*ALWAYS, "absent"),),  # the config's window is never read
+        "hidden_double_norm": (s(*ALWAYS, "absent"),),  # the carried state gets hidden_norm only
         # MLA drafts (kimi_k25_eagle3.py: Eagle3DeepseekV2ForCausalLM; kimi_k2 aliased to DeepseekV3Config)
         "mla": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24826")),
         "mla.detect": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24826")),
@@ -129,6 +130,7 @@ VLLM = Engine(
         "qk_norm": (s(None, "0.23.0", "absent"), s("0.24.0", None, "reads")),  # qwen3_eagle3.py, Qwen3 layers
         "attention_bias": (s(None, "0.15.1", "absent"), s("0.16.0", None, "reads")),  # from attention_bias: true
         "sliding_window": (s(None, "0.10.1", "absent"), s("0.10.2", None, "reads")),  # per layer_types
+        "hidden_double_norm": (s(*ALWAYS, "absent"),),
         "mla": (s(None, "0.17.1", "absent"), s("0.18.0", None, "reads")),
         # an EAGLE draft's MLA is detected from a short list of model types; kimi_k2 is not on it
         "mla.detect": (s(*ALWAYS, "misses", "vLLM issue #45760; its fix #45764 is in no release read"),),

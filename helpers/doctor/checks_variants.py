@@ -149,6 +149,7 @@ def check_variants(c: CheckContext) -> None:
                                            "gives q/k/v and o_proj biases from attention_bias: true; loads them")
             out.append(("variant-attention-bias", bias, sev, msg, rn))
         out += _window(at, r, cfg)
+        out += _modelopt(at, r, cfg)
         for code, ks, sev, msg, rn in out:
             shown = ", ".join(sorted(ks)[:4])
             change = at.change(rn) if rn else ""
@@ -196,6 +197,30 @@ def _window(at: EngineAt, r: _Rules, cfg: dict) -> list:
     return [("variant-sliding-window", [], "warning", f"applies no sliding window from the config: the draft attends "
              f"fully, while it was trained with a window of {w} tokens; the same only while the context stays "
              f"within {w}", rn)]
+
+
+def _modelopt(at: EngineAt, r: _Rules, cfg: dict) -> list:
+    """Model-Optimizer's EAGLE-3 export (eagle_config.use_input_layernorm_in_first_layer): its training
+    forward runs the carried state through input_layernorm and then hidden_norm (modeling_eagle.py's
+    pre-hook on the first attention, 0.47.0); its exporter writes a YaRN rope_scaling it did not train with."""
+    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    if not eagle.get("use_input_layernorm_in_first_layer") or eagle.get("use_aux_hidden_state") is False:
+        return []
+    rn = r.name(at, "hidden_double_norm")
+    v = at.value(rn)
+    out = [("variant-double-norm", [], *(
+        ("info", "the kit has not read how it norms the carried state") if v is None else
+        ("info", "norms the carried state as Model-Optimizer trains it") if v == "reads" else
+        ("warning", "applies hidden_norm alone to the carried hidden state; Model-Optimizer (0.47.0) trains it "
+         "through input_layernorm and then hidden_norm (a config from its exporter: "
+         "eagle_config.use_input_layernorm_in_first_layer): every step's logits differ somewhat from training")), rn)]
+    rope = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
+    if (rope.get("rope_type") or rope.get("type")) == "yarn":
+        out.append(("variant-rope-override", [], "warning",
+                    f"applies the config's YaRN rope_scaling (factor {rope.get('factor')}); Model-Optimizer's exporter "
+                    "writes it by default (eagle_export_rope_scaling) while training used the plain RoPE: attention "
+                    "positions differ from training", None))
+    return out
 
 
 def check_draft_class(c: CheckContext) -> None:
