@@ -214,3 +214,12 @@ def test_report_bundle_shows_the_doctor_at_the_logs_sglang_release(tmp_path):
     assert fc and fc[0]["severity"] == "error" and fc[0]["message"].startswith("SGLang 0.5.11 ")
     md = (tmp_path / "bundle" / "summary.md").read_text()
     assert "sglang==0.5.11 (the sglang release stated in" in md and "SGLang 0.5.11 (llama_eagle3.py)" in md
+
+
+def test_docs_rule_table_is_the_engine_table():
+    from helpers.core.engines import rule_table_markdown
+
+    doc = (ROOT / "docs" / "doctor-findings.md").read_text()
+    shown = doc.split("<!-- rule-table: generated -->\n", 1)[1].split("\n<!-- /rule-table -->", 1)[0]
+    assert shown == rule_table_markdown(), "regenerate the table: python -c 'from helpers.core.engines import " \
+        "rule_table_markdown; print(rule_table_markdown())'"

@@ -139,6 +139,7 @@ VLLM = Engine(
         "mla.norm_before_fc": (s(*ALWAYS, "absent"),),
         "mla.prefix.model": (s(*ALWAYS, "fails"),),
         "mla.unknown": (s(*ALWAYS, "fails"),),
+        "mla.requires_q_lora": (s(*ALWAYS, False),),  # q_proj when q_lora_rank is unset
         # num_hidden_layers: one layer whatever the config says, then that many layers are built
         "layers.count": (s(None, "0.11.0", "ignores"), s("0.11.1", None, "builds")),
         "mla.layers.count": (s(*ALWAYS, "builds"),),  # deepseek_eagle3.py (0.18.0 on) builds that many
@@ -157,6 +158,7 @@ TRTLLM = Engine(
         "fc_norm": (s(*ALWAYS, "reads", "#14988"),),
         "norm_output": (s(*ALWAYS, "reads", "#14988"),),
         "attention_bias": (s(*ALWAYS, "reads"),),
+        "norm_before_residual": (s(*ALWAYS, "absent"),),
         "mla": (s(*ALWAYS, "reads"),),  # chosen when kv_lora_rank is set
         "mla.detect": (s(*ALWAYS, "reads"),),
     },

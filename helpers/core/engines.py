@@ -332,3 +332,53 @@ def draft_family(cfg: dict | None) -> dict:
     mla = mt in MLA_MODEL_TYPES or bool(layer.get("kv_lora_rank"))
     arch = [a for a in (cfg.get("architectures") or []) if isinstance(a, str)]
     return {"attention": "mla" if mla else "mha", "model_type": mt, "architectures": arch}
+
+
+# -- the table in words (docs/doctor-findings.md quotes it) -------------------------------------------
+RULE_WORDS = {
+    "layout.write": "layout `fix` writes", "layout.midlayer": "`midlayer.*` keys", "layout.layers.0": "`layers.0.*` keys",
+    "prefix.model": "`model.*` keys", "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
+    "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
+    "layers.count": "config `num_hidden_layers` != 1",
+    "fc_norm": "EAGLE-3.1 `fc_norm`", "norm_output": "EAGLE-3.1 `norm_output`",
+    "fc_norm.speculators": "`fc_norm`, speculators config", "norm_output.speculators": "`norm_output`, speculators config",
+    "norm_before_fc": "`norm_before_fc` (`input_norm`)", "norm_before_fc.speculators": "`norm_before_fc`, speculators config",
+    "norm_before_residual": "`norm_before_residual`", "qk_norm": "q/k norms (Qwen3 layer)",
+    "attention_bias": "q/k/v biases (`attention_bias`)", "sliding_window": "sliding window from the config",
+    "hidden_double_norm": "Model-Optimizer's double norm of the carried state",
+    "mla": "MLA draft class", "mla.detect": "`kimi_k2` detected as MLA", "mla.fc_norm": "MLA draft `fc_norm`",
+    "mla.norm_output": "MLA draft `norm_output`", "mla.norm_before_fc": "MLA draft `norm_before_fc`",
+    "mla.prefix.model": "MLA draft `model.*` keys", "mla.unknown": "MLA draft: names it has no parameter for",
+    "mla.requires_q_lora": "MLA draft needs `q_lora_rank`", "mla.layers.count": "MLA draft `num_hidden_layers` != 1",
+}
+
+
+def _cell(e: Engine, rule: str) -> str:
+    spans = e.rules.get(rule)
+    if not spans:
+        return "not read"
+
+    def val(v):
+        return "none" if v == () else "+".join(v) if isinstance(v, tuple) else "yes" if v is True else "no" if v is False else str(v)
+
+    if len(spans) == 1:
+        sp = spans[0]
+        return val(sp.value) + (f" ({sp.pr})" if sp.pr else "")
+    parts = []
+    for sp in spans:
+        rng = (f"to {sp.until}" if sp.since is None else f"{sp.since}+" if sp.until is None
+               else sp.since if sp.since == sp.until else f"{sp.since}-{sp.until}")
+        parts.append(f"{val(sp.value)} {rng}" + (f" ({sp.pr})" if sp.pr else ""))
+    return "; ".join(parts)
+
+
+def rule_table_markdown() -> str:
+    """The rule x engine-release table, one row per rule, in markdown (the table is its one source)."""
+    engines = list(ENGINE_TABLE.values())
+    rules = list(dict.fromkeys(r for e in engines for r in e.rules))
+    head = "| rule | " + " | ".join(e.name for e in engines) + " |"
+    lines = [head, "|" + " --- |" * (len(engines) + 1)]
+    for r in rules:
+        lines.append(f"| {RULE_WORDS.get(r, r)} | " + " | ".join(_cell(e, r) for e in engines) + " |")
+    return "\n".join(lines)
+
