@@ -223,3 +223,15 @@ def test_docs_rule_table_is_the_engine_table():
     shown = doc.split("<!-- rule-table: generated -->\n", 1)[1].split("\n<!-- /rule-table -->", 1)[0]
     assert shown == rule_table_markdown(), "regenerate the table: python -c 'from helpers.core.engines import " \
         "rule_table_markdown; print(rule_table_markdown())'"
+
+
+def test_sglang_shifts_deepseek_family_aux_ids_only_when_the_first_is_1_from_0_5_13():
+    from helpers.core.engines import captured_layers
+
+    for target in ("kimi_k2", "deepseek_v3"):
+        assert captured_layers("sglang==0.5.12", [2, 30, 58], 61, target) == [3, 31, 59]  # unconditional +1
+        assert captured_layers("sglang==0.5.13", [2, 30, 58], 61, target) == [2, 30, 58]  # as given
+        assert captured_layers("sglang==0.5.13", [1, 29, 57], 61, target) == [2, 30, 58]
+    assert captured_layers("sglang==0.5.13", [2, 30, 58], 61, "llama") == [3, 31, 59]  # other targets: +1
+    assert captured_layers("vllm", [2, 30, 58], 61, "kimi_k2") == [2, 30, 58]  # vLLM: never shifted
+    assert captured_layers("sglang==0.5.13", None, 61, "kimi_k2") == [2, 30, 58]  # the default is not shifted

@@ -77,6 +77,8 @@ SGLANG = Engine(
         # aux layers: where the ids are read, and the shift applied to them
         "aux.from": (s(None, "0.4.8.post1", ()), s("0.4.9", None, ("nested",))),
         "aux.shift": (s(*ALWAYS, 1),),
+        # DeepSeek-V2/V3, Kimi-K2/K2.5 and GLM-4.7-Flash targets (deepseek_v2.py, glm4_moe_lite.py)
+        "aux.shift.deepseek": (s(None, "0.5.12.post1", 1), s("0.5.13", None, "1-if-first-is-1")),
         # producer options on the MHA (Llama) draft
         "fc_norm": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24663")),
         "norm_output": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24663")),

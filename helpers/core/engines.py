@@ -304,18 +304,28 @@ def aux_layer_ids(cfg: dict | None, engines=None) -> dict[str, list[int] | None]
     return out
 
 
-def aux_convention(engine) -> int | None:
-    """The shift the engine adds to configured aux ids (capture index = id + shift), None when unread."""
-    return engine_at(engine).value("aux.shift")
+DEEPSEEK_TARGETS = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "glm4_moe_lite")  # aux.shift.deepseek
 
 
-def captured_layers(engine, ids: list[int] | None, num_layers: int) -> list[int]:
+def aux_convention(engine, target_type: str | None = None):
+    """The shift the engine adds to configured aux ids (capture index = id + shift), None when unread;
+    for a DeepSeek-family target (`target_type`, its text config's model_type) the engine's rule for
+    those targets, which may be '1-if-first-is-1'."""
+    at = engine_at(engine)
+    if target_type in DEEPSEEK_TARGETS and at.has("aux.shift.deepseek"):
+        return at.value("aux.shift.deepseek")
+    return at.value("aux.shift")
+
+
+def captured_layers(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:
     """Target layers whose INPUT (= output of the layer before) the engine captures."""
     if ids is None:
         return [2, num_layers // 2, num_layers - 3]
-    shift = aux_convention(engine)
+    shift = aux_convention(engine, target_type)
     if shift is None:
         raise ValueError(f"the kit has not read {engine_at(engine).name}'s aux-layer convention")
+    if shift == "1-if-first-is-1":
+        shift = 1 if ids and ids[0] == 1 else 0
     return [i + shift for i in ids]
 
 
@@ -339,6 +349,7 @@ RULE_WORDS = {
     "layout.write": "layout `fix` writes", "layout.midlayer": "`midlayer.*` keys", "layout.layers.0": "`layers.0.*` keys",
     "prefix.model": "`model.*` keys", "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
     "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
+    "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
     "layers.count": "config `num_hidden_layers` != 1",
     "fc_norm": "EAGLE-3.1 `fc_norm`", "norm_output": "EAGLE-3.1 `norm_output`",
     "fc_norm.speculators": "`fc_norm`, speculators config", "norm_output.speculators": "`norm_output`, speculators config",
