@@ -88,6 +88,10 @@ SGLANG = Engine(
         "attention_bias": (s(*ALWAYS, "absent"),),  # q/k/v built without bias in every release read
         "sliding_window": (s(*ALWAYS, "absent"),),  # the config's window is never read
         "hidden_double_norm": (s(*ALWAYS, "absent"),),  # the carried state gets hidden_norm only
+        # the target's lm_head over the draft's: never, then whenever draft_vocab_size is absent (untied)
+        "lm_head.borrow": (s(None, "0.5.1.post3", "never"), s("0.5.2", None, "no-draft-vocab")),
+        # the target's embedding over the draft's (same hidden size): always (eagle_worker set_embed)
+        "embed.borrow": (s(*ALWAYS, "replaces"),),
         # MLA drafts (kimi_k25_eagle3.py: Eagle3DeepseekV2ForCausalLM; kimi_k2 aliased to DeepseekV3Config)
         "mla": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24826")),
         "mla.detect": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24826")),
@@ -133,6 +137,8 @@ VLLM = Engine(
         "attention_bias": (s(None, "0.15.1", "absent"), s("0.16.0", None, "reads")),  # from attention_bias: true
         "sliding_window": (s(None, "0.10.1", "absent"), s("0.10.2", None, "reads")),  # per layer_types
         "hidden_double_norm": (s(*ALWAYS, "absent"),),
+        # 0.8.5 keeps the draft's; 0.9.0-0.11.0 take the target's (shapes equal); 0.11.1+ keep a draft's own
+        "embed.borrow": (s(None, "0.8.5", "keeps"), s("0.9.0", "0.11.0", "replaces"), s("0.11.1", None, "keeps")),
         "mla": (s(None, "0.17.1", "absent"), s("0.18.0", None, "reads")),
         # an EAGLE draft's MLA is detected from a short list of model types; kimi_k2 is not on it
         "mla.detect": (s(*ALWAYS, "misses", "vLLM issue #45760; its fix #45764 is in no release read"),),
