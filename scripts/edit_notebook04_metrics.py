@@ -28,7 +28,7 @@ if not any("## 5 · Serving metrics" in c.source for c in nb.cells):
             "diagnosis. Last, the accept length is placed among **published reference values** - the publishers'\n"
             "benchmark figures shipped with the kit, not your data."),
         nbformat.v4.new_code_cell(
-            "from helpers.acceptance.sources import diagnose, normalise_for\n"
+            "from helpers.acceptance.sources import compare_online_offline, normalise_for\n"
             "from helpers.serving.metrics import read_metrics\n"
             "from helpers.acceptance.references import place\n\n"
             "serving = None\n"
@@ -41,7 +41,7 @@ if not any("## 5 · Serving metrics" in c.source for c in nb.cells):
             "diagnosis = None\n"
             "offline_steps = part.step_top1 if have_samples else None  # evaluate's per-step top-1 (section 1)\n"
             "if serving is not None and serving.per_position_unconditional:\n"
-            "    diagnosis = diagnose(serving.per_position_unconditional, offline_steps, measured=speculate_per_position)\n"
+            "    diagnosis = compare_online_offline(serving.per_position_unconditional, offline_steps, measured=speculate_per_position)\n"
             "    ax = plots.plot_online_offline(serving.per_position_unconditional, offline_steps,\n"
             "                                   measured=speculate_per_position, diagnosis=diagnosis, online_label=serving.kind)\n"
             "    outputs.figure(ax, \"online_vs_offline\", source=None if metrics.startswith(\"http\") else metrics)\n"

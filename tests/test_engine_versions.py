@@ -214,3 +214,50 @@ def test_report_bundle_shows_the_doctor_at_the_logs_sglang_release(tmp_path):
     assert fc and fc[0]["severity"] == "error" and fc[0]["message"].startswith("SGLang 0.5.11 ")
     md = (tmp_path / "bundle" / "summary.md").read_text()
     assert "sglang==0.5.11 (the sglang release stated in" in md and "SGLang 0.5.11 (llama_eagle3.py)" in md
+
+
+def test_docs_rule_table_is_the_engine_table():
+    from helpers.core.engines import rule_table_markdown
+
+    doc = (ROOT / "docs" / "doctor-findings.md").read_text()
+    shown = doc.split("<!-- rule-table: generated -->\n", 1)[1].split("\n<!-- /rule-table -->", 1)[0]
+    assert shown == rule_table_markdown(), "regenerate the table: python -c 'from helpers.core.engines import " \
+        "rule_table_markdown; print(rule_table_markdown())'"
+
+
+def test_sglang_shifts_deepseek_family_aux_ids_only_when_the_first_is_1_from_0_5_13():
+    from helpers.core.engines import captured_layers
+
+    for target in ("kimi_k2", "deepseek_v3"):
+        assert captured_layers("sglang==0.5.12", [2, 30, 58], 61, target) == [3, 31, 59]  # unconditional +1
+        assert captured_layers("sglang==0.5.13", [2, 30, 58], 61, target) == [2, 30, 58]  # as given
+        assert captured_layers("sglang==0.5.13", [1, 29, 57], 61, target) == [2, 30, 58]
+    assert captured_layers("sglang==0.5.13", [2, 30, 58], 61, "llama") == [3, 31, 59]  # other targets: +1
+    assert captured_layers("vllm", [2, 30, 58], 61, "kimi_k2") == [2, 30, 58]  # vLLM: never shifted
+    assert captured_layers("sglang==0.5.13", None, 61, "kimi_k2") == [2, 30, 58]  # the default is not shifted
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("broken")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_broken_drafts.py"), str(out)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return json.loads((out / "cases.json").read_text())
+
+
+def _codes(case, engine):
+    args = case["args"]
+    target = args[args.index("--target") + 1] if "--target" in args else None
+    tcfg = args[args.index("--target-config") + 1] if "--target-config" in args else None
+    return {(f.code, f.severity) for f in diagnose(case["draft"], engine, tcfg, check_weights=False, target=target)}
+
+
+def test_head_and_embedding_borrowing_follow_the_release(broken):
+    head = broken["head-replaced-by-target"]  # trained full-vocab head, no draft_vocab_size
+    assert ("lm-head-borrowed", "warning") in _codes(head, "sglang==0.5.2")
+    assert not {c for c in _codes(head, "sglang==0.5.1.post3") if c[0] == "lm-head-borrowed"}  # never borrowed then
+    emb = broken["embed-other-revision"]
+    assert ("embed-mismatch", "error") in _codes(emb, "vllm==0.10.0")  # 0.9.0-0.11.0 take the target's
+    assert ("embed-mismatch", "warning") in _codes(emb, "vllm==0.11.1")  # its own kept from 0.11.1
+    assert ("embed-mismatch", "error") in _codes(emb, "sglang")

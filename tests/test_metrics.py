@@ -16,8 +16,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
 
 from helpers.acceptance.sources import (
+    compare_online_offline,
     conditional_from_unconditional,
-    diagnose,
     normalise,
     rate_for,
     sglang_rate_definition,
@@ -270,10 +270,10 @@ def test_counter_reset_between_scrapes_is_reported():
 
 
 def test_diagnosis_cases():
-    assert "mapping (d2t) or the head" in diagnose([0.01, 0.0, 0.0], [0.02, 0.01])
-    assert "serving mismatch" in diagnose([0.3, 0.1, 0.03], [0.8, 0.7, 0.6])
-    assert "decays faster" in diagnose([0.8, 0.3, 0.05], [0.8, 0.7, 0.6])
-    assert "agrees" in diagnose([0.8, 0.55, 0.35], measured=[0.8, 0.56, 0.36])
+    assert "mapping (d2t) or the head" in compare_online_offline([0.01, 0.0, 0.0], [0.02, 0.01])
+    assert "serving mismatch" in compare_online_offline([0.3, 0.1, 0.03], [0.8, 0.7, 0.6])
+    assert "decays faster" in compare_online_offline([0.8, 0.3, 0.05], [0.8, 0.7, 0.6])
+    assert "agrees" in compare_online_offline([0.8, 0.55, 0.35], measured=[0.8, 0.56, 0.36])
     assert conditional_from_unconditional([0.5, 0.0, 0.0]) == [0.5, 0.0, 0.0]
 
 
@@ -313,7 +313,7 @@ def test_online_offline_figure(tmp_path):
     from helpers.plots import plot_online_offline, read_figure_metadata, save_figure
 
     online = [0.3, 0.1, 0.03]
-    text = diagnose(online, [0.8, 0.7, 0.6], measured=[0.78, 0.55, 0.33])
+    text = compare_online_offline(online, [0.8, 0.7, 0.6], measured=[0.78, 0.55, 0.33])
     ax = plot_online_offline(online, [0.8, 0.7, 0.6], measured=[0.78, 0.55, 0.33], diagnosis=text)
     assert len(ax.lines) == 3 and "serving mismatch" in ax.get_title(loc="left").replace("\n", " ")
     out = save_figure(ax.figure, tmp_path / "online_offline.png", source=str(SGLANG_LOG))

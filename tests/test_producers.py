@@ -286,6 +286,7 @@ EXPECTED_FINDINGS = {
     "speculators_norm_output": {"variant-norm-output"},
     "speculators_qwen3": {"variant-qk-norm"},
     "speculators_sliding_window": {"variant-sliding-window"},
+    "nemo_llama_fc_norm_norm_output": {"variant-fc-norm", "variant-norm-output"},  # both read: info
 }
 
 
@@ -311,7 +312,7 @@ def test_doctor_reports_each_engine_on_each_producer_option(name):
     by = {(f.code, f.message.split()[0]): f for f in fs}
     if name in ("specforge_fc_norm", "speculators_norm_before_fc"):  # EAGLE-3.1 drafts load in today's releases
         assert not [f for f in fs if f.severity == "error"]
-    if name == "speculators_fc_norm":  # nested config and fc_norm weights: read by both
+    if name in ("speculators_fc_norm", "nemo_llama_fc_norm_norm_output"):  # read by both
         assert {f.severity for f in fs} == {"info"}
     if name == "specforge_fc_norm_no_norm_output":  # no final norm: no engine release models it
         assert {by["variant-norm-output", e].severity for e in ("SGLang", "vLLM")} == {"error"}

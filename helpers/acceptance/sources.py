@@ -20,7 +20,7 @@ Drafting settings are read by `helpers.acceptance.drafting.Drafting.from_flags` 
 with the bonus token, the per-token rate a chain or the given tree needs to reach it (bisection
 on `helpers.acceptance.chain`'s exact expectation), per-position unconditional and conditional acceptance,
 and the source's own definition in words. `rate_for` is the `rate-for` command's conversion.
-`diagnose` compares serving with offline figures. Numpy only, no torch.
+`compare_online_offline` compares serving with offline figures. Numpy only, no torch.
 """
 from __future__ import annotations
 
@@ -392,7 +392,7 @@ def _specforge(acc: Acceptance, rows) -> list | None:
 
 
 # -- online against offline -------------------------------------------------------------------------
-def diagnose(online, offline_step_accuracy=None, measured=None, near_zero: float = 0.05,
+def compare_online_offline(online, offline_step_accuracy=None, measured=None, near_zero: float = 0.05,
              tolerance: float = 0.2) -> str:
     """One paragraph: serving's per-position acceptance (unconditional) against the offline figures.
 

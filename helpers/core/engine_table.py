@@ -77,6 +77,8 @@ SGLANG = Engine(
         # aux layers: where the ids are read, and the shift applied to them
         "aux.from": (s(None, "0.4.8.post1", ()), s("0.4.9", None, ("nested",))),
         "aux.shift": (s(*ALWAYS, 1),),
+        # DeepSeek-V2/V3, Kimi-K2/K2.5 and GLM-4.7-Flash targets (deepseek_v2.py, glm4_moe_lite.py)
+        "aux.shift.deepseek": (s(None, "0.5.12.post1", 1), s("0.5.13", None, "1-if-first-is-1")),
         # producer options on the MHA (Llama) draft
         "fc_norm": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24663")),
         "norm_output": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24663")),
@@ -85,6 +87,11 @@ SGLANG = Engine(
         "qk_norm": (s(*ALWAYS, "absent"),),
         "attention_bias": (s(*ALWAYS, "absent"),),  # q/k/v built without bias in every release read
         "sliding_window": (s(*ALWAYS, "absent"),),  # the config's window is never read
+        "hidden_double_norm": (s(*ALWAYS, "absent"),),  # the carried state gets hidden_norm only
+        # the target's lm_head over the draft's: never, then whenever draft_vocab_size is absent (untied)
+        "lm_head.borrow": (s(None, "0.5.1.post3", "never"), s("0.5.2", None, "no-draft-vocab")),
+        # the target's embedding over the draft's (same hidden size): always (eagle_worker set_embed)
+        "embed.borrow": (s(*ALWAYS, "replaces"),),
         # MLA drafts (kimi_k25_eagle3.py: Eagle3DeepseekV2ForCausalLM; kimi_k2 aliased to DeepseekV3Config)
         "mla": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24826")),
         "mla.detect": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24826")),
@@ -94,7 +101,9 @@ SGLANG = Engine(
         "mla.prefix.model": (s(*ALWAYS, "skips"),),  # NAME -> model.NAME: a stored model.* name is model.model.*
         "mla.unknown": (s(*ALWAYS, "warns"),),  # "skipping unexpected weight", and it starts
         "mla.requires_q_lora": (s(*ALWAYS, True),),  # raises without q_lora_rank
-        "mla.one_layer": (s(*ALWAYS, True),),  # raises unless num_hidden_layers == 1
+        "mla.layers.count": (s(*ALWAYS, "raises"),),  # raises unless num_hidden_layers == 1
+        # num_hidden_layers: one layer only (raises otherwise), then that many layers are built
+        "layers.count": (s(None, "0.5.11", "raises"), s("0.5.12", None, "builds")),
     },
 )
 
@@ -127,6 +136,9 @@ VLLM = Engine(
         "qk_norm": (s(None, "0.23.0", "absent"), s("0.24.0", None, "reads")),  # qwen3_eagle3.py, Qwen3 layers
         "attention_bias": (s(None, "0.15.1", "absent"), s("0.16.0", None, "reads")),  # from attention_bias: true
         "sliding_window": (s(None, "0.10.1", "absent"), s("0.10.2", None, "reads")),  # per layer_types
+        "hidden_double_norm": (s(*ALWAYS, "absent"),),
+        # 0.8.5 keeps the draft's; 0.9.0-0.11.0 take the target's (shapes equal); 0.11.1+ keep a draft's own
+        "embed.borrow": (s(None, "0.8.5", "keeps"), s("0.9.0", "0.11.0", "replaces"), s("0.11.1", None, "keeps")),
         "mla": (s(None, "0.17.1", "absent"), s("0.18.0", None, "reads")),
         # an EAGLE draft's MLA is detected from a short list of model types; kimi_k2 is not on it
         "mla.detect": (s(*ALWAYS, "misses", "vLLM issue #45760; its fix #45764 is in no release read"),),
@@ -135,6 +147,10 @@ VLLM = Engine(
         "mla.norm_before_fc": (s(*ALWAYS, "absent"),),
         "mla.prefix.model": (s(*ALWAYS, "fails"),),
         "mla.unknown": (s(*ALWAYS, "fails"),),
+        "mla.requires_q_lora": (s(*ALWAYS, False),),  # q_proj when q_lora_rank is unset
+        # num_hidden_layers: one layer whatever the config says, then that many layers are built
+        "layers.count": (s(None, "0.11.0", "ignores"), s("0.11.1", None, "builds")),
+        "mla.layers.count": (s(*ALWAYS, "builds"),),  # deepseek_eagle3.py (0.18.0 on) builds that many
     },
 )
 
@@ -150,6 +166,7 @@ TRTLLM = Engine(
         "fc_norm": (s(*ALWAYS, "reads", "#14988"),),
         "norm_output": (s(*ALWAYS, "reads", "#14988"),),
         "attention_bias": (s(*ALWAYS, "reads"),),
+        "norm_before_residual": (s(*ALWAYS, "absent"),),
         "mla": (s(*ALWAYS, "reads"),),  # chosen when kv_lora_rank is set
         "mla.detect": (s(*ALWAYS, "reads"),),
     },

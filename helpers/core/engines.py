@@ -304,18 +304,28 @@ def aux_layer_ids(cfg: dict | None, engines=None) -> dict[str, list[int] | None]
     return out
 
 
-def aux_convention(engine) -> int | None:
-    """The shift the engine adds to configured aux ids (capture index = id + shift), None when unread."""
-    return engine_at(engine).value("aux.shift")
+DEEPSEEK_TARGETS = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "glm4_moe_lite")  # aux.shift.deepseek
 
 
-def captured_layers(engine, ids: list[int] | None, num_layers: int) -> list[int]:
+def aux_convention(engine, target_type: str | None = None):
+    """The shift the engine adds to configured aux ids (capture index = id + shift), None when unread;
+    for a DeepSeek-family target (`target_type`, its text config's model_type) the engine's rule for
+    those targets, which may be '1-if-first-is-1'."""
+    at = engine_at(engine)
+    if target_type in DEEPSEEK_TARGETS and at.has("aux.shift.deepseek"):
+        return at.value("aux.shift.deepseek")
+    return at.value("aux.shift")
+
+
+def captured_layers(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:
     """Target layers whose INPUT (= output of the layer before) the engine captures."""
     if ids is None:
         return [2, num_layers // 2, num_layers - 3]
-    shift = aux_convention(engine)
+    shift = aux_convention(engine, target_type)
     if shift is None:
         raise ValueError(f"the kit has not read {engine_at(engine).name}'s aux-layer convention")
+    if shift == "1-if-first-is-1":
+        shift = 1 if ids and ids[0] == 1 else 0
     return [i + shift for i in ids]
 
 
@@ -332,3 +342,55 @@ def draft_family(cfg: dict | None) -> dict:
     mla = mt in MLA_MODEL_TYPES or bool(layer.get("kv_lora_rank"))
     arch = [a for a in (cfg.get("architectures") or []) if isinstance(a, str)]
     return {"attention": "mla" if mla else "mha", "model_type": mt, "architectures": arch}
+
+
+# -- the table in words (docs/doctor-findings.md quotes it) -------------------------------------------
+RULE_WORDS = {
+    "layout.write": "layout `fix` writes", "layout.midlayer": "`midlayer.*` keys", "layout.layers.0": "`layers.0.*` keys",
+    "prefix.model": "`model.*` keys", "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
+    "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
+    "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
+    "layers.count": "config `num_hidden_layers` != 1",
+    "fc_norm": "EAGLE-3.1 `fc_norm`", "norm_output": "EAGLE-3.1 `norm_output`",
+    "fc_norm.speculators": "`fc_norm`, speculators config", "norm_output.speculators": "`norm_output`, speculators config",
+    "norm_before_fc": "`norm_before_fc` (`input_norm`)", "norm_before_fc.speculators": "`norm_before_fc`, speculators config",
+    "norm_before_residual": "`norm_before_residual`", "qk_norm": "q/k norms (Qwen3 layer)",
+    "attention_bias": "q/k/v biases (`attention_bias`)", "sliding_window": "sliding window from the config",
+    "hidden_double_norm": "Model-Optimizer's double norm of the carried state",
+    "lm_head.borrow": "target's `lm_head` used instead of the draft's", "embed.borrow": "draft's own `embed_tokens`",
+    "mla": "MLA draft class", "mla.detect": "`kimi_k2` detected as MLA", "mla.fc_norm": "MLA draft `fc_norm`",
+    "mla.norm_output": "MLA draft `norm_output`", "mla.norm_before_fc": "MLA draft `norm_before_fc`",
+    "mla.prefix.model": "MLA draft `model.*` keys", "mla.unknown": "MLA draft: names it has no parameter for",
+    "mla.requires_q_lora": "MLA draft needs `q_lora_rank`", "mla.layers.count": "MLA draft `num_hidden_layers` != 1",
+}
+
+
+def _cell(e: Engine, rule: str) -> str:
+    spans = e.rules.get(rule)
+    if not spans:
+        return "not read"
+
+    def val(v):
+        return "none" if v == () else "+".join(v) if isinstance(v, tuple) else "yes" if v is True else "no" if v is False else str(v)
+
+    if len(spans) == 1:
+        sp = spans[0]
+        return val(sp.value) + (f" ({sp.pr})" if sp.pr else "")
+    parts = []
+    for sp in spans:
+        rng = (f"to {sp.until}" if sp.since is None else f"{sp.since}+" if sp.until is None
+               else sp.since if sp.since == sp.until else f"{sp.since}-{sp.until}")
+        parts.append(f"{val(sp.value)} {rng}" + (f" ({sp.pr})" if sp.pr else ""))
+    return "; ".join(parts)
+
+
+def rule_table_markdown() -> str:
+    """The rule x engine-release table, one row per rule, in markdown (the table is its one source)."""
+    engines = list(ENGINE_TABLE.values())
+    rules = list(dict.fromkeys(r for e in engines for r in e.rules))
+    head = "| rule | " + " | ".join(e.name for e in engines) + " |"
+    lines = [head, "|" + " --- |" * (len(engines) + 1)]
+    for r in rules:
+        lines.append(f"| {RULE_WORDS.get(r, r)} | " + " | ".join(_cell(e, r) for e in engines) + " |")
+    return "\n".join(lines)
+

@@ -64,20 +64,26 @@ def check_algorithm(c: CheckContext, target_cfg: dict | None, algorithm: str | N
 
 
 def check_head_borrow(c: CheckContext) -> None:
-    """lm-head-borrowed: what SGLang does with the head, keyed on draft_vocab_size."""
+    """lm-head-borrowed: what SGLang does with the head, keyed on draft_vocab_size (from 0.5.2; never before)."""
     if "sglang" not in c.engines or (c.ck.config or {}).get("tie_word_embeddings"):
         return
+    at = next(a for a in c.engine_list if a.key == "sglang")
+    borrows = at.value("lm_head.borrow") == "no-draft-vocab"
+    change = at.change("lm_head.borrow")
+    tail = f" [{change}]" if change else ""
     lm, dv, v = c.shape("lm_head.weight"), c.cfg.get("draft_vocab_size"), c.cfg.get("vocab_size")
-    if dv is None and lm is not None and isinstance(v, int) and lm[0] == v:
+    if dv is None and lm is not None and isinstance(v, int) and lm[0] == v and borrows:
         c.add("lm-head-borrowed", "warning",
-              f"config.json has no draft_vocab_size: SGLang then loads the TARGET's lm_head over this checkpoint's "
-              f"trained {_fmt(lm[0])}-row head (load_lm_head_from_target); vLLM loads the trained one",
+              f"{at.label}: config.json has no draft_vocab_size: SGLang then loads the TARGET's lm_head over this "
+              f"checkpoint's trained {_fmt(lm[0])}-row head (load_lm_head_from_target); vLLM loads the trained one{tail}",
               f"set draft_vocab_size = {lm[0]} in config.json to serve the trained head in SGLang")
     elif lm is None and isinstance(dv, int) and dv == v:
         c.add("lm-head-borrowed", "error",
-              f"no lm_head and draft_vocab_size = vocab_size = {_fmt(dv)}: the head is meant to be the target's, but "
-              "SGLang borrows it only when draft_vocab_size is absent, so its head stays at random init",
-              "delete draft_vocab_size from config.json (SGLang then loads the target's lm_head), or export lm_head")
+              f"{at.label}: no lm_head and draft_vocab_size = vocab_size = {_fmt(dv)}: the head is meant to be the "
+              "target's, but SGLang " + ("borrows it only when draft_vocab_size is absent" if borrows else
+                                         "never borrows it in this release") + f", so its head stays at random init{tail}",
+              "delete draft_vocab_size from config.json (SGLang then loads the target's lm_head), or export lm_head"
+              if borrows else "export lm_head with the checkpoint")
 
 
 def check_aux_config(c: CheckContext, target_cfg: dict | None) -> None:
@@ -142,13 +148,17 @@ def _context(c: CheckContext, m) -> None:
 
 
 def _embed(c: CheckContext, m, rows: int) -> None:
-    for e in c.engines:
-        sev = "error" if e == "sglang" else "warning"
-        what = ("SGLang replaces the draft's embedding with the target's at load (set_embed), so the draft runs on "
-                "an embedding it was not trained with" if e == "sglang" else
-                "vLLM keeps the draft's own embedding; it matches neither the target's tokens' vectors nor the ones a "
-                "capture with the target produced")
-        c.add("embed-mismatch", sev, f"{ENGINE_NAMES[e]}: {m.detail} (compared on {_fmt(rows)} rows); {what}",
+    for at in c.engine_list:
+        v = at.value("embed.borrow")
+        if v is None:
+            continue
+        sev = "error" if v == "replaces" else "warning"
+        change = at.change("embed.borrow")
+        what = (f"{at.name} replaces the draft's embedding with the target's at load, so the draft runs on "
+                "an embedding it was not trained with" if v == "replaces" else
+                f"{at.name} keeps the draft's own embedding; it matches neither the target's tokens' vectors nor the "
+                "ones a capture with the target produced") + (f" [{change}]" if change else "")
+        c.add("embed-mismatch", sev, f"{at.label}: {m.detail} (compared on {_fmt(rows)} rows); {what}",
               "use the target revision the draft was trained on"
               + (f", or capture / train again with the target's scaled embedding (factor {m.scale:.4g})" if m.scale else ""))
 

@@ -16,6 +16,7 @@ from helpers.core.engines import (
     parse_key,
 )
 from helpers.doctor.findings import CheckContext
+from helpers.model.config import NEMO_ARCH
 
 _FIX = {
     "error": "serve with an engine release that models this option, or re-train/re-export without it",
@@ -42,6 +43,13 @@ def variant_of_key(key: str) -> str | None:
     if name in LAYER_OPTIONAL:
         return "variant-attention-bias"
     return None
+
+
+def feeds_normed(cfg: dict) -> bool:
+    """`norm_output` means 'feed the normed state to the next step' (speculators, NeMo Automodel, MLA
+    drafts), not SpecForge's 'apply the final norm' (`helpers.model.config` reads it the same way)."""
+    return (_speculators(cfg) or NEMO_ARCH in (cfg.get("architectures") or [])
+            or draft_family(cfg)["attention"] == "mla")
 
 
 def _speculators(cfg: dict) -> bool:
@@ -141,6 +149,7 @@ def check_variants(c: CheckContext) -> None:
                                            "gives q/k/v and o_proj biases from attention_bias: true; loads them")
             out.append(("variant-attention-bias", bias, sev, msg, rn))
         out += _window(at, r, cfg)
+        out += _modelopt(at, r, cfg)
         for code, ks, sev, msg, rn in out:
             shown = ", ".join(sorted(ks)[:4])
             change = at.change(rn) if rn else ""
@@ -153,17 +162,19 @@ def _norm_output(at: EngineAt, r: _Rules, cfg: dict) -> list:
     no = cfg.get("norm_output")
     rn = r.name(at, "norm_output")
     v = at.value(rn)
-    if r.spec and no:
+    if feeds_normed(cfg) and no:
         if v == "reads":
             return [("variant-norm-output", [], "info", "reads norm_output and feeds the normed state to the next "
-                     "drafting step, as this speculators draft was trained", rn)]
+                     "drafting step, as this draft was trained", rn)]
         return [("variant-norm-output", [], "warning", "feeds the pre-norm state back between drafting steps; this "
-                 "speculators draft was trained on the normed one (norm_output: true): step 0 is unchanged, steps >= 1 "
+                 "draft was trained on the normed one (norm_output: true): step 0 is unchanged, steps >= 1 "
                  "differ from training", rn)]
-    if not r.spec and no is False and not r.mla:  # the same in every release read: no range to name
+    if feeds_normed(cfg):
+        return []
+    if no is False:  # the same in every release read: no range to name
         return [("variant-norm-output", [], "error", "always applies the final norm before lm_head; this SpecForge "
                  "draft was trained without it (norm_output: false): every step's logits differ", None)]
-    if not r.spec and no is True and not r.mla and v == "reads":
+    if no is True and v == "reads":
         return [("variant-norm-output", [], "warning", "reads norm_output: true as 'feed the normed state to the next "
                  "drafting step'; SpecForge 0.2.0 (the release the kit models) trains with the pre-norm state fed "
                  "back: step 0 is unchanged, steps >= 1 may differ from training (nothing to do if your trainer "
@@ -186,6 +197,30 @@ def _window(at: EngineAt, r: _Rules, cfg: dict) -> list:
     return [("variant-sliding-window", [], "warning", f"applies no sliding window from the config: the draft attends "
              f"fully, while it was trained with a window of {w} tokens; the same only while the context stays "
              f"within {w}", rn)]
+
+
+def _modelopt(at: EngineAt, r: _Rules, cfg: dict) -> list:
+    """Model-Optimizer's EAGLE-3 export (eagle_config.use_input_layernorm_in_first_layer): its training
+    forward runs the carried state through input_layernorm and then hidden_norm (modeling_eagle.py's
+    pre-hook on the first attention, 0.47.0); its exporter writes a YaRN rope_scaling it did not train with."""
+    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    if not eagle.get("use_input_layernorm_in_first_layer") or eagle.get("use_aux_hidden_state") is False:
+        return []
+    rn = r.name(at, "hidden_double_norm")
+    v = at.value(rn)
+    out = [("variant-double-norm", [], *(
+        ("info", "the kit has not read how it norms the carried state") if v is None else
+        ("info", "norms the carried state as Model-Optimizer trains it") if v == "reads" else
+        ("warning", "applies hidden_norm alone to the carried hidden state; Model-Optimizer (0.47.0) trains it "
+         "through input_layernorm and then hidden_norm (a config from its exporter: "
+         "eagle_config.use_input_layernorm_in_first_layer): every step's logits differ somewhat from training")), rn)]
+    rope = cfg.get("rope_scaling") if isinstance(cfg.get("rope_scaling"), dict) else {}
+    if (rope.get("rope_type") or rope.get("type")) == "yarn":
+        out.append(("variant-rope-override", [], "warning",
+                    f"applies the config's YaRN rope_scaling (factor {rope.get('factor')}); Model-Optimizer's exporter "
+                    "writes it by default (eagle_export_rope_scaling) while training used the plain RoPE: attention "
+                    "positions differ from training", None))
+    return out
 
 
 def check_draft_class(c: CheckContext) -> None:
@@ -222,7 +257,28 @@ def check_draft_class(c: CheckContext) -> None:
             c.add("mla-draft", "error", f"{at.label} ({file}): its MLA draft layer needs q_lora_rank in the config and "
                   "raises at start-up without it", "serve with an engine whose MLA draft takes q_proj (vLLM), or "
                   "train with q_lora_rank")
-        n = layer.get("num_hidden_layers")
-        if at.value("mla.one_layer") and isinstance(n, int) and n != 1:
-            c.add("mla-draft", "error", f"{at.label} ({file}): num_hidden_layers is {n} but its MLA draft takes "
-                  "exactly one layer and raises at start-up otherwise", "set num_hidden_layers to 1 in config.json")
+
+
+def check_layer_count(c: CheckContext) -> None:
+    """draft-layers: config num_hidden_layers against the layers the weights hold, per engine release."""
+    cfg = c.ck.config or {}
+    n = _layer(cfg).get("num_hidden_layers")
+    held = {0 if i.layout == "midlayer" else int(i.layout.split(".")[1]) for i in map(parse_key, c.ck.tensors.keys())
+            if i.layout}
+    if not isinstance(n, int) or not held or n == len(held):
+        return
+    r = _Rules(cfg)
+    for at in c.engine_list:
+        rn = r.name(at, "layers.count")
+        v = at.value(rn)
+        change = at.change(rn)
+        tail = f" [{change}]" if change else ""
+        if v == "raises" and n != 1:
+            c.add("draft-layers", "error", f"{at.label} ({r.file(at)}): config num_hidden_layers is {n}; this release "
+                  f"builds exactly one draft layer and raises at start-up otherwise{tail}",
+                  f"set num_hidden_layers to {len(held)} in config.json (the layers the weights hold)")
+        elif v == "builds" and n > len(held):
+            c.add("draft-layers", "error", f"{at.label} ({r.file(at)}): config num_hidden_layers is {n}, so it builds "
+                  f"{n} draft layers, but the weights hold {len(held)}: layers {len(held)}..{n - 1} would serve with "
+                  f"random weights without a word{tail}",
+                  f"set num_hidden_layers to {len(held)} in config.json (NeMo Automodel copies the target's count)")

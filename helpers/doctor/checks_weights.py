@@ -228,9 +228,10 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
         c.add("aux-layers", "warning", "the target config has no usable num_hidden_layers", "pass the target's config.json")
         return
     captured = {}
+    ttype = t.get("model_type")
     for at in ats:
         e = at.key
-        got = captured_layers(at, ids[e], n_layers)
+        got = captured_layers(at, ids[e], n_layers, ttype)
         captured[e] = got
         name = at.label
         src = f"ids {ids[e]}" if ids[e] is not None else "no ids (default)"

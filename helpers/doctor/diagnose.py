@@ -49,7 +49,7 @@ from helpers.doctor.checks_target import (
     check_head_borrow,
     check_target,
 )
-from helpers.doctor.checks_variants import check_draft_class, check_variants
+from helpers.doctor.checks_variants import check_draft_class, check_layer_count, check_variants
 from helpers.doctor.checks_weights import (
     check_aux,
     check_finite,
@@ -157,6 +157,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     check_draft_class(c)
     if ck.tensors.keys():
         check_key_layout(c)
+        check_layer_count(c)
         check_variants(c)
         check_shapes(c, tcfg)
         check_aux(c, tcfg)

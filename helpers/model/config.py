@@ -171,6 +171,10 @@ def _variant_fields(cfg: dict, flat: dict, where) -> dict:
     tie = bool(cfg.get("tie_word_embeddings", False))
     if is_speculators(cfg):
         return _speculators_fields(cfg, flat, where) | {"tie_word_embeddings": tie}
+    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    if eagle.get("use_input_layernorm_in_first_layer") and eagle.get("use_aux_hidden_state") is not False:
+        raise BadInputError(where, "eagle_config.use_input_layernorm_in_first_layer: true (Model-Optimizer's draft: "
+                            "the carried state goes through input_layernorm and then hidden_norm) is not modelled")
     if NEMO_ARCH in (cfg.get("architectures") or []):
         # NeMo Automodel (draft_llama.py): logits always from norm(h); norm_output feeds norm(h) on
         return {"producer": "nemo-automodel", "fc_norm": bool(flat.get("fc_norm", False)), "final_norm": True,

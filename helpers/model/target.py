@@ -41,7 +41,7 @@ from helpers.core.devices import (
     parse_dtype,
     resolve_device,
 )
-from helpers.core.engines import aux_convention, aux_layer_ids, captured_layers, engine_at
+from helpers.core.engines import aux_layer_ids, captured_layers, engine_at
 from helpers.core.errors import BadInputError, clip
 from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.fit import compare_to_target
@@ -94,10 +94,10 @@ class Target:
 
     def aux_layers(self, engine: str, ids: list[int] | None) -> list[int]:
         """The decoder layers whose input `engine` feeds the draft, for configured `ids`."""
-        layers = captured_layers(engine, ids, self.num_layers)
+        layers = captured_layers(engine, ids, self.num_layers, getattr(self.text_config, "model_type", None))
         bad = [i for i in layers if not 0 <= i < self.num_layers]
         if bad:
-            n = aux_convention(engine)
+            n = layers[0] - ids[0] if ids else 0
             shift = f" ({engine_at(engine).name} adds {n} to configured ids)" if n and ids else ""
             raise BadInputError(self.path, f"aux layer ids {ids} capture the input of layers {layers}{shift}, but the "
                                 f"target has {self.num_layers} layers (0..{self.num_layers - 1})")

@@ -4,7 +4,7 @@ One Axes, x = drafted position (0 = the first drafted token), y = the chance a d
 position (unconditional acceptance, what vLLM reports): serving's figure, evaluate's per-step top-1
 turned into the same quantity (their running product, as the chain model assumes), and the
 per-position acceptance `speculate` measured with the real target. The computed diagnosis
-(`helpers.acceptance.sources.diagnose`) goes in the title area when given.
+(`helpers.acceptance.sources.compare_online_offline`) goes in the title area when given.
 """
 from __future__ import annotations
 
