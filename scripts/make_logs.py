@@ -20,7 +20,8 @@ hang together:
   tokens, per-position conditional acceptance 0.75 / 0.72 / 0.70.
 
 Each holds a few hundred lines, including unrelated lines (prefill, HTTP access, warnings) and a
-few recognised lines with garbled numbers, which the reader must count and skip.
+few recognised lines with garbled numbers, which the reader must count and skip, and (SGLang) a
+write cut after its accept length, whose readable fields the reader keeps.
 """
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def sglang_log(rng: np.random.Generator, old: bool, p_len: np.ndarray | None = N
             body += f"gen throughput (token/s): {tps:.2f}, #queue-req: 0"
             lines.append(head + body + (", " if old else ""))
         lines.append(f"{stamp()} INFO:     127.0.0.1:{40000 + req} - \"POST /v1/chat/completions HTTP/1.1\" 200 OK")
-    # garbled: a truncated write, a corrupted digit, a doubled dot
+    # a write cut after the accept length (kept, marked cut), then garbled: a corrupted digit, a doubled dot
     n = len(lines)
     i = next(j for j in range(n // 5, n) if "gen throughput" in lines[j])
     lines[i] = lines[i][: lines[i].index("gen throughput") + len("gen throughput (token/s): 4")]

@@ -169,3 +169,13 @@ def test_rate_for_honours_steps(cli):
     assert chain_expected(r["per_token_rate"], 3) == pytest.approx(2.17, abs=1e-8)
     old = json.loads(cli("rate-for", "--accept-length", 2.17, "--draft-tokens", 4, "--json").stdout)  # kept: K = 4
     assert old["drafting"] == "chain, 4 tokens" and old["per_token_rate"] < r["per_token_rate"]
+
+
+def test_logs_reads_the_start_up_settings_through_the_same_check(cli, tmp_path, sglang_log):
+    r = cli("logs", sglang_log)
+    assert r.returncode == 0 and "under chain, 3 tokens" in r.stdout
+    bad = tmp_path / "bad.log"
+    bad.write_text(sglang_log.read_text().replace("speculative_num_draft_tokens=4", "speculative_num_draft_tokens=8"))
+    r = cli("logs", bad)
+    assert r.returncode == 0 and "not a shape SGLang runs: --draft-tokens 8" in r.stdout
+    assert "per-token rate:" not in r.stdout

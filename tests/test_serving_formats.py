@@ -145,6 +145,12 @@ def test_a_dump_without_the_accepted_counter_says_so(tmp_path, cli):
     assert "no drafts counted" not in r.stdout
     p.write_text(text.replace("120.0", "0.0") + 'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 0.0\n')
     assert "no drafts counted (the drafts counter is 0)" in cli("metrics", p).stdout
+    # the per-request form of the same dump
+    q = tmp_path / "requests.jsonl"
+    q.write_text(json.dumps({"request_id": "a", "num_drafts": 30, "num_draft_tokens": 90}) + "\n"
+                 + json.dumps({"request_id": "b", "num_drafts": 20, "num_draft_tokens": 60}) + "\n")
+    r = cli("metrics", q)
+    assert r.returncode == 0 and "although 50 drafts were counted" in r.stdout, r.stdout + r.stderr
 
 
 def test_cut_lines_alone_still_give_an_accept_length(tmp_path):

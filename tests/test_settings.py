@@ -38,6 +38,16 @@ def test_flags_win_over_the_log_and_the_log_over_defaults():
     assert default.drafting.label == "chain, 3 tokens" and default.sources["steps"] == "default"
 
 
+def test_draft_tokens_alone_is_a_chain_of_one_less():
+    s = resolve_drafting(RunSettings(), draft_tokens=6)
+    assert (s.steps, s.topk, s.num_draft_tokens) == (5, 1, 6) and s.drafting.label == "chain, 5 tokens"
+    assert s.sources["steps"] == "draft tokens - 1 (a chain)"
+    with pytest.raises(BadInputError, match="--draft-tokens 8"):
+        resolve_drafting(RunSettings(), steps=3, topk=1, draft_tokens=8)
+    with pytest.raises(ValueError, match="--draft-tokens 8"):
+        RunSettings(steps=3, topk=1, draft_tokens=8)
+
+
 def test_a_tree_needs_its_draft_tokens():
     with pytest.raises(BadInputError, match="needs --draft-tokens"):
         resolve_drafting(RunSettings(), topk=4, steps=5)

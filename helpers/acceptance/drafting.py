@@ -34,6 +34,9 @@ from helpers.acceptance.montecarlo import SimResult
 from helpers.acceptance.tree import build_tree, simulate_tree, tree_expected
 
 FLAGS = {"steps": "--steps", "topk": "--topk", "num_draft_tokens": "--draft-tokens"}
+# SGLang's server-argument names -> the kit's (CLI flags and JSON fields without the dashes)
+SGLANG_NAMES = {"speculative_num_steps": "steps", "speculative_eagle_topk": "topk",
+                "speculative_num_draft_tokens": "draft_tokens"}
 
 
 def tree_candidates(steps: int, topk: int) -> int:
@@ -75,6 +78,11 @@ class Drafting:
         """From SGLang's server arguments (`speculative_num_steps`, ...)."""
         return cls(args["speculative_num_steps"], args.get("speculative_eagle_topk") or 1,
                    args.get("speculative_num_draft_tokens")).check()
+
+    @classmethod
+    def from_vllm(cls, num_speculative_tokens: int) -> Drafting:
+        """vLLM's `num_speculative_tokens = K`: a chain of K."""
+        return cls.chain(num_speculative_tokens)
 
     @classmethod
     def from_eagle(cls, depth: int, top_k: int, total_token: int) -> Drafting:
@@ -192,6 +200,10 @@ class Drafting:
     def eagle(self) -> dict:
         """The EAGLE reference code's names: its first drafting step runs before `depth` more."""
         return {"depth": self.steps - 1, "top_k": self.topk, "total_token": self.num_draft_tokens}
+
+    def kit(self) -> dict:
+        """The kit's names: steps, topk, draft_tokens (SGLang's count, root included)."""
+        return {"steps": self.steps, "topk": self.topk, "draft_tokens": self.num_draft_tokens}
 
     def to_dict(self) -> dict:
         return {"drafting": "chain" if self.is_chain else "tree", "steps": self.steps, "topk": self.topk,

@@ -27,7 +27,9 @@ real speculative decoding with that target under both readings of d2t (token vie
 predicted accept length, tokens/s; --max-prompts, --max-new-tokens, --temperature), and the
 doctor (06) checks the draft against the target's config. The drafting settings come from
 --steps/--topk/--draft-tokens, else from the first --log with SGLang's server_args= (or vLLM's
-num_speculative_tokens) line, else a 3-token chain; summary.md says which.
+num_speculative_tokens) line, else a 3-token chain; summary.md says which. A shape SGLang does not
+run (--steps 0, --topk 1 with --draft-tokens other than steps + 1, a tree larger than its search
+keeps) is refused before any notebook, one line naming the flag.
 OUT is created (with missing parents); it must not be a file.
 Exit 0 when every notebook succeeded, 1 when one failed, 2 on bad input or an OUT that cannot
 be written (all checked before any notebook runs)."""
@@ -54,7 +56,9 @@ def add_arguments(p) -> None:
     d = p.add_argument_group("deployment (SGLang's names; default: from the log's server_args, else a 3-token chain)")
     d.add_argument("--steps", type=int, default=None, help="drafting depth, --speculative-num-steps")
     d.add_argument("--topk", type=int, default=None, help="--speculative-eagle-topk (1: a chain)")
-    d.add_argument("--draft-tokens", type=int, default=None, help="--speculative-num-draft-tokens (default steps + 1)")
+    d.add_argument("--draft-tokens", type=int, default=None,
+                   help="--speculative-num-draft-tokens, the root counted (default steps + 1; with --topk 1 it must be "
+                        "steps + 1, as SGLang sets it; alone, a chain of N - 1)")
     d.add_argument("--baseline-tps", type=float, default=None, help="decode tokens/s without speculation")
     d.add_argument("--spec-tps", type=float, default=None,
                    help="decode tokens/s with speculation (default: the logs' generation throughput)")

@@ -500,8 +500,6 @@ def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
 _SGL_ARG = re.compile(r"(?<![\w])['\"]?(speculative_num_steps|speculative_eagle_topk|speculative_num_draft_tokens)"
                       r"['\"]?\s*[:=]\s*(\d+)\b")
 _VLLM_TOKENS = re.compile(r"['\"]?(?:num_speculative_tokens|num_spec_tokens)['\"]?\s*[:=]\s*(\d+)")
-_SGL_NAMES = {"speculative_num_steps": "steps", "speculative_eagle_topk": "topk",
-              "speculative_num_draft_tokens": "draft_tokens"}
 
 
 def drafting_from_line(line: str) -> dict:
@@ -514,14 +512,18 @@ def drafting_from_line(line: str) -> dict:
     `SpeculativeConfig(... num_spec_tokens=3 ...)`) is a chain: steps 3, topk 1, draft_tokens 4.
     Returns {} for any other line; `source` names the line's kind.
     """
+    from helpers.acceptance.drafting import SGLANG_NAMES, Drafting  # numpy: only when a line is read
+
     if "server_args=" in line:
-        found = {_SGL_NAMES[k]: int(v) for k, v in _SGL_ARG.findall(line)}
+        found = {SGLANG_NAMES[k]: int(v) for k, v in _SGL_ARG.findall(line)}
         return {**found, "source": "server_args"} if found else {}
     if "speculative" in line.lower() or "num_spec_tokens" in line:
         m = _VLLM_TOKENS.search(line)
         if m:
-            k = int(m.group(1))
-            return {"steps": k, "topk": 1, "draft_tokens": k + 1, "source": "num_speculative_tokens"}
+            try:
+                return {**Drafting.from_vllm(int(m.group(1))).kit(), "source": "num_speculative_tokens"}
+            except ValueError:
+                return {}
     return {}
 
 

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers.acceptance.drafting import SGLANG_NAMES
 from helpers.core.errors import BadInputError, clip
 from helpers.serving.records import _row, read_records
 
@@ -193,8 +194,7 @@ def difference(before: MetricsTable, after: MetricsTable, seconds: float | None 
 
 
 # -- JSON sources -------------------------------------------------------------------------------------
-_SETTINGS = {"speculative_num_steps": "steps", "speculative_eagle_topk": "topk",
-             "speculative_num_draft_tokens": "draft_tokens"}
+_SETTINGS = SGLANG_NAMES  # SGLang's server-argument names -> the kit's
 
 
 def parse_server_info(data: dict, source: str = "<json>") -> MetricsTable:
