@@ -158,8 +158,8 @@ def test_a_run_cut_by_eos_counts_only_emitted_tokens(models, records):
 
 
 # -- sampling ---------------------------------------------------------------------------------------
-def _pit_chi2(target, run, temperature: float, seed: int = 0, bins: int = 20) -> tuple[float, int]:
-    """Chi-square of randomized PIT values of every verified token under the target's own law.
+def _pit_values(target, run, temperature: float, seed: int = 0) -> list[float]:
+    """Randomized PIT values of every verified token under the target's own law.
 
     For each generated token after the first, its conditional distribution under the target (at
     `temperature`) is computed with one forward of the whole output; with the vocabulary sorted by
@@ -179,9 +179,19 @@ def _pit_chi2(target, run, temperature: float, seed: int = 0, bins: int = 20) ->
                 rank = int((order == pr.output_ids[i]).nonzero())
                 ps = p[order]
                 us.append(float(ps[:rank].sum()) + rng.random() * float(ps[rank]))
+    return us
+
+
+def _chi2(us: list[float], bins: int = 20) -> float:
     counts = np.histogram(us, bins=bins, range=(0, 1))[0]
     expected = len(us) / bins
-    return float(((counts - expected) ** 2 / expected).sum()), len(us)
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def _pit_chi2(target, run, temperature: float, seed: int = 0, bins: int = 20) -> tuple[float, int]:
+    """Chi-square of the PIT values (`_pit_values`) over `bins` equal bins, and their count."""
+    us = _pit_values(target, run, temperature, seed)
+    return _chi2(us, bins), len(us)
 
 
 def _sampled(models, records, shape, seed=0):

@@ -21,7 +21,7 @@ from helpers.model.drafter import Proposal
 from helpers.model.target import Target, attention_layout, load_target, speculation_refusal
 from helpers.speculate.target_cache import TargetCache
 from helpers.model.draft import load_draft
-from test_speculate import CHI2_19_AT_0_001, _pit_chi2
+from test_speculate import CHI2_19_AT_0_001, _chi2, _pit_values
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "data_samples" / "tiny_target"
@@ -121,14 +121,6 @@ def test_layouts_are_read_as_the_models_read_them(family, types):
 
 # -- greedy: token for token the target's own generate -------------------------------------------------
 @pytest.mark.slow
-def test_greedy_tree_on_alternating_layers_quick(target, draft):
-    t = target("gpt_oss")
-    run = S.speculate(t, draft, [PROMPT], S.SpecSettings(max_new_tokens=24, **TREE))
-    assert run.prompts[0].output_ids == _reference(t, PROMPT, 24)
-    assert len(PROMPT) + 24 > 2 * 8
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_greedy_output_equals_generate_every_reading_chain_and_tree(target, draft, family):
     t = target(family)
@@ -213,22 +205,32 @@ def test_window_rule_on_a_small_tree():
 
 # -- sampling: the target's own distribution -------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("family", FAMILIES)
-def test_sampling_follows_the_target_distribution(target, draft, family):
-    t = target(family)
-    us_runs = []
-    for k, shape in enumerate(({"draft_tokens": 3}, {"steps": 3, "topk": 3, "draft_tokens": 6})):
-        prompts = [PROMPT[:2 + i % 4] + [100 + i] for i in range(25)]  # shorter than the window, each different
-        run = S.speculate(t, draft, prompts, S.SpecSettings(temperature=1.5, max_new_tokens=16, seed=k, **shape))
-        us_runs.append(run)
-    pooled = S.SpecRun.merge(us_runs)
-    for pr in pooled.prompts:
-        assert len(pr.prompt_ids) + len(pr.output_ids) > 8 or pr.output_ids[-1] in S._eos_ids(t)
-    chi2, n = _pit_chi2(t, pooled, 1.5)
-    assert n >= 600
-    if family == "mistral":
-        assert pooled.mean > 1.2  # drafts were accepted: the rejection rule, not only the target, made tokens
-    assert chi2 < CHI2_19_AT_0_001, f"{family}: chi-square {chi2:.1f} over {n} tokens"
+def test_sampling_follows_the_target_distribution(target, draft):
+    """Every family, chain and tree, 12 prompts shorter than the window x 10 sampled tokens each:
+    the PIT values pooled over the families pass the full-attention test's chi-square (>= 800
+    tokens, p = 0.001), and so do each family's own."""
+    pooled, per_family = [], {}
+    for fam in FAMILIES:
+        t = target(fam)
+        runs = []
+        for k, shape in enumerate(({"draft_tokens": 3}, {"steps": 3, "topk": 3, "draft_tokens": 6})):
+            prompts = [PROMPT[:2 + i % 4] + [100 + i] for i in range(12)]  # 3-6 tokens, each different
+            runs.append(S.speculate(t, draft, prompts, S.SpecSettings(temperature=1.5, max_new_tokens=10, seed=k,
+                                                                      **shape)))
+        run = S.SpecRun.merge(runs)
+        eos = S._eos_ids(t)
+        assert all(len(p.prompt_ids) + len(p.output_ids) > 8 or p.output_ids[-1] in eos for p in run.prompts)
+        if fam == "mistral":
+            # drafts were accepted: the rejection rule, not only the target, made tokens (token-id prompts, no
+            # chat template: fewer than on the bundled prompts)
+            assert run.mean > 1.1 and sum(k == "draft" for p in run.prompts for k in p.kinds) >= 20, run.mean
+        us = _pit_values(t, run, 1.5)
+        per_family[fam] = (_chi2(us), len(us))
+        pooled += us
+    assert len(pooled) >= 800
+    assert _chi2(pooled) < CHI2_19_AT_0_001, f"pooled chi-square {_chi2(pooled):.1f} over {len(pooled)} tokens"
+    bad = {f: v for f, v in per_family.items() if v[0] >= CHI2_19_AT_0_001}
+    assert not bad, f"chi-square at or above {CHI2_19_AT_0_001}: {bad}"
 
 
 # -- what the loop cannot run ------------------------------------------------------------------------------

@@ -35,10 +35,10 @@ import time
 
 import torch
 
+from helpers.core.errors import BadInputError
 from helpers.io.chat import prompt_ids, uses_template
 from helpers.measure.predict import cpu_threads
 from helpers.model.drafter import Drafter, Proposal
-from helpers.core.errors import BadInputError
 from helpers.model.target import HiddenStateCapture, Target, speculation_refusal
 from helpers.speculate.result import PromptRun, SpecRun, SpecSettings
 from helpers.speculate.target_cache import TargetCache
@@ -98,7 +98,6 @@ def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Dr
         else:
             tok = int(torch.multinomial(p, 1, generator=generator))
             return path, tok, "correction" if children[cur] else "bonus"
-
 
 
 # -- the loop -------------------------------------------------------------------------------------
