@@ -162,14 +162,17 @@ def test_a_log_under_the_absolute_reading_is_a_deployment_bug_that_reproduce_nam
 # -- the demo: `make demo`'s report tells one story ---------------------------------------------------
 @pytest.mark.slow
 def test_demo_report_concludes_from_its_own_numbers(tmp_path):
-    from helpers.__main__ import main
+    from helpers.ui.report import SEQUENCE, run_report
+    from helpers.ui.settings import RunSettings, resolve_drafting
 
     out = tmp_path / "demo"
-    code = main(["report", str(DRAFT), "--samples", str(SAMPLES / "tiny_hidden_states"), "--log",
-                 str(SAMPLES / "logs" / "sglang.log"), "--baseline-tps", "90", "--engine", "sglang",
-                 "--target", str(TARGET), "--prompts", str(PROMPTS), "--max-samples", "4", "--device", "cpu",
-                 "-o", str(out)])
-    assert code == 0
+    s = RunSettings(checkpoint=str(DRAFT), samples=str(SAMPLES / "tiny_hidden_states"),
+                    logs=(str(SAMPLES / "logs" / "sglang.log"),), baseline_tps=90.0, engine="sglang",
+                    target=str(TARGET), prompts=str(PROMPTS), max_samples=2, device="cpu")
+    s = resolve_drafting(s)  # as `d2t-lab report` does: the drafting settings from the log's start-up line
+    # `make demo`'s inputs (fewer samples and prompts); notebook 02 draws figures only and is left out
+    res = run_report(s, out, notebooks=tuple(n for n in SEQUENCE if not n.startswith("02")), progress=None)
+    assert res.ok, [(r.name, r.error) for r in res.runs if not r.ok]
     s = json.loads((out / "summary.json").read_text())
     md = (out / "summary.md").read_text()
     n = s["numbers"]
@@ -182,6 +185,8 @@ def test_demo_report_concludes_from_its_own_numbers(tmp_path):
     assert s["ladder"]["verdict"] == ("a deployment bug" if z <= -3 else "no deployment bug")
     assert s["ladder"]["verdict"] == "a deployment bug"
     assert nb07["speculate_ladder"]["verdict"] == s["ladder"]["verdict"]  # notebook 07 says the same
+    assert nb07["speculate_settings"]["steps"] == nb04["drafting"]["steps"] == 5  # the log's tree 5/4/16
+    assert f"{nb04['predicted']:.2f}" in s["ladder"]["rungs"][1]["text"]  # rung 2 quotes notebook 04's prediction
     first = s["conclusion"][0]
     assert "deployment bug" in first and "serving vs engine-free" in first and "no deployment bug" not in first
     # it names the reproduced wiring, with the correct wiring's measurement beside it
@@ -190,5 +195,5 @@ def test_demo_report_concludes_from_its_own_numbers(tmp_path):
     assert f"{ef['mean_accept_length']:.2f}" in first
     assert "## Which wiring reproduces the serving number (notebook 07)" in md
     # no section contradicts another: the prediction-only conclusion is marked as weaker evidence
-    assert "serving against the prediction alone" in md and "Healthy:" not in md
+    assert "serving against the prediction alone" in md and "Healthy" not in first
     assert n["speculate"]["reproduce"]["best"]["key"] == "absolute"
