@@ -158,7 +158,7 @@ class Ladder:
     def markdown(self) -> list[str]:
         out = [f"**{self.conclusion}**", ""]
         for r in self.rungs:
-            mark = " (decided the verdict)" if r.decided else ""
+            mark = " (decided the verdict)" if r.decided and r.evidence == self.decided_by else ""
             out.append(f"{r.rung}. *{r.question}* **{r.finding}**{mark}: {r.text}")
             out += [f"   - {n}" for n in r.notes]
         return out

@@ -291,7 +291,7 @@ def _reproduce_section(rep: dict) -> list[str]:
         z = "inf" if r["z"] is None else f"{r['z']:+.1f}"
         L.append(f"| {rank} | {r['label']}{' (reproduces)' if r['reproduces'] else ''} | {f(r['mean'])} ± "
                  f"{f(r['stderr'])} | {z} | {r['engines']} |")
-    return L + ["", f"**{rep['verdict'][0].upper()}{rep['verdict'][1:]}.**"]
+    return L + ["", f"**{rep['verdict']}.**"]
 
 
 def summary_markdown(s: RunSettings, runs, summary: dict, env: dict) -> str:
