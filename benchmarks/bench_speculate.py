@@ -48,12 +48,11 @@ def params(m) -> int:
 def line(name: str, run, judge: bool = True) -> str:
     s = run.seconds
     verdict = f" (target <= 10 %: {'met' if run.overhead_fraction <= 0.10 else 'NOT met'})" if judge else ""
-    fed_expected = sum(len(p.prompt_ids) for p in run.prompts) + run.verify_steps * (
-        run.settings["draft_tokens"] if run.settings["drafting"] == "tree" else run.settings["steps"] + 1)
+    fed_expected = sum(len(p.prompt_ids) for p in run.prompts) + run.verify_steps * run.settings["num_draft_tokens"]
     return (f"{name:7s} accept length {run.mean:.3f}; wall {s['total']:.2f} s = target {s['target']:.2f} s + "
             f"draft {s['draft']:.2f} s + loop {s['total'] - s['target'] - s['draft']:.2f} s -> loop overhead "
             f"{run.overhead_fraction:.1%}{verdict}; "
-            f"target forwards/token {run.forwards_per_token:.4f} vs 1/accept length {1 / run.mean:.4f}; "
+            f"target forwards/token {run.forwards_per_token:.4f} (prefills counted) vs 1/accept length {1 / run.mean:.4f}; "
             f"target tokens computed {run.target_tokens_fed} (prompts + verified nodes {fed_expected})")
 
 
@@ -68,12 +67,13 @@ def main() -> None:
 
     from helpers.model.draft import load_draft
     from helpers.io.prompts import read_prompts
+    from helpers.acceptance.drafting import Drafting
     from helpers.speculate.result import SpecSettings
     from helpers.speculate.loop import speculate
     from helpers.model.target import load_target
 
     records = list(read_prompts(SAMPLES / "prompts.jsonl", args.prompts))
-    shapes = {"chain5": {"draft_tokens": 5}, "tree": {"steps": 5, "topk": 4, "draft_tokens": 16}}
+    shapes = {"chain5": {"drafting": Drafting.chain(5)}, "tree": {"drafting": Drafting.tree(5, 4, 16)}}
     with tempfile.TemporaryDirectory() as tmp:
         target = load_target(make_target(Path(tmp) / "target", args.hidden), device="cpu", dtype=torch.float32)
         draft = make_draft(args.hidden)

@@ -1,8 +1,10 @@
 """`python -m helpers COMMAND ...`: the kit's command line.
 
 Each command lives in `helpers/commands/<name>.py` and exposes `HELP`, `DESCRIPTION`,
-`add_arguments(parser)` and `run(args) -> int`. Bad input of any kind is one line on stderr and
-exit code 2.
+`add_arguments(parser)` and `run(args) -> int` (and optionally `RESUME_HINT`, printed after
+"interrupted" on Ctrl-C). Bad input of any kind is one line on stderr and exit code 2. Every
+command takes `--timeout SECONDS`: how long any remote read (hf://, http(s)://, a metrics URL)
+waits to connect and between reads.
 """
 from __future__ import annotations
 
@@ -38,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                       help="seconds a remote read (hf://, http(s)://, a metrics URL) waits to connect and "
+                            "between reads (default 30; $D2T_LAB_TIMEOUT)")
+        p.set_defaults(_run=mod.run, _resume=getattr(mod, "RESUME_HINT", None))
     return parser
 
 
@@ -48,19 +53,29 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    import os
+
+    from helpers.io.remote import TIMEOUT_ENV, set_timeout
+
+    before = os.environ.get(TIMEOUT_ENV)
     try:
+        set_timeout(args.timeout)  # in the environment, so notebooks a report runs read it too
         return int(args._run(args) or 0)
     except BadInputError as e:
         print(f"error: {e.one_line()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        hint = getattr(args, "_resume", None)
+        print("interrupted" + (f": {hint}" if hint else ""), file=sys.stderr)
         return 130
     except BrokenPipeError:  # `d2t-lab ... | head`: the reader left; no traceback
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        if before is None:
+            os.environ.pop(TIMEOUT_ENV, None)
+        else:
+            os.environ[TIMEOUT_ENV] = before
 
 
 if __name__ == "__main__":

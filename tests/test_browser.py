@@ -222,6 +222,13 @@ def test_dashboard_in_jupyterlab(tmp_path, request, chromium):
             assert dash.locator("input[list]").first.input_value().endswith("tiny_draft_sglang")
             assert dash.locator("datalist option").count() >= 2
             assert "verdict: OFFSET" in dash.locator(".d2t-summary").inner_text()
+            # The summary beside the pickers is whole: no line runs past its box, nor the box past the
+            # dashboard's right edge ("non-decreasin" was cut there once).
+            summary = dash.locator(".d2t-summary")
+            assert summary.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "the summary's lines are clipped"
+            box, outer = summary.bounding_box(), dash.bounding_box()
+            assert box["x"] + box["width"] <= outer["x"] + outer["width"] + 1, (box, outer)
+            assert "non-decreasing" in summary.inner_text() or "decreasing" not in summary.inner_text()
             dash.scroll_into_view_if_needed()
             page.screenshot(path=str(shots / "01_before_run.png"))
 

@@ -170,7 +170,7 @@ CASES = {
     "d2t-arange": (_arange_d2t, None, "all", "error"),
     "t2d-mismatch": (_shift_t2d, None, "all", "error"),
     "vocab-size-mismatch": (None, _draft_vocab_plus_one, "all", "error"),
-    "key-layout": (_to_layers0, None, "sglang", "error"),
+    "key-layout": (_to_layers0, None, "sglang==0.5.11", "error"),  # SGLang skips layers.0.* up to 0.5.11
     "lm-head-missing": (_drop("lm_head.weight"), None, "all", "error"),
     "fc-shape": (_narrow_fc, None, "all", "error"),
     "embed-missing": (_drop("embed_tokens.weight"), None, "all", "info"),
@@ -239,14 +239,19 @@ def test_aux_layers_same_ids_differ_between_engines(good, target_config, tmp_pat
     bad = variant(good, tmp_path / "aux2", None, both)
     findings = diagnose(bad, "all", target_config)
     msgs = " | ".join(f.message for f in findings if f.code == "aux-layers")
-    assert "SGLang: ids [1, 2, 3] -> captures the input of target layers [2, 3, 4]" in msgs
-    assert "vLLM: ids [1, 2, 3] -> captures the input of target layers [1, 2, 3]" in msgs
+    assert "SGLang 0.5.23: ids [1, 2, 3] -> captures the input of target layers [2, 3, 4]" in msgs
+    assert "vLLM 0.33.0: ids [1, 2, 3] -> captures the input of target layers [1, 2, 3]" in msgs
     assert any(f.code == "aux-layers" and f.severity == "warning" for f in findings)
 
 
 def test_layers0_is_fine_for_vllm_and_model_prefix_is_not(good, tmp_path):
     l0 = variant(good, tmp_path / "l0", _to_layers0)
     assert not has_error(diagnose(l0, "vllm"))
+    # SGLang: start-up fails up to 0.4.8.post1, silently skipped 0.4.9..0.5.11, its own layout from 0.5.12
+    sev = {v: [f for f in diagnose(l0, f"sglang=={v}") if f.code == "key-layout" and f.severity == "error"]
+           for v in ("0.4.8", "0.5.11", "0.5.12")}
+    assert "fails at start-up" in sev["0.4.8"][0].message and "skips them without a word" in sev["0.5.11"][0].message
+    assert "from 0.5.12" in sev["0.5.11"][0].message and not sev["0.5.12"]
     pre = variant(good, tmp_path / "pre", lambda t: {("model." + k if not k.startswith("lm_head") and k not in ("d2t", "t2d")
                                                         else k): v for k, v in t.items()})
     assert not has_error(diagnose(pre, "sglang"))  # SGLang looks names up as NAME or model.NAME
@@ -328,7 +333,7 @@ def _assert_same_weights(a: Path, b: Path):
         assert ta[k].dtype == tb[k].dtype and torch.equal(ta[k], tb[k]), k
 
 
-@pytest.mark.parametrize("case,engine", [("absolute", "all"), ("layers0", "sglang"), ("layers0", "all")])
+@pytest.mark.parametrize("case,engine", [("absolute", "all"), ("layers0", "sglang==0.5.11"), ("layers0", "sglang>=0.4.9")])
 def test_fix_gives_the_good_checkpoint_back(case, engine, good, tmp_path, cli):
     src = variant(good, tmp_path / "src", _to_absolute if case == "absolute" else _to_layers0)
     before = _hashes(src)
@@ -357,7 +362,7 @@ def test_fixed_checkpoints_give_the_good_logits(good, tmp_path):
     want = ref(aux, ids)  # [B, T, draft_vocab]
     for case, mut in (("absolute", _to_absolute), ("layers0", _to_layers0)):
         src = variant(good, tmp_path / case, mut)
-        dst = fix_checkpoint(src, tmp_path / f"{case}_fixed").dst
+        dst = fix_checkpoint(src, tmp_path / f"{case}_fixed", "sglang==0.5.11").dst
         got = load_draft(dst, device="cpu", dtype=torch.float32)
         assert torch.equal(got(aux, ids), want), case
         assert torch.equal(got.d2t, ref.d2t), case
@@ -370,8 +375,9 @@ def test_fix_bundled_speculators_sample(good, tmp_path):
     from helpers.model.draft import load_draft
 
     before = _hashes(spec)
-    assert {"d2t-missing", "key-layout"} <= {f.code for f in diagnose(spec, "sglang") if f.severity == "error"}
-    res = fix_checkpoint(spec, tmp_path / "spec_fixed", "sglang")
+    assert {"d2t-missing", "key-layout"} <= {f.code for f in diagnose(spec, "sglang==0.5.11") if f.severity == "error"}
+    assert "key-layout" not in {f.code for f in diagnose(spec, "sglang==0.5.12") if f.severity == "error"}
+    res = fix_checkpoint(spec, tmp_path / "spec_fixed", "sglang==0.5.11")
     assert res.ok, [f for f in res.findings if f.severity == "error"]
     assert _hashes(spec) == before
     # the same weights as before the fix (the kit's loader reads layers.0.* and d2t.npy itself), and

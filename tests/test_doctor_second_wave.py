@@ -135,3 +135,39 @@ def test_diff_figure_counts_every_moved_id(broken):
     assert bars == [len(d["moved"]), len(d["moved"])]
     with pytest.raises(TypeError):
         plot_draft_diff({"verdict": "x"})
+
+
+def test_diff_names_an_encoding_change_not_drift(cli):
+    """A draft whose d2t is stored as absolute ids against its offset twin: the same target ids when
+    each is read as stored; the diff and `doctor --previous` name the encoding change and suggest
+    `fix`, never 'mapping drift' nor an ERROR mapping-drift."""
+    a, b = SAMPLES / "tiny_draft_sglang", SAMPLES / "tiny_draft_absolute"
+    d = json.loads(cli("diff", a, b, "--json").stdout)
+    assert (d["encoding_a"], d["encoding_b"]) == ("offset", "absolute")
+    assert d["moved"] == [] and d["added"] == [] and d["removed"] == []
+    assert d["verdict"].startswith("encoding changed: A stores d2t as offsets, B as absolute ids")
+    assert f"d2t-lab fix {b}" in d["verdict"] and "drift" not in d["verdict"]
+    fs = diagnose(b, "all", check_weights=False, previous=a)
+    drift = [f for f in fs if f.code == "mapping-drift"]
+    assert [f.severity for f in drift] == ["info"] and "encoding change" in drift[0].message
+    assert "d2t-lab fix" in drift[0].fix
+
+
+def test_diff_tie_at_zero_has_its_own_wording(tmp_path, cli):
+    """Moved ids whose lm_head rows agree under neither mapping (0 % / 0 %) are not 'rows moved with it'."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    src = SAMPLES / "tiny_draft_sglang"
+    b = tmp_path / "retrained"
+    shutil.copytree(src, b)
+    t = load_file(str(b / "model.safetensors"))
+    targets = t["d2t"] + torch.arange(t["d2t"].numel())
+    targets[[10, 11]] = targets[[11, 10]].clone()  # two ids swap slots: both move
+    t["d2t"] = (targets - torch.arange(targets.numel())).to(t["d2t"].dtype)
+    t["lm_head.weight"] = -t["lm_head.weight"]  # every row points the other way: cosine -1 under both
+    save_file(t, str(b / "model.safetensors"))
+    d = json.loads(cli("diff", src, b, "--json").stdout)
+    assert len(d["moved"]) == 2 and d["lm_head"]["agree_under_a"] == d["lm_head"]["agree_under_b"] == 0.0
+    assert "0 % / 0 %" in d["verdict"] and "moved with it" not in d["verdict"]

@@ -83,7 +83,7 @@ def test_reproduce_command_refuses_bad_input_in_one_line(cli):
     base = ["reproduce", DRAFT, "--target", TARGET, "--prompts", PROMPTS]
     for extra, word in ((["--accept-length", "0.5"], "--accept-length"),
                         (["--accept-length", "2", "--stderr", "-1"], "--stderr"),
-                        (["--accept-length", "2", "--steps", "3"], "--topk")):
+                        (["--accept-length", "2", "--steps", "3", "--topk", "0"], "--topk")):
         r = cli(*base, *extra)
         assert r.returncode == 2 and word in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     r = cli("reproduce", DRAFT, "--target", TARGET, "--prompts", SAMPLES / "none.jsonl", "--accept-length", "2")
@@ -95,6 +95,7 @@ def test_reproduce_command_refuses_bad_input_in_one_line(cli):
 def pair(tmp_path_factory):
     import torch
 
+    from helpers.acceptance.drafting import Drafting
     from helpers.io.prompts import read_prompts
     from helpers.model.draft import load_draft
     from helpers.model.target import load_target
@@ -103,7 +104,7 @@ def pair(tmp_path_factory):
 
     torch.set_num_threads(1)
     target, draft = load_target(TARGET, "cpu", "float32"), load_draft(DRAFT, "cpu", torch.float32)
-    settings = SpecSettings(draft_tokens=TREE[2], steps=TREE[0], topk=TREE[1], max_new_tokens=24)
+    settings = SpecSettings(drafting=Drafting.tree(*TREE), max_new_tokens=24)
     records = list(read_prompts(PROMPTS, 4))
     runs = {k: run_wiring(target, draft, records, settings, k) for k in ("correct", "absolute")}
     ml = _make_logs()

@@ -74,7 +74,8 @@ def test_readings_side_by_side():
         ([0, 0, 1, 1, 3], [0, 1, 3, 4, 7], 10, "offset"),
         ([0, 1, 3, 4, 7], [0, 1, 3, 4, 7], 10, "absolute"),
         ([0, 0, 0, 0], [0, 1, 2, 3], 4, "identity"),
-        ([0, 0, 0, 0], [0, 1, 2, 3], 9, "inconsistent"),  # all zeros with a reduced vocab
+        ([0, 0, 0, 0], [0, 1, 2, 3], 9, "identity"),  # reduced vocab, but t2d keeps exactly 0..N-1: consistent
+        ([0, 0, 0, 0], [0, 1, 2, 5], 9, "inconsistent"),  # all zeros with a reduced vocab whose t2d keeps another id
         ([0, 1, 2, 3], [0, 1, 2, 3], 6, "absolute"),  # d2t = arange: offset targets 2i run out of range
         ([0, 1, 2, 3], [0, 1, 3, 5], 9, "inconsistent"),
         ([0, 0, 1, 1, 3], [0, 1, 2, 4, 7], 10, "inconsistent"),

@@ -230,13 +230,15 @@ def test_sglang_sample_log_rate_reproduces_its_accept_length():
 
 
 def test_rate_for_round_trips_chain_and_tree():
-    r = rate_for(1.91, 16, topk=4, steps=5)
+    from helpers.acceptance.drafting import Drafting
+
+    r = rate_for(1.91, Drafting(5, 4, 16))
     assert r["expected_at_rate"] == pytest.approx(1.91, abs=1e-8)
     assert r["sglang_accept_rate"]["length/N"] == pytest.approx(1.91 / 16)
-    c = rate_for(1.875, 3)  # 1 + a + a^2 + a^3 = 1.875 -> a = 0.5
+    c = rate_for(1.875, Drafting(3))  # 1 + a + a^2 + a^3 = 1.875 -> a = 0.5
     assert c["per_token_rate"] == pytest.approx(0.5, abs=1e-8)
     with pytest.raises(ValueError):
-        rate_for(5.0, 3)
+        rate_for(5.0, Drafting(3))
 
 
 def test_garbled_and_partial_prometheus_text_is_counted_not_guessed():

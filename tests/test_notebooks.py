@@ -6,6 +6,7 @@ Notebooks run on their default parameters (the bundled samples). A notebook that
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def test_notebook_is_stored_clean(nb):
     assert "sys.path" not in src and "%pip" not in src and "!pip" not in src
 
 
-def _check_02(out):
+def _check_02(out, executed):
     """Notebook 02 saves each figure it shows, with the verdict and source of what it drew."""
     import hashlib
 
@@ -43,7 +44,26 @@ def _check_02(out):
     assert meta["source_sha256"] == hashlib.sha256(d2t.read_bytes()).hexdigest()
 
 
-CHECKS = {"02_d2t_offset_histograms": _check_02}
+def _check_08(out, executed):
+    """Notebook 08 on its defaults: no exercise reported right, no answer printed, the source left alone."""
+    from helpers.ui import checkpoint_exercises as ex
+
+    cells = [c for c in executed.cells if c.cell_type == "code"]
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) + str(o.get("data", {}).get("text/html", ""))
+                     for c in cells for o in c.get("outputs", []))
+    checks = [c for c in cells if "checkpoint_exercises.check(" in c.source]
+    assert len(checks) == len(ex.EXERCISES)
+    assert all("".join(o.get("text", "") for o in c.outputs).startswith("✗ not answered yet") for c in checks)
+    assert "✓" not in text
+    for answer in ex.solutions().values():
+        if isinstance(answer, str):
+            assert f"'{answer}'" not in text and f" {answer} " not in text
+        else:
+            assert re.search(rf"(?<![\d,.]){answer}(?![\d]|[.,]\d)", text) is None, answer
+    assert "verdict after the fix: offset" in text
+
+
+CHECKS = {"02_d2t_offset_histograms": _check_02, "08_debug_a_checkpoint": _check_08}
 
 
 @pytest.mark.slow
@@ -55,6 +75,8 @@ def test_notebook_executes(nb, tmp_path, run_notebook):
     declared = pm.inspect_notebook(str(nb))
     out = tmp_path / "out"
     params = {"output_dir": str(out)} if "output_dir" in declared else {}
+    if "work_dir" in declared:  # where a notebook writes the copies it makes (notebook 08)
+        params["work_dir"] = str(tmp_path / "work")
     executed = run_notebook(nb, tmp_path, params)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
@@ -63,7 +85,7 @@ def test_notebook_executes(nb, tmp_path, run_notebook):
     if params:
         assert images == len(list(out.glob("*.png"))), f"{images} figures shown, {len(list(out.glob('*.png')))} saved"
     if nb.stem in CHECKS:
-        CHECKS[nb.stem](out)
+        CHECKS[nb.stem](out, executed)
 
 
 def test_bad_parameter_shows_one_line_not_a_traceback(tmp_path, run_notebook):

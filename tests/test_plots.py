@@ -276,6 +276,19 @@ def test_accuracy_bars_per_reading(result):
     assert has_cov == (result is not EVAL["readings"])  # the coverage ceiling, when the result has it
 
 
+@pytest.mark.parametrize("topk", [1, 3])
+def test_accuracy_bars_draw_top_k_only_when_more_than_one_candidate_was_scored(topk, samples_dir):
+    from helpers.measure.evaluate import evaluate
+
+    r = evaluate(samples_dir / "tiny_draft_sglang", samples_dir / "tiny_hidden_states" / "val",
+                 readings=("offset", "absolute"), steps=1, topk=topk, max_samples=4, progress=False)
+    ax = plots.plot_accuracy(r)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(ax.patches) == (2 if topk == 1 else 4)  # one bar per reading, plus top-k when k > 1
+    assert ("top-3" in labels) == (topk == 3) and "top-k" not in labels
+    assert not any("top-1" != l and l.startswith("top-1") for l in labels)
+
+
 def test_accuracy_per_step_lines_and_splits():
     ax = plots.plot_step_accuracy(EVAL)
     assert len(ax.lines) == 3
@@ -515,7 +528,8 @@ def test_plot_findings_grid_colours_each_code_by_worst_severity():
 
 
 def test_plot_prediction_curve_draws_the_closed_form():
-    from helpers.acceptance.chain import Drafting, chain_expected
+    from helpers.acceptance.chain import chain_expected
+    from helpers.acceptance.drafting import Drafting
 
     chain = Drafting(4)
     ax = plots.plot_prediction_curve([chain], marks={"measured": (0.5, chain.expected(0.5))}, rates=[0.0, 0.5, 0.9])

@@ -364,3 +364,98 @@ def test_hf_locations_read_by_range_with_the_token(hub, cache, cli, monkeypatch)
     missing = cli("inspect", "hf://org/no_such_repo")
     assert missing.returncode == 2 and "hf://org/no_such_repo: " in missing.stderr
     assert "HF_TOKEN" in missing.stderr
+
+
+# -- servers that do less: no range support, no answer at all ------------------------------------------
+class PlainHandler(http.server.SimpleHTTPRequestHandler):
+    """`python -m http.server` as it is: Range headers ignored, every GET answered with the whole file."""
+
+    sent = 0
+
+    def log_message(self, *args):
+        pass
+
+    def copyfile(self, source, outputfile):
+        data = source.read()
+        PlainHandler.sent += len(data)
+        try:
+            outputfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client read the start it wanted and left
+            pass
+
+
+@pytest.fixture(scope="module")
+def plain(served):
+    root, _ = served
+
+    def handler(*a, **kw):
+        return PlainHandler(*a, directory=str(root), **kw)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["doctor", "--no-weights"]])
+def test_a_server_without_range_support_gets_whole_files_with_a_note(command, plain, cache, cli):
+    root, base = plain
+    local, url = root / "sglang", f"{base}/sglang"
+    want = cli(*command, local, "--json")
+    got = cli(*command, url, "--json")
+    assert got.returncode == want.returncode, got.stderr
+    assert "Traceback" not in got.stderr
+    _same_apart_from_location(json.loads(want.stdout), json.loads(got.stdout), local, url)
+    size = (local / "model.safetensors").stat().st_size
+    assert "does not answer range requests" in got.stderr and "model.safetensors" in got.stderr, got.stderr
+    assert f"{size / 1024:.1f} kB" in got.stderr or f"{size / 2**20:.1f} MB" in got.stderr, got.stderr
+    PlainHandler.sent = 0
+    again = cli(*command, url, "--json")  # the whole copy is cached: not downloaded a second time
+    assert again.stdout == got.stdout and "does not answer range" not in again.stderr
+    assert PlainHandler.sent < size, PlainHandler.sent
+
+
+@pytest.fixture
+def silent():
+    """A server that accepts connections and never answers (the hang of issue 31)."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    held, stop = [], threading.Event()
+
+    def accept():
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(sock.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    stop.set()
+    t.join()
+    for c in held:
+        c.close()
+    sock.close()
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["doctor", "--no-weights"], ["metrics"]])
+def test_a_server_that_never_answers_ends_within_the_timeout(command, silent, cache, cli):
+    import time
+
+    url = f"{silent}/draft" if command[0] != "metrics" else f"{silent}/metrics"
+    cli(command[0], "--help")  # the command's modules imported first: what is timed is the wait alone
+    t0 = time.monotonic()
+    r = cli(*command, url, "--timeout", "2")
+    took = time.monotonic() - t0
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {url}"), r.stderr
+    assert "did not answer within 2 s" in lines[0], lines[0]
+    assert took < 2 * 2 + 4, took  # at most a connect and a read wait (and a loaded machine's slack)
+    assert not any(cache.rglob("*.safetensors")) if cache.exists() else True

@@ -24,13 +24,18 @@ def test_start_up_lines_of_both_engines():
 def test_flags_win_over_the_log_and_the_log_over_defaults():
     from_log = resolve_drafting(RunSettings(logs=(str(LOGS / "sglang.log"),)))
     assert (from_log.steps, from_log.topk, from_log.num_draft_tokens) == (5, 4, 16)
-    assert from_log.sources["steps"].startswith("server_args in ") and from_log.drafting().label.startswith("tree 5/4/16")
+    assert from_log.sources["steps"].startswith("server_args in ") and from_log.drafting.label.startswith("tree 5/4/16")
+    # flags that make a chain: the log's 16 draft tokens belong to its tree, a 2-token chain verifies 3
     flagged = resolve_drafting(RunSettings(logs=(str(LOGS / "sglang.log"),)), topk=1, steps=2)
-    assert (flagged.steps, flagged.topk, flagged.num_draft_tokens) == (2, 1, 16)
-    assert flagged.sources["topk"] == "--topk" and flagged.sources["draft_tokens"].startswith("server_args")
+    assert (flagged.steps, flagged.topk, flagged.num_draft_tokens) == (2, 1, 3)
+    assert flagged.sources["topk"] == "--topk" and flagged.sources["draft_tokens"] == "steps + 1 (a chain)"
+    assert flagged.drafting.label == "chain, 2 tokens"
+    # a tree's size from the flag, its depth and width from the log
+    wide = resolve_drafting(RunSettings(logs=(str(LOGS / "sglang.log"),)), draft_tokens=8)
+    assert (wide.steps, wide.topk, wide.num_draft_tokens) == (5, 4, 8)
     default = resolve_drafting(RunSettings())
     assert (default.steps, default.topk, default.num_draft_tokens) == (3, 1, 4)
-    assert default.drafting().label == "chain, 3 tokens" and default.sources["steps"] == "default"
+    assert default.drafting.label == "chain, 3 tokens" and default.sources["steps"] == "default"
 
 
 def test_a_tree_needs_its_draft_tokens():

@@ -334,8 +334,8 @@ def test_simulate_and_throughput_do_not_import_torch():
 
     code = (
         "import sys, types; pkg = types.ModuleType('helpers'); pkg.__path__ = [sys.argv[1]]; "
-        "sys.modules['helpers'] = pkg; import helpers.acceptance.chain, helpers.acceptance.throughput; "
-        "helpers.acceptance.chain.chain_expected(0.5, 4); helpers.acceptance.chain.build_tree(0.5, 3, 2, 6); "
+        "sys.modules['helpers'] = pkg; import helpers.acceptance.chain, helpers.acceptance.drafting, helpers.acceptance.throughput; "
+        "helpers.acceptance.chain.chain_expected(0.5, 4); helpers.acceptance.tree.build_tree(0.5, 3, 2, 6); "
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pandas') "
         "or m in ('helpers.measure.replay', 'helpers.measure.predict', 'helpers.measure.evaluate', 'helpers.model.draft')); "
         "print(heavy[:5]); sys.exit(1 if heavy else 0)"

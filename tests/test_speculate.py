@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import helpers.speculate.loop as S
+from helpers.acceptance.drafting import Drafting
 from helpers.model.draft import load_draft
 from helpers.io.prompts import read_prompts
 from helpers.speculate.compare import predicted_per_position, replay_walk
@@ -24,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "data_samples" / "tiny_target"
 DRAFT = ROOT / "data_samples" / "tiny_draft_sglang"
 PROMPTS = ROOT / "data_samples" / "prompts.jsonl"
-CHAIN = {"draft_tokens": 5}
-TREE = {"steps": 3, "topk": 4, "draft_tokens": 8}
+CHAIN = {"drafting": Drafting(5)}
+TREE = {"drafting": Drafting(3, 4, 8)}
 CHI2_19_AT_0_001 = 43.82  # chi-square critical value, 19 degrees of freedom, p = 0.001
 
 
@@ -80,8 +81,9 @@ def test_greedy_output_equals_target_generate(models, records, reading, shape):
 
 def test_tree_with_topk_1_is_the_chain(models, records):
     target, draft = models
-    chain = S.speculate(target, draft, records[:8], S.SpecSettings(max_new_tokens=32, draft_tokens=4))
-    tree = S.speculate(target, draft, records[:8], S.SpecSettings(max_new_tokens=32, steps=4, topk=1, draft_tokens=5))
+    chain = S.speculate(target, draft, records[:8], S.SpecSettings(max_new_tokens=32, drafting=Drafting.chain(4)))
+    tree = S.speculate(target, draft, records[:8], S.SpecSettings(max_new_tokens=32,
+                                                                  drafting=Drafting.from_flags(4, 1, 5)))
     assert chain.histogram == tree.histogram and chain.mean == tree.mean
     assert chain.per_position_conditional == tree.per_position_conditional
     assert [p.kinds for p in chain.prompts] == [p.kinds for p in tree.prompts]
@@ -91,9 +93,9 @@ def test_cache_reused_and_counts_add_up_over_shards(models, records):
     target, draft = models
     st = S.SpecSettings(max_new_tokens=20, **TREE)
     whole = S.speculate(target, draft, records[:6], st)
-    # one target forward per verify step: forwards per token is exactly 1 / accept length
-    assert whole.forwards_per_token == pytest.approx(1 / whole.mean)
+    # one target forward per verify step, plus one prefill per prompt
     assert whole.target_forwards == whole.verify_steps + 6
+    assert whole.forwards_per_token == pytest.approx(whole.target_forwards / whole.generated_tokens)
     assert whole.target_tokens_fed == sum(len(p.prompt_ids) for p in whole.prompts) + whole.verify_steps * 8
     assert whole.accepted_tokens == sum(sum(p.accept_lengths) for p in whole.prompts)
     # per-position counts: unconditional is monotone, conditional = ratio of neighbours
@@ -106,6 +108,53 @@ def test_cache_reused_and_counts_add_up_over_shards(models, records):
     assert merged.accepted_per_position.tolist() == whole.accepted_per_position.tolist()
     assert [p.index for p in merged.prompts] == [p.index for p in whole.prompts]
     assert merged.to_dict()["mean_accept_length"] == whole.to_dict()["mean_accept_length"]
+
+
+def _check_counts_are_emitted(run):
+    """accepted tokens = emitted tokens - 1 per prompt (the prefill's first token is no verify step's);
+    accept length, histogram, per-position acceptance and target forwards per token agree with them."""
+    for p in run.prompts:
+        assert sum(p.accept_lengths) == len(p.output_ids) - 1, (p.index, p.accept_lengths, len(p.output_ids))
+    assert run.accepted_tokens == run.generated_tokens - len(run.prompts)
+    assert run.mean == pytest.approx(run.accepted_tokens / run.verify_steps)
+    assert sum(run.histogram.values()) == run.verify_steps
+    assert 1 + sum(run.per_position_unconditional) == pytest.approx(run.mean)
+    assert run.forwards_per_token == pytest.approx((run.verify_steps + len(run.prompts)) / run.generated_tokens)
+    d = run.to_dict(prompts=False)
+    assert d["accepted_tokens"] == run.accepted_tokens and "emitted" in d["accept_length_definition"]
+
+
+def test_a_run_cut_by_max_new_tokens_counts_only_emitted_tokens(models, records):
+    target, draft = models
+    st = S.SpecSettings(max_new_tokens=16, drafting=Drafting(5))
+    short = S.speculate(target, draft, records[:2], st)
+    _check_counts_are_emitted(short)
+    assert [len(p.output_ids) for p in short.prompts] == [16, 16]
+    # greedy: the long run's steps start with the short run's; a step crossing 15 tokens was cut
+    long = S.speculate(target, draft, records[:2], dataclasses.replace(st, max_new_tokens=40))
+    crossed = [np.cumsum(p.accept_lengths) for p in long.prompts]
+    assert any(15 not in c.tolist() for c in crossed), "no step was cut: the test would not see the bug"
+    for s_, l_ in zip(short.prompts, long.prompts):
+        assert s_.accept_lengths[:-1] == l_.accept_lengths[: len(s_.accept_lengths) - 1]
+        assert s_.accept_lengths[-1] <= l_.accept_lengths[len(s_.accept_lengths) - 1]
+
+
+def test_a_run_cut_by_eos_counts_only_emitted_tokens(models, records):
+    target, draft = models
+    st = S.SpecSettings(max_new_tokens=40, drafting=Drafting(5))
+    free = S.speculate(target, draft, records[:1], st).prompts[0]
+    # an accepted drafted token followed by more accepted ones in its step: EOS there cuts the step
+    at = next(i for i in range(1, len(free.kinds) - 1) if free.kinds[i] == "draft" and free.kinds[i + 1] == "draft"
+              and free.output_ids[i] not in free.output_ids[:i])
+    gc = target.model.generation_config
+    before = gc.eos_token_id
+    gc.eos_token_id = [free.output_ids[at]] + ([] if before is None else list(np.atleast_1d(before)))
+    try:
+        run = S.speculate(target, draft, records[:1], st)
+    finally:
+        gc.eos_token_id = before
+    assert run.prompts[0].output_ids == free.output_ids[: at + 1]
+    _check_counts_are_emitted(run)
 
 
 # -- sampling ---------------------------------------------------------------------------------------
@@ -146,7 +195,7 @@ def _sampled(models, records, shape, seed=0):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", [{"draft_tokens": 3}, {"steps": 3, "topk": 3, "draft_tokens": 6}],
+@pytest.mark.parametrize("shape", [{"drafting": Drafting(3)}, {"drafting": Drafting(3, 3, 6)}],
                          ids=["chain", "tree"])
 def test_sampling_follows_the_target_distribution(models, records, shape):
     (chi2, n), run = _sampled(models, records, shape)
@@ -156,7 +205,7 @@ def test_sampling_follows_the_target_distribution(models, records, shape):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", [{"draft_tokens": 3}, {"steps": 3, "topk": 3, "draft_tokens": 6}],
+@pytest.mark.parametrize("shape", [{"drafting": Drafting(3)}, {"drafting": Drafting(3, 3, 6)}],
                          ids=["chain", "tree"])
 def test_a_wrong_rejection_rule_fails_the_chi_square(models, records, shape, monkeypatch):
     right = S.accept_rule
@@ -196,7 +245,7 @@ def test_offset_chain_agrees_with_the_replay_and_misreads_measure_one(models, re
     from helpers.measure.replay import replay
 
     target, draft = models
-    runs = S.speculate_readings(target, draft, records, S.SpecSettings(max_new_tokens=24, draft_tokens=5),
+    runs = S.speculate_readings(target, draft, records, S.SpecSettings(max_new_tokens=24, drafting=Drafting(5)),
                                 ["offset", "absolute", "none"])
     off = runs["offset"]
     rp = replay(draft, captured, steps=5, reading="offset", progress=False)
@@ -219,8 +268,10 @@ def test_settings_are_checked():
         S.SpecSettings(reading="sideways").check()
     with pytest.raises(ValueError, match="temperature"):
         S.SpecSettings(temperature=-1).check()
-    with pytest.raises(ValueError, match="drafted token"):
-        S.SpecSettings(steps=2, topk=2, draft_tokens=1).check()
+    with pytest.raises(ValueError, match="at least 2"):
+        S.SpecSettings(drafting=Drafting(2, 2, 1)).check()
+    with pytest.raises(ValueError, match="--steps 0"):
+        S.SpecSettings(drafting=Drafting(0)).check()
     assert dataclasses.asdict(S.SpecSettings())["reading"] == "offset"
 
 
@@ -251,7 +302,7 @@ def test_speculate_command_text_and_bad_input(cli, tmp_path):
     r = cli("speculate", DRAFT, "--max-prompts", 1, "--max-new-tokens", 6, "--reading", "offset", "--device", "cpu")
     assert r.returncode == 0, r.stderr
     assert "offset" in r.stdout and "accept length" in r.stdout and "absolute" not in r.stdout
-    r = cli("speculate", DRAFT, "--steps", 3, "--device", "cpu")
+    r = cli("speculate", DRAFT, "--topk", 4, "--device", "cpu")
     assert r.returncode == 2 and "--topk" in r.stderr and "Traceback" not in r.stderr
     r = cli("speculate", DRAFT, "--prompts", tmp_path / "missing.jsonl")
     assert r.returncode == 2 and "missing.jsonl" in r.stderr
@@ -269,7 +320,7 @@ def test_report_with_a_target_runs_notebook_07_and_quotes_it(tmp_path):
     from helpers.ui.report import run_report
     from helpers.ui.settings import RunSettings
 
-    s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), steps=4, max_samples=3,
+    s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), steps=4, max_prompts=3,
                     device="cpu")
     res = run_report(s, tmp_path / "out", notebooks=(), progress=None)
     assert [r.name for r in res.runs] == ["07_speculative_decoding"] and res.ok, res.runs[0].error

@@ -119,3 +119,44 @@ def test_speculate_two_ranks_equals_one_process(extra):
     a, b = json.loads(one.stdout), json.loads(two.stdout)
     assert _without_times(a) == _without_times(b)
     assert a["readings"]["offset"]["verify_steps"] > 0 and len(a["readings"]["offset"]["prompts"]) == 6
+
+
+# -- nothing waits forever: a rank that never starts, a port that cannot work ---------------------------
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_that_never_starts_is_named_within_the_timeout(rank):
+    """One process of a world of 2 (the other never starts): it ends after --dist-timeout with one
+    line naming the rank that did not arrive (rank 0 hosts the rendezvous; rank 1 waits for it)."""
+    env = ENV | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": str(_free_port())}
+    args = ["evaluate", SAMPLES / "tiny_draft_sglang", "--samples", SAMPLES / "tiny_hidden_states", "--device", "cpu",
+            "--dist-timeout", "4"]
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "helpers", *map(str, args)], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr[-3000:]
+    missing = 1 - rank
+    assert f"rank {missing} of 2" in lines[0] and "within 4 s (--dist-timeout)" in lines[0], lines[0]
+    assert took < 4 + 60, took  # the timeout, and an interpreter start on a loaded machine
+    assert not r.stdout
+
+
+def test_master_port_zero_without_standalone_is_refused_in_one_line():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+           "-m", "helpers", "evaluate", str(SAMPLES / "tiny_draft_sglang"), "--samples",
+           str(SAMPLES / "tiny_hidden_states"), "--device", "cpu"]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert r.returncode != 0 and time.monotonic() - t0 < 120
+    ours = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(ours) == 1 and "MASTER_PORT=0" in ours[0] and "--standalone" in ours[0], r.stderr[-3000:]

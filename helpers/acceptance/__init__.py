@@ -3,6 +3,7 @@ training source on one scale, tokens/s, and published reference values.
 
 Modules (import them by name; this file imports nothing):
 - `chain`
+- `drafting`
 - `tree`
 - `montecarlo`
 - `sources`
@@ -10,4 +11,4 @@ Modules (import them by name; this file imports nothing):
 - `references`
 """
 
-__all__ = ["chain", "tree", "montecarlo", "sources", "throughput", "references"]
+__all__ = ["chain", "drafting", "tree", "montecarlo", "sources", "throughput", "references"]

@@ -5,7 +5,7 @@ speculative step emits, the target's bonus token included, so its minimum is 1.0
 and vLLM agree). This file turns a per-token acceptance into an expected accept length, checks
 that by simulation, and judges a measured accept length against the prediction. Measuring it by
 running the real draft on hidden-state samples is `helpers.measure.replay`; turning an accept length
-into tokens/s is `helpers.acceptance.throughput` (their names still resolve here, imported on first use).
+into tokens/s is `helpers.acceptance.throughput`.
 Numpy only: importing this module does not import torch, so the `simulate` command starts fast.
 
 Chain drafting with k drafted tokens, each accepted with probability a given the ones before:
@@ -13,11 +13,10 @@ Chain drafting with k drafted tokens, each accepted with probability a given the
     E = 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a)
 
 Tree drafting (SGLang's steps / topk / draft tokens) is `helpers.acceptance.tree`, the Monte Carlo
-machinery `helpers.acceptance.montecarlo`; their public names are re-exported here.
+machinery `helpers.acceptance.montecarlo`. The drafting shape itself (chain or SGLang's tree, its
+check and each engine's names for it) is `helpers.acceptance.drafting.Drafting`.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,11 +27,7 @@ from helpers.acceptance.montecarlo import (
     from_lengths,
     thresholds,
 )
-from helpers.acceptance.tree import (
-    build_tree,
-    simulate_tree,
-    tree_expected,
-)
+from helpers.acceptance.tree import tree_expected
 
 # ----------------------------------------------------------------------------------------------
 # chain drafting
@@ -140,37 +135,6 @@ def rate_for_accept_length(target: float, draft_tokens: int, topk: int = 1, step
     return (lo + hi) / 2
 
 
-@dataclass(frozen=True)
-class Drafting:
-    """A drafting setup: a chain of `draft_tokens` tokens, or SGLang's tree (steps, topk, draft_tokens)."""
-
-    draft_tokens: int
-    topk: int = 1
-    steps: int | None = None  # None: chain
-
-    @property
-    def is_chain(self) -> bool:
-        return self.steps is None
-
-    @property
-    def label(self) -> str:
-        if self.is_chain:
-            return f"chain, {self.draft_tokens} tokens"
-        return f"tree {self.steps}/{self.topk}/{self.draft_tokens} (steps/topk/draft tokens)"
-
-    def expected(self, accept_rate) -> float:
-        return expected_accept_length(accept_rate, self.draft_tokens, self.topk, self.steps)
-
-    def simulate(self, accept_rate, trials: int = 100_000, seed: int | None = 0) -> SimResult:
-        if self.is_chain:
-            return simulate_chain(accept_rate, self.draft_tokens, trials=trials, seed=seed)
-        return simulate_tree(accept_rate, self.steps, self.topk, self.draft_tokens, trials=trials, seed=seed)
-
-    def rate_for(self, accept_length: float) -> float:
-        """The per-token acceptance this setup needs to reach `accept_length`."""
-        return rate_for_accept_length(accept_length, self.draft_tokens, self.topk, self.steps)
-
-
 def prediction_table(accept_rate, setups, trials: int = 100_000, seed: int = 0):
     """pandas DataFrame: per drafting setup, the exact expectation and the Monte Carlo estimate."""
     import pandas as pd
@@ -246,60 +210,3 @@ def conclude_accept_length(predicted: float | None, drafting_label: str, *, rate
         return (f"Predicted accept length {predicted:.2f} for {drafting_label}{at}. "
                 "No serving measurement was given (pass --log) to compare with.")
     return f"{drafting_label}: " + judge_accept_length(measured, predicted, break_even)
-
-
-# ----------------------------------------------------------------------------------------------
-# moved: the replay of the real draft and the throughput model live in their own modules (the
-
-
-class Simulation(dict):
-    """The `simulate --json` object: exact and Monte Carlo accept length for one setup; `report()`
-    is the command's text."""
-
-    def report(self) -> str:
-        r = self
-        how = ("chain, %d drafted tokens" % r["draft_tokens"]) if r["mode"] == "chain" else (
-            f"tree, steps {r['steps']}, topk {r['topk']}, {r['draft_tokens']} draft tokens "
-            f"({r['tree_nodes']} drafted nodes, per depth {r['nodes_per_depth']})")
-        exact = "closed form" if r["mode"] == "chain" else "exact"
-        return "\n".join([
-            f"accept rate {r['accept_rate']}, {how}",
-            f"  expected accept length: {r['expected_accept_length']:.4f}   ({exact})",
-            f"  Monte Carlo:            {r['monte_carlo_mean']:.4f} ± {r['monte_carlo_stderr']:.4f} "
-            f"(1 s.e., {r['trials']:,} trials, z = {r['z']:+.2f})",
-            "  distribution: " + ", ".join(f"{k}: {v:.3f}" for k, v in r["distribution"].items() if v > 0),
-        ] + ([] if "sglang_accept_rate" not in r else [
-            f"  SGLang's log would print accept rate {r['sglang_accept_rate']['length/N']:.3f} (accept length / "
-            f"num_draft_tokens) or {r['sglang_accept_rate']['(length-1)/(N-1)']:.3f} (accepted drafts / "
-            "(num_draft_tokens - 1)), by build: not a per-token rate. A measured accept length back to a "
-            "per-token rate: d2t-lab rate-for.",
-        ]))
-
-
-def simulation(accept_rate, draft_tokens: int, topk: int | None = None, steps: int | None = None,
-               trials: int = 100_000) -> Simulation:
-    """Expected accept length of a chain (no topk/steps) or an SGLang tree, exactly and by Monte Carlo."""
-    if trials < 2:
-        raise ValueError("--trials must be at least 2")
-    extra = {}
-    if topk is not None or steps is not None:
-        topk = 1 if topk is None else topk
-        if steps is None:
-            raise ValueError("tree drafting needs --steps (SGLang --speculative-num-steps)")
-        t = build_tree(accept_rate, steps, topk, draft_tokens)
-        mc = simulate_tree(accept_rate, steps, topk, draft_tokens, trials=trials)
-        exact, kind = t.expected(), "tree"
-        extra = {"tree_nodes": t.nodes, "tree_depth": int(t.depth.max()),
-                 "nodes_per_depth": [int((t.depth == d).sum()) for d in range(1, steps + 1)]}
-    else:
-        exact, kind = chain_expected(accept_rate, draft_tokens), "chain"
-        mc = simulate_chain(accept_rate, draft_tokens, trials=trials)
-    n = draft_tokens if kind == "tree" else draft_tokens + 1  # SGLang's num_draft_tokens counts the root
-    if n > 1:  # the same accept length as SGLang's log states its rate (two definitions, by build)
-        extra["sglang_accept_rate"] = {"length/N": exact / n, "(length-1)/(N-1)": (exact - 1) / (n - 1)}
-    return Simulation(
-        mode=kind, accept_rate=accept_rate, draft_tokens=draft_tokens, topk=topk, steps=steps,
-        expected_accept_length=exact, monte_carlo_mean=mc.mean, monte_carlo_stderr=mc.stderr, trials=mc.trials,
-        z=mc.z, distribution={str(k): v for k, v in mc.to_dict()["distribution"].items()}, **extra,
-    )
-

@@ -14,7 +14,9 @@ Engines and trainers count acceptance differently (docs/serving-metrics.md has t
 - SpecForge's `acc_i` is the per-step accuracy, conditional in the sense the trainer's
   simulated accept length uses it (the product of the first k is the chance of reaching k).
 
-`normalise(table, ...)` turns a `helpers.serving.metrics.MetricsTable` into an `Acceptance`: accept length
+Drafting settings are read by `helpers.acceptance.drafting.Drafting.from_flags` (SGLang's names,
+`--draft-tokens` counting the root) for `normalise` and `rate_for` alike, so `rate-for` and
+`metrics` imply the same rate under the same flags. `normalise(table, ...)` turns a `helpers.serving.metrics.MetricsTable` into an `Acceptance`: accept length
 with the bonus token, the per-token rate a chain or the given tree needs to reach it (bisection
 on `helpers.acceptance.chain`'s exact expectation), per-position unconditional and conditional acceptance,
 and the source's own definition in words. `rate_for` is the `rate-for` command's conversion.
@@ -26,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from helpers.acceptance.chain import Drafting, rate_for_accept_length
+from helpers.acceptance.drafting import Drafting, fill
+from helpers.core.errors import BadInputError
 
 DEFINITIONS = {
     "vllm-prometheus": "vLLM counters: accept length = 1 + accepted / drafts (bonus counted); per-position "
@@ -36,7 +39,8 @@ DEFINITIONS = {
                      "accepted at j / drafts (unconditional)",
     "vllm-log": "vLLM SpecDecoding log: Mean acceptance length = 1 + accepted / drafts; Per-position acceptance "
                 "rate = accepted at j / drafts (unconditional); Avg Draft acceptance rate = accepted / drafted; "
-                "pooled over lines weighted by drafts (Drafted / positions)",
+                "pooled over lines weighted by drafts (Drafted / positions for a fixed-length drafter, accepted / "
+                "(mean - 1) from the line's own mean for one whose length varies per step)",
     "sglang-log": "SGLang decode log: accept len = tokens emitted per verify (bonus counted), mean over lines; "
                   "accept rate as the build defines it (see below)",
     "sglang-prometheus": "SGLang gauges: sglang:spec_accept_length (bonus counted, last logging interval); "
@@ -139,34 +143,25 @@ def sglang_rate_to_length(rate: float, draft_tokens: int, definition: str) -> fl
 
 # -- drafting and the per-token rate --------------------------------------------------------------
 def drafting_for(steps=None, topk=None, draft_tokens=None, positions: int | None = None) -> Drafting | None:
-    """The drafting the per-token rate is implied under: a tree when topk > 1, else a chain of
-    `steps` (or draft_tokens - 1, or the number of positions the source reports)."""
-    if topk is not None and int(topk) > 1:
-        if steps is None or draft_tokens is None:
-            return None
-        return Drafting(int(draft_tokens), topk=int(topk), steps=int(steps))
-    k = steps if steps is not None else (int(draft_tokens) - 1 if draft_tokens is not None else positions)
-    return None if not k else Drafting(int(k))
+    """The drafting the per-token rate is implied under, from SGLang's names (draft_tokens counts
+    the root; alone, a chain of draft_tokens - 1), else a chain as long as the `positions` a source
+    reports; None when nothing says. ValueError (one line naming the flag) on a shape no engine runs."""
+    return Drafting.from_flags(steps, topk, draft_tokens, lone="sglang", positions=positions)
 
 
-def rate_for(accept_length: float, draft_tokens: int, topk: int | None = None, steps: int | None = None) -> dict:
-    """The `rate-for` conversion: the per-token rate whose exact expectation is `accept_length`.
-
-    Chain (no topk/steps): `draft_tokens` drafted tokens. Tree: SGLang's settings, draft_tokens
-    counting the root. Also what SGLang's log would print as its accept rate under each definition.
-    """
-    tree = topk is not None and int(topk) > 1
-    if tree and steps is None:
-        raise ValueError("tree drafting (--topk above 1) needs --steps")
-    d = Drafting(int(draft_tokens), topk=int(topk), steps=int(steps)) if tree else Drafting(int(draft_tokens))
-    rate = rate_for_accept_length(float(accept_length), d.draft_tokens, d.topk, d.steps)
-    out = {"accept_length": float(accept_length), "draft_tokens": int(draft_tokens), "topk": topk, "steps": steps,
-           "drafting": d.label, "per_token_rate": rate, "expected_at_rate": d.expected(rate),
-           "max_accept_length": d.expected(1.0)}
-    n = int(draft_tokens) if tree else int(draft_tokens) + 1  # SGLang's num_draft_tokens counts the root
-    out["sglang_accept_rate"] = {"length/N": accept_length / n,
-                                 "(length-1)/(N-1)": (accept_length - 1) / (n - 1) if n > 1 else None}
-    return out
+def rate_for(accept_length: float, drafting: Drafting, given: dict | None = None) -> dict:
+    """The `rate-for` conversion: the per-token rate whose exact expectation under `drafting` is
+    `accept_length` (`Drafting.rate_for`, as `normalise` uses it). Also what SGLang's log would
+    print as its accept rate under each definition. `given`: the flags as typed, echoed in the JSON."""
+    given = given or {}
+    rate = drafting.rate_for(float(accept_length))
+    n = drafting.num_draft_tokens
+    return {"accept_length": float(accept_length),
+            "draft_tokens": given.get("draft_tokens") if given.get("draft_tokens") is not None else n,
+            "topk": given.get("topk"), "steps": given.get("steps"), "num_draft_tokens": n,
+            "drafting": drafting.label, "per_token_rate": rate, "expected_at_rate": drafting.expected(rate),
+            "max_accept_length": drafting.expected(1.0),
+            "sglang_accept_rate": drafting.sglang_accept_rate(float(accept_length))}
 
 
 def rate_for_report(r: dict) -> str:
@@ -185,10 +180,13 @@ def log_conversion(summary: dict) -> dict:
     """What a `LogTable.summary()` means on the common scale, under the log's own drafting line:
     the per-token rate its mean accept length implies and the definition its accept rate fits."""
     d = summary.get("drafting") or {}
-    drafting = drafting_for(d.get("steps"), d.get("topk"), d.get("draft_tokens"))
+    out = {"drafting": None, "per_token_rate": None, "accept_rate_definition": None}
+    try:
+        drafting = drafting_for(d.get("steps"), d.get("topk"), d.get("draft_tokens"))
+    except ValueError as e:
+        drafting, out["note"] = None, f"the log's drafting settings are not a shape SGLang runs: {e}"
     length, rate = summary.get("mean_accept_length"), summary.get("mean_accept_rate")
-    out = {"drafting": None if drafting is None else drafting.label, "per_token_rate": None,
-           "accept_rate_definition": None}
+    out["drafting"] = None if drafting is None else drafting.label
     if drafting is not None and length is not None:
         try:
             out["per_token_rate"] = drafting.rate_for(length)
@@ -207,12 +205,14 @@ def _sum(rows, key):
 
 
 def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
-    """A `MetricsTable` on the common scale; drafting settings: given, else the source's own."""
+    """A `MetricsTable` on the common scale; drafting settings: given (SGLang's names, checked:
+    a shape no engine runs is a BadInputError naming the flag), else the source's own.
+
+    Drafting settings are merged by `helpers.acceptance.drafting.fill` and read by
+    `Drafting.from_flags` (the code path `rate-for` uses)."""
     kind = table.kind
-    st = dict(table.settings)
-    steps = steps if steps is not None else st.get("steps")
-    topk = topk if topk is not None else st.get("topk")
-    draft_tokens = draft_tokens if draft_tokens is not None else st.get("draft_tokens")
+    values, origin = fill({"steps": steps, "topk": topk, "draft_tokens": draft_tokens}, dict(table.settings))
+    steps, topk, draft_tokens = values.get("steps"), values.get("topk"), values.get("draft_tokens")
     acc = Acceptance(str(table.source), kind, DEFINITIONS.get(kind, kind))
     rows = table.rows
     u = None
@@ -227,7 +227,17 @@ def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
     if u:
         acc.per_position_unconditional = u
         acc.per_position_conditional = conditional_from_unconditional(u)
-    d = drafting_for(steps, topk, draft_tokens, positions=len(u) if u else None)
+    try:
+        d = drafting_for(steps, topk, draft_tokens, positions=len(u) if u else None)
+    except ValueError as e:
+        if "given" in origin.values():
+            raise BadInputError(None, str(e)) from None
+        d = None
+        acc.notes.append(f"the source's drafting settings are not a shape SGLang runs ({e}): no per-token rate")
+    if d is not None and u and d.is_chain and d.steps != len(u):
+        how = "--steps" if origin.get("steps") == "given" else "the source's settings"
+        acc.notes.append(f"warning: {how} give a chain of {d.steps} but the source reports acceptance at {len(u)} "
+                         f"positions: is --steps right? (the per-token rate is implied under {d.steps})")
     if d is not None:
         acc.drafting = d.label
         if acc.accept_length is not None:
@@ -235,7 +245,7 @@ def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
                 acc.per_token_rate = d.rate_for(acc.accept_length)
             except ValueError as e:
                 acc.notes.append(f"no per-token rate: {e}")
-    elif acc.accept_length is not None:
+    elif acc.accept_length is not None and not any("not a shape" in n for n in acc.notes):
         acc.notes.append("no drafting settings (steps / topk / draft tokens): no per-token rate implied")
     acc.counts = {k: v for k, v in table.to_json().items() if k in ("lines", "parsed", "garbled", "garbled_lines",
                                                                    "unrecognised", "missing", "interval_s")}
@@ -254,20 +264,19 @@ def normalise_for(table, settings) -> Acceptance:
 
 def _vllm(acc: Acceptance, rows, kind) -> list | None:
     if kind == "vllm-log":
-        rows = [r for r in rows if r.get("drafts")]
-        if not rows:
-            return None
-        drafts = sum(r["drafts"] for r in rows)
-        accepted = sum(r["accepted"] for r in rows)
-        per = [sum(r["per_position"][j] * r["drafts"] for r in rows) / drafts for j in range(len(rows[0]["per_position"]))]
-        acc.accept_length = 1.0 + accepted / drafts
-        acc.source_rate = accepted / sum(r["draft_tokens"] for r in rows)
-        return per
+        return _vllm_log(acc, rows)
     drafts, _ = _sum(rows, "drafts")
     accepted, _ = _sum(rows, "accepted")
     tokens, _ = _sum(rows, "draft_tokens")
-    if not drafts or accepted is None:
-        acc.notes.append("no drafts counted: no accept length")
+    if drafts is None:
+        acc.notes.append("no drafts counter (vllm:spec_decode_num_drafts / num_drafts): no accept length")
+        return None
+    if accepted is None:
+        acc.notes.append(f"no accepted-tokens counter (vllm:spec_decode_num_accepted_tokens / num_accepted_tokens), "
+                         f"although {drafts:g} drafts were counted: no accept length")
+        return None
+    if not drafts:
+        acc.notes.append("no drafts counted (the drafts counter is 0): no accept length")
         return None
     acc.accept_length = 1.0 + accepted / drafts
     if tokens:
@@ -279,6 +288,40 @@ def _vllm(acc: Acceptance, rows, kind) -> list | None:
     if abs(sum(per) + 1.0 - acc.accept_length) > 1e-9:
         acc.notes.append(f"per-position counts sum to {sum(per) * drafts:g}, not the accepted {accepted:g}")
     return per
+
+
+def _vllm_log(acc: Acceptance, rows) -> list | None:
+    """vLLM log lines pooled by their drafts (the log reader's count per line); lines cut short
+    or without counters only when no line has them (their mean, unweighted)."""
+    counted = [r for r in rows if r.get("drafts")]
+    empty = sum(1 for r in rows if r.get("drafts") == 0)
+    if empty:
+        acc.notes.append(f"{empty} interval(s) without drafts (vLLM printed nan): counted as empty")
+    cut = sum(1 for r in rows if r.get("cut"))
+    if cut:
+        acc.notes.append(f"{cut} line(s) cut short: their accept length is read, their counters are not pooled")
+    variable = sum(1 for r in counted if r.get("variable"))
+    if variable:
+        acc.notes.append(f"{variable} line(s) from a drafter whose length varies per step: drafts = accepted / "
+                         "(Mean acceptance length - 1) from each line's own mean, not Drafted / positions")
+    if any(r.get("mean_without_bonus") for r in rows):
+        acc.notes.append("Mean acceptance length printed without the bonus token (vLLM 0.8.5): 1 added")
+    if not counted:
+        lengths = [r["accept_length"] for r in rows if r.get("accept_length") is not None]
+        if lengths:
+            acc.accept_length = float(np.mean(lengths))
+            acc.notes.append("no line with complete counters: mean of the lines' accept lengths, unweighted")
+        return None
+    drafts = sum(r["drafts"] for r in counted)
+    accepted = sum(r["accepted"] for r in counted)
+    acc.accept_length = 1.0 + accepted / drafts
+    acc.source_rate = accepted / sum(r["draft_tokens"] for r in counted)
+    with_pos = [r for r in counted if r.get("per_position")]
+    widths = {len(r["per_position"]) for r in with_pos}
+    if not with_pos or len(widths) != 1:
+        return None
+    w = sum(r["drafts"] for r in with_pos)
+    return [sum(r["per_position"][j] * r["drafts"] for r in with_pos) / w for j in range(widths.pop())]
 
 
 def _sglang_means(acc: Acceptance, rows, n) -> None:

@@ -6,9 +6,12 @@ mean the same in every command. Nothing here imports torch.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
-ENGINE_CHOICES = ("sglang", "vllm", "all")
+from helpers.core.engines import ENGINE_KEYS, aux_convention, engines_at
+
+ENGINE_CHOICES = ENGINE_KEYS + ("all",)  # each may carry a version: sglang==0.5.10, vllm>=0.30
 
 
 def checkpoint(p, help: str = "draft checkpoint folder or mapping file") -> None:
@@ -24,8 +27,32 @@ def out(p, help: str, *, required: bool = False, aliases: tuple[str, ...] = (), 
     p.add_argument("-o", "--out", *aliases, dest=dest, metavar=metavar, required=required, help=help)
 
 
-def engine(p, help: str = "the engine the draft is served with (default: all)") -> None:
-    p.add_argument("--engine", choices=ENGINE_CHOICES, default="all", help=help)
+def engine_value(text: str) -> str:
+    """An `--engine` value: an engine name or 'all', with an optional version; kept as given."""
+    try:
+        engines_at(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def aux_engine_value(text: str) -> str:
+    """An `--engine` value naming one engine whose aux-layer convention the kit has read."""
+    text = engine_value(text)
+    (at,) = engines_at(text) if text != "all" else (None,)
+    if at is None or aux_convention(at) is None:
+        raise argparse.ArgumentTypeError(f"must name an engine whose aux-layer convention the kit has read "
+                                         f"(sglang or vllm, optionally ==VERSION), got {text!r}")
+    return text
+
+
+def engine(p, help: str = "the engine the draft is served with, optionally with its release: sglang, vllm, trtllm, "
+           "sglang==0.5.10, vllm>=0.30 (default: all = sglang and vllm, each at the newest release read)") -> None:
+    p.add_argument("--engine", type=engine_value, default="all", metavar="ENGINE[==VERSION]", help=help)
+
+
+def aux_engine(p, help: str) -> None:
+    p.add_argument("--engine", type=aux_engine_value, default="sglang", metavar="ENGINE[==VERSION]", help=help)
 
 
 def target_config(p, help: str = "the target model's config.json (aux layers, sizes)") -> None:
@@ -42,9 +69,81 @@ def device_dtype(p) -> None:
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on a GPU, fp32 on CPU)")
 
 
+def readings(p) -> None:
+    """`--readings offset,absolute` or `--reading offset` (the same flag), or `all` (default)."""
+    p.add_argument("--readings", "--reading", dest="readings", metavar="R[,R...]", default="all",
+                   help="readings of d2t to run: offset, absolute, none, comma-separated, or all (default)")
+
+
+def parse_readings(text: str) -> list[str]:
+    """The readings a `--readings` value names, in the kit's order; one line on a bad name."""
+    from helpers.core.errors import BadInputError
+    from helpers.core.terms import READINGS
+
+    names = [x.strip().lower() for x in str(text).split(",") if x.strip()]
+    if names == ["all"]:
+        return list(READINGS)
+    bad = [x for x in names if x not in READINGS]
+    if bad or not names:
+        raise BadInputError(None, f"--readings {text!r}: unknown reading {', '.join(bad) or '(none)'}; choose from "
+                            f"{', '.join(READINGS)} (comma-separated) or all")
+    return [r for r in READINGS if r in names]
+
+
+def dist_timeout(p) -> None:
+    """`--dist-timeout SECONDS`: how long a rank under torchrun waits for the others."""
+    p.add_argument("--dist-timeout", type=float, metavar="SECONDS", default=None,
+                   help="under torchrun: seconds a rank waits for the others (rendezvous, each collective) before "
+                        "naming the one that did not arrive (default 300; $D2T_LAB_DIST_TIMEOUT)")
+
+
+PROGRESS_EVERY_S = 10  # off a terminal: the first line after this long, then one line this often
+
+
+class _ProgressLines:
+    """stderr off a terminal (a log file, a pipe, CI): tqdm's in-place redraws (`\\r...`) become
+    one plain line each, and the newline tqdm ends a bar with is not doubled. Other text passes."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.last_was_bar = False
+
+    def write(self, text: str) -> int:
+        if text.startswith("\r"):
+            line = text.strip("\r\n ").replace("\r", "")
+            if line:
+                self.stream.write(line + "\n")
+                self.last_was_bar = True
+            return len(text)
+        if text == "\n" and self.last_was_bar:
+            self.last_was_bar = False
+            return len(text)
+        self.last_was_bar = False
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def show_progress(args) -> bool:
-    """Progress bars only for a person at a terminal, never with --json."""
-    return not getattr(args, "json", False) and sys.stderr.isatty()
+    """Whether to show progress: never with --json; a bar at a terminal; elsewhere (a log, a pipe)
+    plain lines, only for a wait over PROGRESS_EVERY_S and then one line that often."""
+    if getattr(args, "json", False):
+        return False
+    if not sys.stderr.isatty():
+        import os
+
+        os.environ.setdefault("TQDM_DELAY", str(PROGRESS_EVERY_S))  # tqdm reads TQDM_* for its defaults
+        os.environ.setdefault("TQDM_MININTERVAL", str(PROGRESS_EVERY_S))
+        if not isinstance(sys.stderr, _ProgressLines):
+            sys.stderr = _ProgressLines(sys.stderr)
+    return True
 
 
 def figure_path(path, what: str = "figure"):
@@ -62,3 +161,36 @@ def figure_path(path, what: str = "figure"):
     if p.suffix[1:].lower() not in known:
         raise BadInputError(p, f"unknown figure format {p.suffix!r} (use one of {', '.join('.' + k for k in sorted(known))})")
     return p
+
+
+DRAFT_TOKENS_LONE = {
+    "drafted": "alone: a chain of K drafted tokens (the older meaning, kept)",
+    "sglang": "alone: SGLang's count with the root, a chain of K - 1",
+}
+
+
+def drafting(p, lone: str, title: str | None = None) -> None:
+    """--steps / --topk / --draft-tokens, read by `helpers.acceptance.drafting.Drafting.from_flags`.
+
+    With --steps or --topk, --draft-tokens is SGLang's --speculative-num-draft-tokens (root
+    counted); alone it keeps the command's older meaning (`lone`: "drafted" or "sglang")."""
+    g = p.add_argument_group(title) if title else p
+    g.add_argument("--steps", type=int, default=None, metavar="S",
+                   help="drafting depth: SGLang --speculative-num-steps; with --topk 1 (or no --topk) a chain of S")
+    g.add_argument("--topk", type=int, default=None, metavar="T",
+                   help="SGLang --speculative-eagle-topk: children per expanded node (1: a chain)")
+    g.add_argument("--draft-tokens", type=int, default=None, metavar="K",
+                   help="with --steps/--topk: SGLang --speculative-num-draft-tokens, the root counted (a chain of S "
+                        f"verifies S + 1); {DRAFT_TOKENS_LONE[lone]}")
+
+
+def drafting_from(args, lone: str, positions: int | None = None):
+    """The `Drafting` the flags give (None when none given and no `positions`); a shape no engine
+    runs is one line naming the flag, exit 2."""
+    from helpers.acceptance.drafting import Drafting
+    from helpers.core.errors import BadInputError
+
+    try:
+        return Drafting.from_flags(args.steps, args.topk, args.draft_tokens, lone=lone, positions=positions)
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None

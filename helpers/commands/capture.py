@@ -28,11 +28,15 @@ written under a temporary name and renamed, a folder holding another capture is 
 Under torchrun (torchrun --nproc-per-node N -m helpers capture ...) batch k goes to rank k % N,
 every rank writes its own files into the shared OUT, rank 0 prints; the files are the same as a
 single process writes.
-The bundled target and prompts work by default:
+TARGET, --prompts and -o are required (there are no defaults); with the bundled samples:
   d2t-lab capture data_samples/tiny_target --prompts data_samples/prompts.jsonl --regenerate -o captured/
+Every input is checked before the target loads (prompt records each with a user turn, and an
+answer unless --regenerate; the draft's fit; --aux-layers against the draft's fc width). A run
+that failed before writing any sample never blocks the corrected re-run in the same folder.
 
 JSON (--json): out, written, skipped, tokens, manifest{...}.
 Exit 0 when done; 2 with one line on unusable input (a draft that does not fit the target included)."""
+RESUME_HINT = "re-run the same command to resume (finished samples are kept)"
 
 
 def add_arguments(p) -> None:
@@ -42,8 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--draft", metavar="CKPT", default=None,
                    help="draft checkpoint: checked against the target (vocab, hidden size, embedding); its "
                         "config's aux layer ids are used")
-    p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
-                   help="whose aux-layer convention to reproduce (default sglang)")
+    _options.aux_engine(p, "whose aux-layer convention to reproduce: sglang or vllm, optionally ==VERSION "
+                        "(default sglang)")
     p.add_argument("--aux-layers", metavar="A,B,C", default=None,
                    help="aux layer ids as a draft config states them (overrides the draft's)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="with --regenerate: tokens to generate (default 256)")
@@ -53,7 +57,9 @@ def add_arguments(p) -> None:
                    help="auto: the tokenizer's chat template when it has one (default); none: texts joined as they are")
     _options.device_dtype(p)
     p.add_argument("--batch-size", type=int, default=8, help="records per forward pass (default 8)")
-    p.add_argument("--max-samples", type=int, default=None, help="capture at most the first N records")
+    p.add_argument("--max-prompts", "--max-samples", dest="max_samples", type=int, default=None,
+                   help="capture at most the first N prompt records (--max-samples: the older spelling)")
+    _options.dist_timeout(p)
     _options.json_flag(p)
 
 
@@ -70,8 +76,8 @@ def run(args) -> int:
     from helpers.core.devices import parse_dtype
     from helpers.core.distributed import finish, from_env
     from helpers.core.outputs import output_dir
-    from helpers.io.prompts import count_prompts
     from helpers.model.capture import capture
+    from helpers.model.preflight import preflight
     from helpers.model.target import load_target
 
     try:
@@ -79,9 +85,12 @@ def run(args) -> int:
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
     layers = parse_layers(args.aux_layers)
-    count_prompts(args.prompts, args.max_samples)  # a bad prompt file fails before the target loads
+    # the door: prompts, the draft's fit and the aux layers, all before the target loads
+    preflight(checkpoint=args.draft, target=args.target, prompts=args.prompts, max_prompts=args.max_samples,
+              need_answer=not args.regenerate, aux_layers=layers, engine=args.engine, what="capture",
+              target_flag="TARGET")
     output_dir(args.out, "capture folder", create=False)  # not a file, its parents creatable
-    ranks = from_env(args.device)  # under torchrun: this rank, its share of the batches
+    ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank, its share of the batches
     target = load_target(args.target, device=ranks.device(args.device), dtype=args.dtype)
     result = capture(target, args.prompts, args.out, engine=args.engine, aux_layers=layers, draft=args.draft,
                      regenerate=args.regenerate, max_new_tokens=args.max_new_tokens,

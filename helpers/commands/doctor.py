@@ -44,6 +44,12 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from helpers.doctor.diagnose import diagnose
     from helpers.doctor.findings import has_error
+    from helpers.model.preflight import preflight
+
+    # the door: every path exists and is what it should be, --target is a target and not a draft,
+    # --target and --target-config not both (the fit itself is the doctor's to report, as findings)
+    preflight(checkpoint=args.checkpoint, target=args.target, target_config=args.target_config,
+              previous=args.previous, target_is_model=False, fit=False, what="doctor")
 
     findings = diagnose(args.checkpoint, args.engine, args.target_config, check_weights=not args.no_weights,
                         progress=_options.show_progress(args), target=args.target, previous=args.previous,

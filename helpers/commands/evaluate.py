@@ -5,7 +5,6 @@ import json
 
 from helpers.commands import _options
 from helpers.core.errors import BadInputError
-from helpers.core.terms import READINGS
 
 HELP = "score a draft on hidden-state samples with d2t read as offsets, as absolute ids, and not at all"
 DESCRIPTION = """\
@@ -36,7 +35,7 @@ Exit 0 when scored; 2 with one line on unusable input."""
 def add_arguments(p) -> None:
     _options.checkpoint(p, "draft checkpoint folder (config.json + weights + d2t/t2d)")
     p.add_argument("--samples", metavar="SAMPLES", required=True, help="hidden-state samples folder (may hold train/ and val/)")
-    p.add_argument("--readings", default=",".join(READINGS), help="comma-separated readings (default: all three)")
+    _options.readings(p)
     p.add_argument("--steps", type=int, default=1, help="drafting steps to score (default 1)")
     p.add_argument("--topk", type=int, default=5, help="k of top-k accuracy (default 5)")
     _options.device_dtype(p)
@@ -62,6 +61,7 @@ def add_arguments(p) -> None:
                         "norm (SpecForge stores them so: lm_head only) - 'yes', 'no' (apply the norm, then "
                         "lm_head) or 'auto' (default: normed when RMS(hidden_state / norm.weight) is within 2 %% "
                         "of 1 on 90 %% of the first samples' positions; the JSON says which was used)")
+    _options.dist_timeout(p)
     _options.json_flag(p)
 
 
@@ -70,11 +70,7 @@ def run(args) -> int:
 
     from helpers.measure.evaluate import evaluate
 
-    readings = [x.strip() for x in args.readings.split(",") if x.strip()]
-    bad = [x for x in readings if x not in READINGS]
-    if bad or not readings:
-        raise BadInputError(None, f"--readings {args.readings!r}: unknown reading {', '.join(bad) or '(none)'}; "
-                            f"choose from {', '.join(READINGS)}")
+    readings = _options.parse_readings(args.readings)
     if args.steps < 1 or args.topk < 1:
         raise BadInputError(None, "--steps and --topk must be at least 1")
     try:
@@ -85,7 +81,7 @@ def run(args) -> int:
         raise BadInputError(None, f"--dtype: {e}") from None
     from helpers.core.distributed import finish, from_env
 
-    ranks = from_env(args.device)  # under torchrun: this rank's share of the files, counts summed
+    ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank's share of the files, counts summed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the result carries its warnings; printed below / in the JSON
         r = evaluate(

@@ -30,6 +30,8 @@ be written there (no such folder, a folder in its place, an unknown suffix)."""
 
 def add_arguments(p) -> None:
     p.add_argument("file", metavar="LOG", help="an SGLang or vLLM server log file")
+    p.add_argument("--year", type=int, default=None, metavar="Y",
+                   help="year of a vLLM log's times (its lines carry none; default: this year)")
     _options.json_flag(p, "print one JSON object (summary and rows)")
     _options.out(p, "write a plot of accept length over time (the suffix picks the format; --plot is the older name)",
                  aliases=("--plot",), dest="plot", metavar="OUT.png")
@@ -69,7 +71,7 @@ def save_plot(log, path: Path) -> None:
 
 def run(args) -> int:
     plot = plot_path(args.plot) if args.plot else None
-    log = read_log(args.file)
+    log = read_log(args.file, year=args.year)
     if plot is not None:
         save_plot(log, plot)
     from helpers.acceptance.sources import log_conversion
@@ -83,6 +85,8 @@ def run(args) -> int:
     if conv["per_token_rate"] is not None:
         print(f"  per-token rate: {conv['per_token_rate']:.3f} implied by mean accept length "
               f"{s['mean_accept_length']:.3f} under {conv['drafting']} (d2t-lab rate-for)")
+    if conv.get("note"):
+        print(f"  note: {conv['note']}")
     if conv["accept_rate_definition"]:
         what = ("accept length / num_draft_tokens" if conv["accept_rate_definition"] == "length/N"
                 else "accepted drafts / (num_draft_tokens - 1)")

@@ -21,9 +21,12 @@ SOURCE is a URL or a file:
         or a SpecForge training log (acc_i, simulated_acc_len).
 --interval S (a URL): scrape twice S seconds apart and use the counters' difference (vLLM's
 counters count from server start; the difference is what the traffic in between did).
-Drafting settings: --steps/--topk/--draft-tokens, else what the source states (SGLang's
-server_args line or server info, vLLM's num_speculative_tokens), else a chain as long as the
-positions reported. Lines or samples that are recognised but do not read are counted and listed
+Drafting settings: --steps/--topk/--draft-tokens (SGLang's names: --draft-tokens counts the root,
+alone a chain of K - 1), else what the source states (SGLang's server_args line in either form or
+server info, vLLM's num_speculative_tokens), else a chain as long as the positions reported; read
+and checked by the same code as `rate-for` (a shape SGLang does not run: one line, exit 2), with
+a warning when a chain's length differs from the positions the source reports.
+--year Y: the year of a vLLM log's times (its lines carry none; default this year). Lines or samples that are recognised but do not read are counted and listed
 as garbled, never guessed; counters the source lacks are listed as missing.
 -o OUT writes the --json object to OUT. Exit 2 with one line when nothing in SOURCE reads."""
 
@@ -32,9 +35,8 @@ def add_arguments(p) -> None:
     p.add_argument("source", metavar="SOURCE", help="a URL (/metrics or /get_server_info) or a file")
     p.add_argument("--interval", type=float, default=None, metavar="S",
                    help="URL only: scrape twice, S seconds apart, and difference the counters")
-    p.add_argument("--steps", type=int, default=None, help="drafting depth (SGLang --speculative-num-steps)")
-    p.add_argument("--topk", type=int, default=None, help="SGLang --speculative-eagle-topk (1: a chain)")
-    p.add_argument("--draft-tokens", type=int, default=None, help="SGLang --speculative-num-draft-tokens (root counted)")
+    _options.drafting(p, "sglang")
+    p.add_argument("--year", type=int, default=None, metavar="Y", help="year of a vLLM log's times (default: this year)")
     _options.json_flag(p, "print one JSON object: the common scale and the rows read")
     _options.out(p, "also write the JSON object to this file")
 
@@ -45,10 +47,16 @@ def run(args) -> int:
     from helpers.core.outputs import output_file
     from helpers.serving.metrics import read_metrics
 
+    from helpers.acceptance.drafting import Drafting
+
+    try:
+        Drafting.check_flags(args.steps, args.topk, args.draft_tokens, lone="sglang")
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None
     out = output_file(args.out, "metrics JSON") if args.out else None
     if args.interval is not None and not args.interval > 0:
         raise BadInputError(None, f"--interval must be a positive number of seconds, got {args.interval}")
-    table = read_metrics(args.source, interval=args.interval)
+    table = read_metrics(args.source, interval=args.interval, year=args.year)
     acc = normalise(table, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
     obj = {**acc.to_dict(), "reading": table.to_json()}
     if out is not None:

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import json
 
+from helpers.commands import _options
 from helpers.core.outputs import output_dir
-from helpers.ui.report import SEQUENCE, run_report
-from helpers.ui.settings import RunSettings, resolve_drafting
+from helpers.ui.report import SEQUENCE, SPECULATE, run_report
+from helpers.ui.settings import RunSettings, resolve_drafting, resolve_engine
 
 HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
 DESCRIPTION = f"""\
-Run the investigation notebooks ({', '.join(SEQUENCE)}) with papermill on CHECKPOINT and
-the inputs you pass, and write to OUT:
+Run the investigation notebooks ({', '.join(SEQUENCE)}, and {SPECULATE} with
+--target and --prompts) with papermill on CHECKPOINT and the inputs you pass, and write to OUT:
   summary.md / summary.json  conclusion, the inputs (and which were not given), d2t verdict,
                              doctor findings, accuracy per reading, predicted / replayed /
                              measured accept length, tokens/s, environment
@@ -20,9 +21,11 @@ the inputs you pass, and write to OUT:
                              kit version and time in the PNG metadata; numbers.json beside them
 Only your inputs are read: no bundled sample is compared with your checkpoint, and a section
 whose input you did not give says so (e.g. "not given: pass --log FILE"). Every input is
-checked before the first notebook starts (exit 2, one line). With --target DIR --prompts FILE
-the report also runs 07_speculative_decoding: real speculative decoding with that target under
-both readings of d2t (token view, measured vs predicted accept length, tokens/s). The drafting settings come from
+checked before the first notebook starts (exit 2, one line): paths, prompt records, the draft's
+fit to --target. With --target DIR --prompts FILE the report also runs 07_speculative_decoding:
+real speculative decoding with that target under both readings of d2t (token view, measured vs
+predicted accept length, tokens/s; --max-prompts, --max-new-tokens, --temperature), and the
+doctor (06) checks the draft against the target's config. The drafting settings come from
 --steps/--topk/--draft-tokens, else from the first --log with SGLang's server_args= (or vLLM's
 num_speculative_tokens) line, else a 3-token chain; summary.md says which.
 OUT is created (with missing parents); it must not be a file.
@@ -40,7 +43,8 @@ def add_arguments(p) -> None:
                    help="an SGLang or vLLM serving log (repeatable)")
     g.add_argument("--metrics", metavar="FILE|URL", default=None,
                    help="serving metrics: a /metrics or /get_server_info URL, or a saved file (see `d2t-lab metrics`)")
-    g.add_argument("--engine", default="all", choices=["sglang", "vllm", "all"], help="engine the doctor checks against")
+    _options.engine(g, "engine the doctor checks against, optionally ==VERSION (default: all; a serving log's "
+                       "version is used when --log names one)")
     g.add_argument("--embed-from", default=None, help="embed_tokens for a draft that has none (the target's weights folder)")
     g.add_argument("--target-config", default=None, help="the target's config.json, for the doctor's aux-layer check")
     g.add_argument("--target", metavar="DIR", default=None,
@@ -58,6 +62,11 @@ def add_arguments(p) -> None:
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: the best present)")
     r.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)")
     r.add_argument("--max-samples", type=int, default=None, help="score at most this many sample files per split")
+    r.add_argument("--max-prompts", type=int, default=None,
+                   help="with --target: use at most the first N prompt records (default: all)")
+    r.add_argument("--max-new-tokens", type=int, default=48, help="with --target: tokens generated per prompt (default 48)")
+    r.add_argument("--temperature", type=float, default=0.0,
+                   help="with --target: 0 verifies greedily (default); > 0 uses speculative sampling")
     r.add_argument("--svg", action="store_true", help="save every figure as SVG too")
     r.add_argument("--json", action="store_true", help="print summary.json instead of the progress lines")
 
@@ -67,9 +76,10 @@ def settings_from_args(args) -> RunSettings:
         checkpoint=args.checkpoint, samples=args.samples, embed_from=args.embed_from, target_head=args.target_head,
         target_config=args.target_config, engine=args.engine, logs=tuple(args.logs), metrics=args.metrics, baseline_tps=args.baseline_tps,
         spec_tps=args.spec_tps, target=args.target, prompts=args.prompts, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
+        max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
     )
     try:
-        return resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
+        return resolve_engine(resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens))
     except ValueError as e:
         from helpers.core.errors import BadInputError
 

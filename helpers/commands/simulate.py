@@ -11,10 +11,13 @@ DESCRIPTION = """\
 Expected accept length (tokens per verify step, the target's bonus token included, so >= 1) for
 a per-token acceptance rate A, exactly and by Monte Carlo with its standard error.
 
-Chain (no --topk/--steps): K drafted tokens, E = (1 - A^(K+1)) / (1 - A).
+Chain (--draft-tokens K alone, as before; or --steps K): K drafted tokens, E = (1 - A^(K+1)) / (1 - A).
 Tree (--topk T --steps S, SGLang's --speculative-eagle-topk / --speculative-num-steps):
   --draft-tokens is SGLang's --speculative-num-draft-tokens, which counts the root, so the tree
-  keeps K - 1 drafted nodes: those of highest path probability among the beam-search candidates.
+  keeps K - 1 drafted nodes: those of highest path probability among the beam-search candidates
+  (at most T + (S - 1) T^2 of them; with --topk 1 SGLang verifies exactly S + 1 tokens).
+  With --steps or --topk, --draft-tokens always counts the root; a shape SGLang does not run
+  (e.g. --steps 3 --topk 1 --draft-tokens 8) is refused in one line naming the flag, exit 2.
   At each depth the target's token is the draft's rank-r sibling with probability A (1 - A)^r.
   E = 1 + sum over kept nodes of P(path to node accepted).
 A may be one rate or a comma-separated list: per drafted position (chain, K values) or per depth
@@ -26,9 +29,7 @@ Example: d2t-lab simulate --accept-rate 0.21 --draft-tokens 16 --topk 4 --steps 
 
 def add_arguments(p) -> None:
     p.add_argument("--accept-rate", required=True, help="per-token acceptance A in [0, 1], or A1,A2,... per position/depth")
-    p.add_argument("--draft-tokens", type=int, required=True, help="chain: drafted tokens K; tree: SGLang's num-draft-tokens")
-    p.add_argument("--topk", type=int, default=None, help="tree drafting: siblings per expanded node (SGLang eagle-topk)")
-    p.add_argument("--steps", type=int, default=None, help="tree drafting: depth (SGLang num-steps)")
+    _options.drafting(p, "drafted")
     p.add_argument("--trials", type=int, default=100_000, help="Monte Carlo trials (default 100,000)")
     _options.json_flag(p)
 
@@ -44,10 +45,15 @@ def _rates(text: str):
 
 
 def run(args) -> int:
+    drafting = _options.drafting_from(args, "drafted")
+    if drafting is None:
+        print("error: give --draft-tokens K (a chain of K) or --steps S [--topk T --draft-tokens N]", file=sys.stderr)
+        return 2
     try:
-        from helpers.acceptance.chain import simulation
+        from helpers.acceptance.drafting import simulation
 
-        r = simulation(_rates(args.accept_rate), args.draft_tokens, args.topk, args.steps, args.trials)
+        r = simulation(_rates(args.accept_rate), drafting, args.trials,
+                       tree_form=args.topk is not None or args.steps is not None)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -12,8 +12,10 @@ HELP = "run speculative decoding with a Hugging Face target and the draft, per r
 BUNDLED = Path(__file__).resolve().parents[2] / "data_samples"
 DESCRIPTION = """\
 Speculative decoding in plain PyTorch, as EAGLE-3 engines run it: the draft proposes from the
-target's aux hidden states of the accepted tokens (a chain of --draft-tokens K, or SGLang's tree:
---steps S --topk T --draft-tokens N, N counting the root), the target verifies every proposed token
+target's aux hidden states of the accepted tokens (a chain: --draft-tokens K alone, the older
+meaning, or --steps K; SGLang's tree: --steps S --topk T --draft-tokens N, N counting the root
+whenever --steps or --topk is given; default a chain of 5; a shape SGLang does not run, e.g.
+--steps 0 or --steps 3 --topk 1 --draft-tokens 8, is refused in one line), the target verifies every proposed token
 in one forward with its KV cache (a tree attention mask for trees) and keeps only the accepted
 tokens' cache rows. Temperature 0 verifies greedily (the output is token for token the target's
 own greedy output); temperature > 0 uses the rejection rule (the output follows the target's own
@@ -21,21 +23,24 @@ sampling). Each reading of d2t (offset, absolute, none) is run on the same promp
 table shows as accept length ~1.0 while the text stays the same.
 
 Measured, per reading: accept length per verify step (the correction/bonus token included, as
-engines count), its mean and standard error, the histogram, per-position acceptance
+engines count; a step cut by --max-new-tokens or EOS counts only the tokens it emitted, so the
+mean is tokens emitted by verify steps / verify steps, as SGLang's decode log counts it, the
+prefill's first token not included), its mean and standard error, the histogram, per-position acceptance
 (unconditional = accepted at position j / verify steps, vLLM's definition; conditional = / steps
-that reached j), target forwards per generated token (1 / accept length: the cache is reused).
+that reached j), target forwards (prefills + verify steps) per generated token.
 
 --target and --prompts default to the bundled tiny target and prompts (data_samples/), so
   d2t-lab speculate data_samples/tiny_draft_sglang
-runs as is; --reading limits the run to one reading.
+runs as is; --readings (or --reading) limits the run: offset, absolute, none, comma-separated, or all.
 
 Under torchrun (torchrun --nproc-per-node N -m helpers speculate ...) prompt i is rank i % N's, and
 rank 0 merges the runs (sums of counts) and prints. With --temperature > 0 each prompt's sampling
 is seeded from --seed and its own index, so the tokens do not depend on how prompts are split.
 
 JSON (--json): checkpoint, target, prompts, readings{R: settings{reading, drafting, steps, topk,
-draft_tokens, temperature, max_new_tokens, seed, engine, chat_template}, mean_accept_length,
-stderr, verify_steps, accepted_tokens, histogram, accepted_per_position,
+draft_tokens, num_draft_tokens, temperature, max_new_tokens, seed, engine, chat_template},
+mean_accept_length, stderr, accept_length_definition, verify_steps, accepted_tokens,
+generated_tokens, histogram, accepted_per_position,
 per_position_unconditional, per_position_conditional, target_forwards, target_tokens_fed,
 target_forwards_per_token, draft_forwards, seconds, loop_overhead_fraction,
 prompts[{index, prompt_tokens, output_ids, text, kinds, draft_pos, accept_lengths,
@@ -49,22 +54,19 @@ def add_arguments(p) -> None:
                    help="Hugging Face target folder (default: the bundled data_samples/tiny_target)")
     p.add_argument("--prompts", metavar="FILE", default=None,
                    help="JSONL prompt file (default: the bundled data_samples/prompts.jsonl)")
-    p.add_argument("--reading", choices=("offset", "absolute", "none", "all"), default="all",
-                   help="reading of d2t to run (default: all three)")
-    p.add_argument("--draft-tokens", type=int, default=5,
-                   help="chain: drafted tokens K (default 5); tree: SGLang's num-draft-tokens (counts the root)")
-    p.add_argument("--steps", type=int, default=None, help="tree: depth (SGLang num-steps)")
-    p.add_argument("--topk", type=int, default=None, help="tree: children per expanded node (SGLang eagle-topk)")
+    _options.readings(p)
+    _options.drafting(p, "drafted")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: speculative sampling")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
-                   help="whose aux-layer convention feeds the draft (default sglang)")
+    _options.aux_engine(p, "whose aux-layer convention feeds the draft: sglang or vllm, optionally ==VERSION "
+                        "(default sglang)")
     p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
                    help="auto: the tokenizer's chat template when it has one (default); none: plain text")
     _options.device_dtype(p)
     _options.embed_from(p)
+    _options.dist_timeout(p)
     _options.json_flag(p)
 
 
@@ -84,6 +86,7 @@ def _report(out: dict) -> str:
         lines.append("           per position: unconditional " +
                      " ".join(_f(x, 2) for x in d["per_position_unconditional"]) + " | conditional " +
                      " ".join(_f(x, 2) for x in d["per_position_conditional"]))
+    lines.append(f"  ({next(iter(out['readings'].values()))['accept_length_definition']})")
     first = next(iter(out["readings"].values()))["prompts"]
     if first:
         lines.append(f"  prompt {first[0]['index']}: {first[0]['text'][:120]!r}")
@@ -97,43 +100,44 @@ def run(args) -> int:
         dtype = parse_dtype(args.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
+    from helpers.model.preflight import preflight
+
     target_dir = Path(args.target) if args.target else BUNDLED / "tiny_target"
     prompts = Path(args.prompts) if args.prompts else BUNDLED / "prompts.jsonl"
-    if not prompts.is_file():
-        raise BadInputError(prompts, "no such prompt file")
-    if (args.steps is None) != (args.topk is None):
-        raise BadInputError(None, "a tree needs both --steps and --topk (a chain neither)")
+    # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
+    preflight(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts), max_prompts=args.max_prompts,
+              embed_from=args.embed_from, need_weights=True, what="speculate", engine=args.engine)
+    readings = _options.parse_readings(args.readings)
+    drafting = _options.drafting_from(args, "drafted")  # checked before anything loads
+    if drafting is None:
+        from helpers.acceptance.drafting import Drafting
+
+        drafting = Drafting.chain(5)
     import torch
 
     from helpers.core.distributed import finish, from_env, gather_to_main
     from helpers.io.prompts import read_prompts
-    from helpers.model.draft import load_draft
-    from helpers.model.target import draft_mismatches, load_target
+    from helpers.model.pair import load_pair
+    from helpers.model.target import check_speculation_target
     from helpers.speculate.loop import result_json, speculate_readings
     from helpers.speculate.result import SpecRun, SpecSettings
 
-    ranks = from_env(args.device)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
-    target = load_target(target_dir, device=ranks.device(args.device), dtype=dtype)
-    bad = draft_mismatches(target, args.checkpoint)
-    if bad:
-        raise BadInputError(args.checkpoint, "does not fit the target " + str(target_dir) + ": " + "; ".join(bad))
-    draft = load_draft(args.checkpoint, device=target.input_device, dtype=target.dtype,
-                       embed_from=args.embed_from)
-    if draft.d2t is None and args.reading in ("offset", "absolute"):
-        raise BadInputError(args.checkpoint, f"has no d2t: --reading {args.reading} needs one (use none)")
-    readings = ["offset", "absolute", "none"] if args.reading == "all" else [args.reading]
+    check_speculation_target(target_dir)  # a family the loop cannot run: one line, before loading
+    ranks = from_env(args.device, args.dist_timeout)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
+    # the draft's files are opened once: load_pair passes the open Checkpoint on (fit, memory, load, aux ids)
+    target, draft = load_pair(target_dir, args.checkpoint, device=ranks.device(args.device), dtype=dtype,
+                              embed_from=args.embed_from)
+    if draft.d2t is None and args.readings.strip().lower() != "all" and set(readings) - {"none"}:
+        raise BadInputError(args.checkpoint, f"has no d2t: --readings {args.readings} needs one (use none)")
     if draft.d2t is None:
         readings = ["none"]
-    settings = SpecSettings(draft_tokens=args.draft_tokens, steps=args.steps, topk=args.topk,
-                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                            engine=args.engine, chat_template=args.chat_template)
+    settings = SpecSettings(drafting=drafting, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                            seed=args.seed, engine=args.engine, chat_template=args.chat_template)
     try:
         settings.check()
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
-    records = list(read_prompts(prompts, args.max_prompts))
-    if not records:
-        raise BadInputError(prompts, "holds no prompt records")
+    records = list(read_prompts(prompts, args.max_prompts))  # checked at the door: at least one
     mine = [rec for rec in records if ranks.takes(rec.index)]
     with torch.inference_mode():
         runs = speculate_readings(target, draft, mine, settings, readings,

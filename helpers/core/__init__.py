@@ -1,5 +1,5 @@
 """The shared words and plumbing every other package stands on: the terms, the one-line input error,
-output-path checks, devices, torchrun ranks, and the engines' rules as data.
+output-path checks, devices, torchrun ranks, and the engines as data (a table per engine, rules by release).
 
 Modules (import them by name; this file imports nothing):
 - `terms`
@@ -7,7 +7,8 @@ Modules (import them by name; this file imports nothing):
 - `outputs`
 - `devices`
 - `distributed`
+- `engine_table`
 - `engines`
 """
 
-__all__ = ["terms", "errors", "outputs", "devices", "distributed", "engines"]
+__all__ = ["terms", "errors", "outputs", "devices", "distributed", "engine_table", "engines"]

@@ -1,18 +1,28 @@
-"""What SGLang's and vLLM's EAGLE-3 loaders accept: key names, layer layouts, aux layer ids.
+"""The engines' rules at a version: which engine and release a check is about, and what its loader does.
 
-The rules the doctor checks against and the fixer renames for, read in the engines' public
-source (the list is in `helpers.doctor.diagnose`'s docstring): which stored names each engine's loader
-puts into a parameter (`engine_accepts`), how a key splits into prefix, layout and name
-(`parse_key`), where each engine reads the aux layer ids from (`aux_layer_ids`) and which
-target layers those capture (`captured_layers`). Plain data: no tensors are read here.
+The facts are data in `helpers.core.engine_table` (one `Engine` per engine, each rule a tuple
+of release ranges). This module answers the questions the doctor, capture and speculate ask:
+`engines_at("sglang==0.5.10")` turns an `--engine` value into `EngineAt`s (an engine and the
+release whose rules apply, with a one-line note when that release was assumed or is unknown);
+`EngineAt.span(rule)` is the behaviour at that release and `EngineAt.change(rule)` names the
+release where it starts or stops; `key_fate` says what the loader does with one stored tensor
+name; `aux_layer_ids` / `captured_layers` give the aux-layer convention; `draft_family` tells an
+MLA draft from an MHA one. How a key splits into prefix, layout and name is `parse_key`.
+Plain data: no tensors are read here.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-ENGINES = ("sglang", "vllm")
-ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
+from helpers.core.engine_table import ENGINE_TABLE, Engine, Span
+
+ENGINES = tuple(k for k, e in ENGINE_TABLE.items() if e.in_all)  # the engines `--engine all` checks
+ENGINE_KEYS = tuple(ENGINE_TABLE)  # every engine `--engine` can name
+ENGINE_NAMES = {k: e.name for k, e in ENGINE_TABLE.items()}
 
 # The names one EAGLE-3 draft layer holds (after `midlayer.` / `layers.0.`).
 LAYER_PARAMS = (
@@ -28,18 +38,188 @@ LAYER_PARAMS = (
     "mlp.down_proj.weight",
 )
 LAYER_OPTIONAL = tuple(f"self_attn.{p}_proj.bias" for p in "qkvo")
+# An MLA (DeepSeek-style) draft layer: the low-rank q (or a plain q_proj when q_lora_rank is unset) and kv.
+MLA_LAYER_PARAMS = (
+    "input_layernorm.weight",
+    "hidden_norm.weight",
+    "post_attention_layernorm.weight",
+    "self_attn.kv_a_proj_with_mqa.weight",
+    "self_attn.kv_a_layernorm.weight",
+    "self_attn.kv_b_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+)
+MLA_Q_PARAMS = ("self_attn.q_a_proj.weight", "self_attn.q_a_layernorm.weight", "self_attn.q_b_proj.weight",
+                "self_attn.q_proj.weight")
 TOP_PARAMS = ("embed_tokens.weight", "fc.weight", "norm.weight")
+MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # draft model types whose attention is MLA
+
+
+# -- which engine, at which release -----------------------------------------------------------------
+def engine_key(name: str) -> str:
+    """The table key for an engine name or alias ('tensorrt-llm' -> 'trtllm'); ValueError if unknown."""
+    low = name.strip().lower()
+    for k, e in ENGINE_TABLE.items():
+        if low == k or low in e.aliases:
+            return k
+    raise ValueError(f"unknown engine {name!r}; expected one of {', '.join(ENGINE_KEYS)}")
+
+
+def _v(text: str) -> Version:
+    return Version(text)
+
+
+@dataclass(frozen=True)
+class EngineAt:
+    """An engine and the release whose rules apply (`version`), with how it was chosen."""
+
+    engine: Engine
+    version: str | None  # None: an engine read at a commit (no release)
+    asked: str | None = None  # the version specifier given (e.g. "==0.5.10", ">=0.30"), None: none given
+    note: str | None = None  # one line when the version was assumed or is not a release read
+
+    @property
+    def key(self) -> str:
+        return self.engine.key
+
+    @property
+    def name(self) -> str:
+        return self.engine.name
+
+    @property
+    def label(self) -> str:
+        """'SGLang 0.5.23' / 'TensorRT-LLM @ 00679c66': the release the findings are about."""
+        return f"{self.name} {self.version}" if self.version else f"{self.name} @ {self.engine.snapshot}"
+
+    @property
+    def assumed(self) -> bool:
+        return self.asked is None
+
+    def has(self, rule: str) -> bool:
+        return rule in self.engine.rules
+
+    def span(self, rule: str) -> Span | None:
+        """The behaviour of `rule` at this release (the last range starting at or before it)."""
+        spans = self.engine.rules.get(rule)
+        if not spans:
+            return None
+        if self.version is None:
+            return spans[-1]
+        v = _v(self.version)
+        hit = spans[0]
+        for sp in spans:
+            if sp.since is None or _v(sp.since) <= v:
+                hit = sp
+        return hit
+
+    def value(self, rule: str, default=None):
+        sp = self.span(rule)
+        return default if sp is None else sp.value
+
+    def change(self, rule: str) -> str:
+        """Where the behaviour at this release starts and stops, in words ('' when it never changed)."""
+        spans = self.engine.rules.get(rule) or ()
+        sp = self.span(rule)
+        if sp is None or len(spans) < 2:
+            return ""
+        i = spans.index(sp)
+        parts = []
+        if i > 0:
+            parts.append(f"since {self.name} {sp.since}" + (f" ({sp.pr})" if sp.pr else ""))
+        if i + 1 < len(spans):
+            nxt = spans[i + 1]
+            parts.append(f"up to {sp.until or 'before ' + nxt.since}; from {nxt.since}"
+                         + (f" ({nxt.pr})" if nxt.pr else "") + f" it {_WORDS.get(nxt.value, nxt.value)}")
+        return "; ".join(parts)
+
+    @property
+    def spec(self) -> str:
+        """The `--engine` value naming this engine as it was asked ('sglang==0.5.10', 'vllm')."""
+        return self.key + (self.asked or "")
+
+    def as_dict(self) -> dict:
+        return {"engine": self.key, "version": self.version, "assumed": self.assumed, "asked": self.asked,
+                "note": self.note}
+
+
+_WORDS = {"reads": "models it", "absent": "has no module for it", "loads": "loads them", "skips": "skips them silently",
+          "fails": "fails at start-up", "warns": "warns and skips them", "misses": "misses it",
+          "loads-unused": "loads but never applies it"}
+_SPEC = re.compile(r"^\s*([A-Za-z_-]+)\s*((?:==|>=|<=|~=|!=|>|<).*)?$")
+
+
+def engines_at(spec: str) -> tuple[EngineAt, ...]:
+    """The engines an `--engine` value names, each at the release whose rules apply.
+
+    'all' (every engine with `in_all`), 'sglang', 'vllm==0.10.1', 'sglang>=0.5.12', 'trtllm'.
+    No version: the newest release read. A range: the oldest release read inside a lower bound
+    (>=, >, ~=), else the newest inside it. A version newer than every release read: the newest
+    release's rules with a note; older than all: the oldest's. ValueError for an unknown engine
+    or an unreadable version.
+    """
+    m = _SPEC.match(spec or "")
+    if not m:
+        raise ValueError(f"--engine must be an engine name with an optional version (sglang==0.5.10), got {spec!r}")
+    name, ver = m.group(1), (m.group(2) or "").replace(" ", "") or None
+    if name.lower() == "all":
+        if ver:
+            raise ValueError("--engine all takes no version; name the engine: sglang==X or vllm==X")
+        return tuple(_at(ENGINE_TABLE[k], None) for k in ENGINES)
+    return (_at(ENGINE_TABLE[engine_key(name)], ver),)
+
+
+def engine_at(engine) -> EngineAt:
+    """`engine` as one `EngineAt` (an `EngineAt` is returned as is; a string must name one engine)."""
+    if isinstance(engine, EngineAt):
+        return engine
+    got = engines_at(engine)
+    if len(got) != 1:
+        raise ValueError(f"name one engine, not {engine!r}")
+    return got[0]
 
 
 def engines_for(engine: str) -> tuple[str, ...]:
-    """The engines `engine` names: ('sglang',), ('vllm',) or both for 'all'; else a ValueError."""
-    if engine == "all":
-        return ENGINES
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of sglang, vllm, all; got {engine!r}")
-    return (engine,)
+    """The engine keys an `--engine` value names ('all' -> every engine `all` checks)."""
+    return tuple(a.key for a in engines_at(engine))
 
 
+def _at(e: Engine, asked: str | None) -> EngineAt:
+    if not e.releases:
+        note = f"{e.name}'s rules were read at commit {e.snapshot}, not per release"
+        return EngineAt(e, None, asked, note + (f": {asked} is not checked against them" if asked else ""))
+    newest, oldest = e.releases[-1], e.releases[0]
+    if asked is None:
+        return EngineAt(e, newest, None, f"no {e.name} version given: the rules of {newest}, the newest release read")
+    try:
+        spec = SpecifierSet(asked)
+    except InvalidSpecifier:
+        raise ValueError(f"{e.key}{asked}: not a version specifier (use {e.key}==X.Y.Z or {e.key}>=X.Y)") from None
+    ops = {sp.operator for sp in spec}
+    if ops == {"=="} and len(spec) == 1:
+        text = next(iter(spec)).version
+        try:
+            v = _v(text)
+        except InvalidVersion:
+            raise ValueError(f"{e.key}{asked}: {text!r} is not a version") from None
+        if v > _v(newest):
+            return EngineAt(e, newest, asked, f"{e.name} {text} is newer than every release read: the rules of {newest}, "
+                            "the newest read, are assumed")
+        if v < _v(oldest):
+            return EngineAt(e, oldest, asked, f"{e.name} {text} is older than every release read: the rules of "
+                            f"{oldest} are assumed")
+        return EngineAt(e, text, asked, None if text in e.releases else
+                        f"{e.name} {text} was not read itself: the rules of the releases around it apply")
+    inside = [r for r in e.releases if spec.contains(r, prereleases=True)]
+    if not inside:
+        return EngineAt(e, newest, asked, f"no {e.name} release read matches {asked}: the rules of {newest}, the "
+                        "newest read, are assumed")
+    pick = inside[0] if ops & {">=", ">", "~="} else inside[-1]
+    return EngineAt(e, pick, asked, f"{e.name}{asked}: the rules of {pick} apply")
+
+
+# -- stored names ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KeyInfo:
     """One stored tensor name, parsed."""
@@ -69,144 +249,86 @@ def is_mapping_key(key: str) -> bool:
     return key.split(".")[-1] in ("d2t", "t2d")
 
 
-def is_known_param(info: KeyInfo) -> bool:
+def is_known_param(info: KeyInfo, mla: bool = False) -> bool:
     """A parameter an EAGLE-3 draft has (decoder layer or top level), whatever its prefix."""
     if info.layout:
+        if mla:
+            return info.name in MLA_LAYER_PARAMS or info.name in MLA_Q_PARAMS
         return info.name in LAYER_PARAMS or info.name in LAYER_OPTIONAL
     return info.name in TOP_PARAMS or info.name in ("lm_head.weight", "fc.bias")
 
 
-def engine_accepts(engine: str, key: str) -> bool:
-    """Would `engine`'s EAGLE-3 loader put this checkpoint tensor into a parameter?"""
-    if is_mapping_key(key) or ".rotary_emb." in key:  # both skip rotary buffers by design
-        return True
-    info = parse_key(key)
-    if engine == "sglang":
-        # Looked up as NAME or model.NAME; its parameters are model.{embed_tokens,fc,midlayer.*,norm}, lm_head.
-        if key == "lm_head.weight":
-            return True
-        return is_known_param(info) and info.name != "lm_head.weight" and info.layout != "layers.0"
-    # vLLM: "model." is prefixed to every name without "lm_head"; midlayer. -> layers.0.; fc has no bias.
+def key_fate(at: EngineAt, key: str, mla: bool = False) -> str:
+    """What `at`'s EAGLE-3 loader does with one stored tensor name: 'loads', 'skips' (silently),
+    'warns' (logs and skips), 'fails' (no start) or 'unknown' (the table has no rule for it)."""
+    if is_mapping_key(key) or ".rotary_emb." in key:  # every engine skips rotary buffers by design
+        return "loads"
+
+    def rule(name):
+        return at.value(f"mla.{name}") if mla and at.has(f"mla.{name}") else at.value(name)
+
+    unknown = rule("unknown") or "unknown"
     if "lm_head" in key:
-        return key == "lm_head.weight"
-    return not info.prefixed and is_known_param(info) and info.name != "fc.bias"
+        return "loads" if key == "lm_head.weight" else unknown
+    info = parse_key(key)
+    if info.prefixed and rule("prefix.model") not in (None, "loads"):
+        return rule("prefix.model")
+    if info.layout and rule(f"layout.{info.layout}") not in (None, "loads"):
+        return rule(f"layout.{info.layout}")
+    if info.name == "fc.bias" and not info.layout:
+        return "loads" if rule("fc.bias") == "reads" else unknown
+    return "loads" if is_known_param(info, mla) else unknown
 
 
-def aux_layer_ids(cfg: dict | None) -> dict[str, list[int] | None]:
-    """The aux layer ids each engine reads from a draft config (None: not set, engine default).
+def engine_accepts(engine, key: str) -> bool:
+    """Would the engine's EAGLE-3 loader (newest release read, or the `EngineAt` given) load this tensor?"""
+    return key_fate(engine_at(engine), key) == "loads"
 
-    SGLang reads only `eagle_config.eagle_aux_hidden_state_layer_ids`. vLLM reads the top-level
-    `eagle_aux_hidden_state_layer_ids` (speculators configs) and, in newer versions, falls back
-    to the `eagle_config` one (older versions read only the top level).
+
+# -- aux layers ----------------------------------------------------------------------------------------
+def aux_layer_ids(cfg: dict | None, engines=None) -> dict[str, list[int] | None]:
+    """The aux layer ids each engine reads from a draft config (None: none read, engine default).
+
+    Where each engine looks is its `aux.from` rule: SGLang `eagle_config.eagle_aux_hidden_state_layer_ids`
+    ("nested"); vLLM the top-level one (speculators configs), and from 0.22.0 the nested one too.
+    `engines`: `EngineAt`s (default: every engine at its newest release).
     """
     cfg = cfg or {}
     eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    nested = eagle.get("eagle_aux_hidden_state_layer_ids")
-    top = cfg.get("eagle_aux_hidden_state_layer_ids")
-    nested = [int(i) for i in nested] if isinstance(nested, list) and nested else None
-    top = [int(i) for i in top] if isinstance(top, list) and top else None
-    return {"sglang": nested, "vllm": top or nested}
+    found = {"nested": eagle.get("eagle_aux_hidden_state_layer_ids"), "top": cfg.get("eagle_aux_hidden_state_layer_ids")}
+    found = {k: [int(i) for i in v] if isinstance(v, list) and v else None for k, v in found.items()}
+    out = {}
+    for at in engines or [engine_at(k) for k in ENGINE_KEYS]:
+        places = at.value("aux.from", ())  # an engine whose convention was not read: none
+        out[at.key] = next((found[p] for p in places if found[p] is not None), None)
+    return out
 
 
-def captured_layers(engine: str, ids: list[int] | None, num_layers: int) -> list[int]:
+def aux_convention(engine) -> int | None:
+    """The shift the engine adds to configured aux ids (capture index = id + shift), None when unread."""
+    return engine_at(engine).value("aux.shift")
+
+
+def captured_layers(engine, ids: list[int] | None, num_layers: int) -> list[int]:
     """Target layers whose INPUT (= output of the layer before) the engine captures."""
     if ids is None:
         return [2, num_layers // 2, num_layers - 3]
-    if engine == "sglang":
-        return [i + 1 for i in ids]
-    return list(ids)
+    shift = aux_convention(engine)
+    if shift is None:
+        raise ValueError(f"the kit has not read {engine_at(engine).name}'s aux-layer convention")
+    return [i + shift for i in ids]
 
 
-# -- producer options (docs/producer-variants.md, 'Engines') -----------------------------------------
-# The engine files and commits the rules below were read in.
-ENGINE_FILES = {
-    "sglang": "SGLang python/sglang/srt/models/llama_eagle3.py @ 03d5a777",
-    "vllm": "vLLM vllm/model_executor/models/llama_eagle3.py @ 00bd1493",
-}
-_DROPS = "drops names it has no parameter for without a word: would serve with these weights missing"
-_REFUSES = "its loader raises on names it has no parameter for: vLLM will not start"
+# -- the draft's family --------------------------------------------------------------------------------
+def draft_family(cfg: dict | None) -> dict:
+    """{'attention': 'mla' | 'mha', 'model_type': ..., 'architectures': [...]} from a draft config.
 
-
-def variant_of_key(key: str) -> str | None:
-    """The producer option a stored tensor belongs to (its finding code), or None for a plain key."""
-    name = parse_key(key).name
-    if name.startswith("fc_norm."):
-        return "variant-fc-norm"
-    if name == "input_norm.weight":
-        return "variant-norm-before-fc"
-    if name in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
-        return "variant-qk-norm"
-    if name in LAYER_OPTIONAL:
-        return "variant-attention-bias"
-    return None
-
-
-def _speculators(cfg: dict) -> bool:
-    return isinstance(cfg.get("transformer_layer_config"), dict) or "speculators_model_type" in cfg
-
-
-def _layer(cfg: dict) -> dict:
-    return cfg.get("transformer_layer_config") if _speculators(cfg) else cfg
-
-
-def variant_rules(cfg: dict, keys: list[str]) -> list[tuple[str, dict[str, tuple[str, str]]]]:
-    """[(code, {engine: (severity, what the engine does)})] for each producer option the draft uses.
-
-    `cfg` is the draft's raw config.json (nested for speculators), `keys` its stored tensor names.
+    An MLA draft names a DeepSeek-family model type (`deepseek_v3`, `kimi_k2`, ...) or carries
+    `kv_lora_rank`; SGLang serves it with kimi_k25_eagle3.py, vLLM with deepseek_eagle3.py.
     """
     cfg = cfg or {}
-    used = {variant_of_key(k) for k in keys} - {None}
-    out = []
-    if "variant-fc-norm" in used or cfg.get("fc_norm"):
-        out.append(("variant-fc-norm", {
-            "sglang": ("error", f"has no fc_norm and {_DROPS}; it runs fc(g) on un-normed aux states"),
-            "vllm": ("error", f"has no fc_norm module; {_REFUSES}")}))
-    if "variant-norm-before-fc" in used or cfg.get("norm_before_fc"):
-        out.append(("variant-norm-before-fc", {
-            "sglang": ("error", f"has no input_norm and {_DROPS}; it runs fc(g) without the norm over the aux states"),
-            "vllm": ("error", f"has no input_norm module; {_REFUSES} (a later vLLM reads norm_before_fc, "
-                     "release note #42143; that version was not read)")}))
-    out += _norm_rules(cfg)
-    if "variant-qk-norm" in used:
-        out.append(("variant-qk-norm", {
-            "sglang": ("error", f"maps the draft onto its Llama layer, which has no q_norm/k_norm, and {_DROPS}"),
-            "vllm": ("error", f"maps the draft onto LlamaAttention, which has no q_norm/k_norm; {_REFUSES}")}))
-    if "variant-attention-bias" in used:
-        on = bool(_layer(cfg).get("attention_bias"))
-        out.append(("variant-attention-bias", {
-            "sglang": ("error", f"hard-codes q/k/v bias off and {_DROPS}"),
-            "vllm": ("info", "gives q/k/v and o_proj biases from attention_bias: true; loads them") if on else
-                    ("error", f"builds no biases without attention_bias: true in the config; {_REFUSES}")}))
-    out += _window_rules(cfg)
-    return out
-
-
-def _norm_rules(cfg: dict) -> list:
-    out = []
-    if _speculators(cfg) and cfg.get("norm_output"):
-        out.append(("variant-norm-output", {e: ("warning", "feeds the pre-norm state back between drafting steps; "
-                    "this speculators draft was trained on the normed one (norm_output: true): step 0 is "
-                    "unchanged, steps >= 1 differ from training") for e in ENGINES}))
-    elif not _speculators(cfg) and cfg.get("norm_output") is False:
-        out.append(("variant-norm-output", {e: ("error", "always applies the final norm before lm_head; this "
-                    "SpecForge draft was trained without it (norm_output: false): every step's logits differ")
-                    for e in ENGINES}))
-    if cfg.get("norm_before_residual"):
-        out.append(("variant-norm-before-residual", {
-            "sglang": ("error", "does not read norm_before_residual (its residual is always the un-normed h): "
-                       "every step's logits differ from training"),
-            "vllm": ("info", "reads norm_before_residual from the config and applies it")}))
-    return out
-
-
-def _window_rules(cfg: dict) -> list:
-    layer = _layer(cfg)
-    types = layer.get("layer_types") or []
-    if not _speculators(cfg) or "sliding_attention" not in types:
-        return []
-    w = layer.get("sliding_window")
-    return [("variant-sliding-window", {
-        "sglang": ("warning", f"applies no sliding window: the draft attends fully, while it was trained with a "
-                   f"window of {w} tokens; the same only while the context stays within {w}"),
-        "vllm": ("info", f"applies per-layer sliding windows (window {w}) from layer_types (read from the code's "
-                 "comment and a derivative, not line by line)")})]
+    layer = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else cfg
+    mt = layer.get("model_type") if isinstance(layer.get("model_type"), str) else None
+    mla = mt in MLA_MODEL_TYPES or bool(layer.get("kv_lora_rank"))
+    arch = [a for a in (cfg.get("architectures") or []) if isinstance(a, str)]
+    return {"attention": "mla" if mla else "mha", "model_type": mt, "architectures": arch}

@@ -14,6 +14,16 @@ def _printable(text: str) -> str:
     return text if text.isprintable() else "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
+def clip(text: str, limit: int = 160) -> str:
+    """`text` on one line, at most about `limit` characters, cut after a whole word with " ..."
+    (a library's message quoted in ours never ends mid-word or mid-sentence without saying so)."""
+    one = " ".join(str(text).split())
+    if len(one) <= limit:
+        return one
+    cut = one[:limit].rsplit(" ", 1)[0] if " " in one[:limit] else one[:limit]
+    return cut.rstrip(" ,;:(") + " ..."
+
+
 class BadInputError(ValueError):
     """A file or folder the kit was pointed at cannot be used as it is."""
 

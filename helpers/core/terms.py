@@ -1,12 +1,11 @@
-"""The kit's shared words, each defined once: readings of d2t, engines, size limits.
+"""The kit's shared words, each defined once: readings of d2t and size limits (the engines are
+`helpers.core.engines`, from the table in `helpers.core.engine_table`).
 
 Imported by every layer; imports nothing.
 """
 from __future__ import annotations
 
 READINGS = ("offset", "absolute", "none")  # target = i + d2t[i] / d2t[i] / i
-ENGINES = ("sglang", "vllm")  # the engines whose loaders the doctor models
-ENGINES_READING_D2T = ("sglang", "vllm", "tensorrt-llm")  # every engine the primer shows reading d2t
 MAX_VOCAB = 2**31 - 1  # token ids are int32 in every engine: a larger vocab_size is no vocab
 MAX_BUILT_T2D = 1 << 24  # fix builds a t2d of vocab_size entries only below this (no tokenizer comes near)
 

@@ -1,27 +1,228 @@
-"""The doctor's producer-option check: what each engine does with fc_norm, input_norm /
-norm_before_fc, norm_output, norm_before_residual, q_norm/k_norm, attention biases and sliding
-windows (docs/producer-variants.md). The engine knowledge is `helpers.core.engines.variant_rules`;
-each finding names the engine file and the commit it was read at.
+"""The doctor's producer-option and draft-class checks, per engine and release.
+
+What each engine does with fc_norm, input_norm / norm_before_fc, norm_output,
+norm_before_residual, q_norm/k_norm, attention biases and sliding windows
+(docs/producer-variants.md), and whether it serves an MLA draft at all (`check_draft_class`).
+The facts are the release ranges in `helpers.core.engine_table`, looked up at the release the
+doctor was asked about (`CheckContext.at`); every finding names that release (or says it was
+assumed) and, where the behaviour differs by release, from which release it starts or stops.
 """
 from __future__ import annotations
 
-from helpers.core.engines import ENGINE_FILES, variant_of_key
-from helpers.core.engines import variant_rules as _rules
+from helpers.core.engines import (
+    LAYER_OPTIONAL,
+    EngineAt,
+    draft_family,
+    parse_key,
+)
 from helpers.doctor.findings import CheckContext
 
 _FIX = {
-    "error": "serve with an engine that models this option, or re-train/re-export without it",
-    "warning": "expect lower acceptance than training reports; serve with an engine that models it",
+    "error": "serve with an engine release that models this option, or re-train/re-export without it",
+    "warning": "expect lower acceptance than training reports; serve with an engine release that models it",
     "info": "nothing to do",
+}
+_GONE = {
+    "skips": "drops names it has no parameter for without a word: would serve with these weights missing",
+    "warns": "logs the names it has no parameter for and skips them: would serve with these weights missing",
+    "fails": "its loader raises on names it has no parameter for: {name} will not start",
+    "unknown": "the kit has not read what its loader does with names it has no parameter for",
 }
 
 
+def variant_of_key(key: str) -> str | None:
+    """The producer option a stored tensor belongs to (its finding code), or None for a plain key."""
+    name = parse_key(key).name
+    if name.startswith("fc_norm."):
+        return "variant-fc-norm"
+    if name == "input_norm.weight":
+        return "variant-norm-before-fc"
+    if name in ("self_attn.q_norm.weight", "self_attn.k_norm.weight"):
+        return "variant-qk-norm"
+    if name in LAYER_OPTIONAL:
+        return "variant-attention-bias"
+    return None
+
+
+def _speculators(cfg: dict) -> bool:
+    return isinstance(cfg.get("transformer_layer_config"), dict) or "speculators_model_type" in cfg
+
+
+def _layer(cfg: dict) -> dict:
+    return cfg.get("transformer_layer_config") if _speculators(cfg) else cfg
+
+
+def _switch(cfg: dict, name: str):
+    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    return cfg.get(name, eagle.get(name))
+
+
+class _Rules:
+    """The rule names for this draft: MLA drafts and speculators configs have their own where the table does."""
+
+    def __init__(self, cfg: dict):
+        self.mla = draft_family(cfg)["attention"] == "mla"
+        self.spec = _speculators(cfg)
+
+    def name(self, at: EngineAt, rule: str) -> str:
+        if self.mla and at.has(f"mla.{rule}"):
+            return f"mla.{rule}"
+        if self.spec and at.has(f"{rule}.speculators"):
+            return f"{rule}.speculators"
+        return rule
+
+    def file(self, at: EngineAt) -> str:
+        return at.engine.files.get("mla" if self.mla else "mha", "").rsplit("/", 1)[-1]
+
+
+def _missing_module(at: EngineAt, fate: str, what: str) -> tuple[str, str]:
+    return "error", f"has no {what} and " + _GONE.get(fate, _GONE["unknown"]).format(name=at.name)
+
+
+def _weights_option(at, r, rule, keys, switch_on, what, does):
+    """(severity, message) for an option stored as weights (fc_norm, input_norm, q/k norms)."""
+    rn = r.name(at, rule)
+    v = at.value(rn)
+    # the engine has no parameter for these names: they meet its rule for unknown names
+    fate = at.value(r.name(at, "unknown"), "unknown") if keys else "unknown"
+    if v is None:
+        return "info", f"the kit has not read how it handles {what}", rn
+    if v == "reads":
+        if switch_on or not keys:
+            return "info", f"{does}", rn
+        return (*_missing_module(at, fate, f"{what} without the config switch"), rn)
+    if v == "loads-unused":
+        return "error", f"loads {what} but never applies it: every step's logits differ from training", rn
+    sev, msg = _missing_module(at, fate if keys else "skips", what)
+    return sev, msg, rn
+
+
 def check_variants(c: CheckContext) -> None:
-    """variant-*: one finding per producer option used and engine, naming the engine file read."""
+    """variant-*: one finding per producer option used and engine, naming the engine release."""
+    cfg = c.ck.config or {}
     keys = list(c.ck.tensors.keys())
-    for code, per_engine in _rules(c.ck.config or {}, keys):
-        shown = ", ".join(sorted({k for k in keys if variant_of_key(k) == code})[:4])
-        what = f" ({shown})" if shown else ""
-        for e in c.engines:
-            sev, msg = per_engine[e]
-            c.add(code, sev, f"{ENGINE_FILES[e]}{what}: {msg}", _FIX[sev])
+    used: dict[str, list[str]] = {}
+    for k in keys:
+        code = variant_of_key(k)
+        if code:
+            used.setdefault(code, []).append(k)
+    r = _Rules(cfg)
+    for at in c.engine_list:
+        out = []
+        fc = used.get("variant-fc-norm", [])
+        if fc or _switch(cfg, "fc_norm"):
+            out.append(("variant-fc-norm", fc, *_weights_option(
+                at, r, "fc_norm", fc, bool(_switch(cfg, "fc_norm") or _switch(cfg, "use_aux_norm")), "fc_norm",
+                "reads fc_norm from the config and applies one norm per aux state before fc")))
+        nb = used.get("variant-norm-before-fc", [])
+        if nb or _switch(cfg, "norm_before_fc"):
+            out.append(("variant-norm-before-fc", nb, *_weights_option(
+                at, r, "norm_before_fc", nb, bool(_switch(cfg, "norm_before_fc")), "input_norm (norm_before_fc)",
+                "reads norm_before_fc and applies input_norm over the aux states before fc")))
+        out += _norm_output(at, r, cfg)
+        if cfg.get("norm_before_residual"):
+            rn = r.name(at, "norm_before_residual")
+            v = at.value(rn)
+            out.append(("variant-norm-before-residual", [], *(
+                ("info", "reads norm_before_residual from the config and applies it") if v == "reads" else
+                ("error", "does not read norm_before_residual (its residual is always the un-normed h): every step's "
+                 "logits differ from training") if v == "absent" else
+                ("info", "the kit has not read how it handles norm_before_residual")), rn))
+        qk = used.get("variant-qk-norm", [])
+        if qk:
+            qwen3 = str(_layer(cfg).get("model_type", "")).startswith("qwen3")
+            sev, msg, rn = _weights_option(at, r, "qk_norm", qk, qwen3, "q_norm/k_norm",
+                                           "builds the draft from its Qwen3 layer (qwen3_eagle3.py) and loads q_norm/k_norm")
+            out.append(("variant-qk-norm", qk, sev, msg, rn))
+        bias = used.get("variant-attention-bias", [])
+        if bias:
+            on = bool(_layer(cfg).get("attention_bias"))
+            sev, msg, rn = _weights_option(at, r, "attention_bias", bias, on, "q/k/v biases",
+                                           "gives q/k/v and o_proj biases from attention_bias: true; loads them")
+            out.append(("variant-attention-bias", bias, sev, msg, rn))
+        out += _window(at, r, cfg)
+        for code, ks, sev, msg, rn in out:
+            shown = ", ".join(sorted(ks)[:4])
+            change = at.change(rn) if rn else ""
+            where = f"{at.label} ({r.file(at)})" if r.file(at) else at.label
+            c.add(code, sev, f"{where}{f' ({shown})' if shown else ''}: {msg}" + (f" [{change}]" if change else ""),
+                  _FIX[sev])
+
+
+def _norm_output(at: EngineAt, r: _Rules, cfg: dict) -> list:
+    no = cfg.get("norm_output")
+    rn = r.name(at, "norm_output")
+    v = at.value(rn)
+    if r.spec and no:
+        if v == "reads":
+            return [("variant-norm-output", [], "info", "reads norm_output and feeds the normed state to the next "
+                     "drafting step, as this speculators draft was trained", rn)]
+        return [("variant-norm-output", [], "warning", "feeds the pre-norm state back between drafting steps; this "
+                 "speculators draft was trained on the normed one (norm_output: true): step 0 is unchanged, steps >= 1 "
+                 "differ from training", rn)]
+    if not r.spec and no is False and not r.mla:  # the same in every release read: no range to name
+        return [("variant-norm-output", [], "error", "always applies the final norm before lm_head; this SpecForge "
+                 "draft was trained without it (norm_output: false): every step's logits differ", None)]
+    if not r.spec and no is True and not r.mla and v == "reads":
+        return [("variant-norm-output", [], "warning", "reads norm_output: true as 'feed the normed state to the next "
+                 "drafting step'; SpecForge 0.2.0 (the release the kit models) trains with the pre-norm state fed "
+                 "back: step 0 is unchanged, steps >= 1 may differ from training (nothing to do if your trainer "
+                 "fed the normed state)", rn)]
+    return []
+
+
+def _window(at: EngineAt, r: _Rules, cfg: dict) -> list:
+    layer = _layer(cfg)
+    if not r.spec or "sliding_attention" not in (layer.get("layer_types") or []):
+        return []
+    w = layer.get("sliding_window")
+    rn = r.name(at, "sliding_window")
+    v = at.value(rn)
+    if v == "reads":
+        return [("variant-sliding-window", [], "info", f"applies per-layer sliding windows (window {w}) from "
+                 "layer_types", rn)]
+    if v is None:
+        return [("variant-sliding-window", [], "info", "the kit has not read how it handles sliding windows", rn)]
+    return [("variant-sliding-window", [], "warning", f"applies no sliding window from the config: the draft attends "
+             f"fully, while it was trained with a window of {w} tokens; the same only while the context stays "
+             f"within {w}", rn)]
+
+
+def check_draft_class(c: CheckContext) -> None:
+    """mla-draft: an MLA draft (DeepSeek / Kimi family) and whether each engine release serves it."""
+    cfg = c.ck.config or {}
+    fam = draft_family(cfg)
+    if fam["attention"] != "mla":
+        return
+    mt = fam["model_type"] or "no model_type"
+    layer = _layer(cfg)
+    for at in c.engine_list:
+        v = at.value("mla")
+        file = at.engine.files.get("mla", "").rsplit("/", 1)[-1]
+        change = at.change("mla")
+        tail = f" [{change}]" if change else ""
+        if v is None:
+            c.add("mla-draft", "info", f"{at.label}: MLA draft ({mt}); the kit has not read whether it serves one",
+                  "nothing to do")
+            continue
+        if v != "reads":
+            c.add("mla-draft", "error", f"{at.label}: MLA draft ({mt}), but this release has no MLA EAGLE-3 draft "
+                  f"class{tail}", "serve with a release that has one", )
+            continue
+        c.add("mla-draft", "info", f"{at.label}: MLA draft ({mt}), served by {file}{tail}", "nothing to do")
+        if at.value("mla.detect") == "misses" and fam["model_type"] == "kimi_k2":
+            sp = at.span("mla.detect")
+            c.add("mla-draft", "error",
+                  f"{at.label} ({at.engine.files.get('mla.detect', '')}): an EAGLE draft's MLA is detected from a "
+                  f"short list of model types that lacks kimi_k2 ({sp.pr}, up to {at.engine.newest}): the draft is set up as non-MLA "
+                  "(wrong attention backend and KV-cache layout) without a word",
+                  "serve with a release that includes #45764, or set the draft's model_type to deepseek_v3 "
+                  "(the same MLA layer)")
+        if at.value("mla.requires_q_lora") and not layer.get("q_lora_rank"):
+            c.add("mla-draft", "error", f"{at.label} ({file}): its MLA draft layer needs q_lora_rank in the config and "
+                  "raises at start-up without it", "serve with an engine whose MLA draft takes q_proj (vLLM), or "
+                  "train with q_lora_rank")
+        n = layer.get("num_hidden_layers")
+        if at.value("mla.one_layer") and isinstance(n, int) and n != 1:
+            c.add("mla-draft", "error", f"{at.label} ({file}): num_hidden_layers is {n} but its MLA draft takes "
+                  "exactly one layer and raises at start-up otherwise", "set num_hidden_layers to 1 in config.json")

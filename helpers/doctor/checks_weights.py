@@ -1,7 +1,7 @@
 """The doctor's weight checks: key names and layout, tensor shapes, aux layers, NaN/Inf.
 
-Each check takes the `CheckContext` and adds findings: `check_keys` asks, per engine, which
-stored names its loader would load, skip silently (SGLang) or fail on (vLLM); `check_shapes`
+Each check takes the `CheckContext` and adds findings: `check_key_layout` asks, per engine release,
+which stored names its loader would load, skip (SGLang) or fail on (vLLM), from the engine table; `check_shapes`
 compares lm_head, fc and embed_tokens with the configs' hidden sizes; `check_aux` works out which
 target layers each engine captures; `check_finite` reads every floating-point tensor once, in
 row chunks (`row_chunks`), for NaN/Inf - the only check that reads weight data.
@@ -11,16 +11,18 @@ from __future__ import annotations
 import torch
 
 from helpers.core.engines import (
-    ENGINE_NAMES,
     LAYER_PARAMS,
+    MLA_LAYER_PARAMS,
+    EngineAt,
     aux_layer_ids,
     captured_layers,
-    engine_accepts,
+    draft_family,
     is_known_param,
     is_mapping_key,
+    key_fate,
     parse_key,
-    variant_of_key,
 )
+from helpers.doctor.checks_variants import variant_of_key
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
 from helpers.io.checkpoint import Checkpoint
@@ -30,32 +32,39 @@ from helpers.model.fit import text_config
 CHUNK_BYTES = 32 << 20  # rows read at once by the NaN/Inf scan
 
 
-def check_keys(c: CheckContext) -> None:
-    """key-layout: the decoder layer complete, and every key loaded (not skipped, not fatal) by each engine."""
+def check_key_layout(c: CheckContext) -> None:
+    """key-layout: the decoder layer complete, and every key loaded (not skipped, not fatal) by each
+    engine release, from the engine table's layout, prefix and unknown-name rules."""
     # keys of a producer option are reported by helpers.doctor.checks_variants, per engine
     keys = [k for k in c.ck.tensors.keys() if not is_mapping_key(k) and not variant_of_key(k)]
+    mla = draft_family(c.ck.config)["attention"] == "mla"
     infos = [parse_key(k) for k in keys]
     layouts = sorted({i.layout for i in infos if i.layout})
     present = {i.canonical for i in infos}
-    if not _layer_complete(c, layouts, present):
+    if not _layer_complete(c, layouts, present, mla):
         return
-    for e in c.engines:
-        rejected = [k for k in keys if not engine_accepts(e, k)]
-        if e == "sglang":
-            _sglang_skips(c, rejected)
-        elif rejected:
-            _vllm_rejects(c, rejected)
-    _layout_summary(c, layouts)
+    for at in c.engine_list:
+        fates = {k: key_fate(at, k, mla) for k in keys}
+        lost = [k for k, f in fates.items() if f in ("skips", "warns")]
+        fatal = [k for k, f in fates.items() if f == "fails"]
+        if lost:
+            _skipped(c, at, lost, mla)
+        if fatal:
+            _refused(c, at, fatal)
+    _layout_summary(c, layouts, mla)
 
 
-def _layer_complete(c: CheckContext, layouts: list[str], present: set[str]) -> bool:
+def _layer_complete(c: CheckContext, layouts: list[str], present: set[str], mla: bool) -> bool:
     """Findings for a missing or partial decoder layer and final norm; False when there is no layer."""
-    missing = [f"midlayer.{p}" for p in LAYER_PARAMS if f"midlayer.{p}" not in present]
+    need = MLA_LAYER_PARAMS if mla else LAYER_PARAMS
+    missing = [f"midlayer.{p}" for p in need if f"midlayer.{p}" not in present]
+    if mla and not any(f"midlayer.self_attn.{q}.weight" in present for q in ("q_a_proj", "q_proj")):
+        missing.append("midlayer.self_attn.q_a_proj.weight")
     if not layouts:
         c.add("key-layout", "error", "no decoder-layer weights (neither midlayer.* nor layers.0.*)",
               "point at the draft checkpoint folder (config.json + model.safetensors)")
         return False
-    if missing and len(missing) < len(LAYER_PARAMS):
+    if missing and len(missing) < len(need):
         shown = ", ".join(m.replace("midlayer.", "") for m in missing[:4])
         c.add("key-layout", "error", f"the decoder layer lacks {len(missing)} weight(s): {shown}",
               "re-export the checkpoint with the whole layer")
@@ -65,58 +74,78 @@ def _layer_complete(c: CheckContext, layouts: list[str], present: set[str]) -> b
     return True
 
 
-def _sglang_skips(c: CheckContext, rejected: list[str]) -> None:
-    """SGLang skips names it has no parameter for without a word: the head, layers.0.*, others."""
-    layer_skips = [k for k in rejected if parse_key(k).layout]
-    head_skips = [k for k in rejected if not parse_key(k).layout and is_known_param(parse_key(k))]
-    others = [k for k in rejected if k not in layer_skips and k not in head_skips]
-    if head_skips:
-        c.add(
-            "key-layout", "error",
-            f"SGLang would silently skip {', '.join(head_skips)}: it looks a name up as NAME or model.NAME "
-            "and its head is lm_head.weight, so the draft-vocab head would keep random weights",
-            "rename model.lm_head.weight to lm_head.weight: d2t-lab fix SRC DST",
-        )
-    if layer_skips:
-        c.add(
-            "key-layout", "error",
-            f"SGLang: {len(layer_skips)} decoder-layer keys are layers.0.* (e.g. {layer_skips[0]}); SGLang's "
-            "EAGLE-3 loader only knows model.midlayer.* and skips other names silently, so the layer "
-            "would serve with random weights",
-            "rename layers.0.* to midlayer.*: d2t-lab fix SRC DST --engine sglang",
-        )
+def _why(at: EngineAt, rule: str) -> str:
+    change = at.change(rule)
+    return f" [{change}]" if change else ""
+
+
+def _skipped(c: CheckContext, at: EngineAt, lost: list[str], mla: bool) -> None:
+    """Names the engine skips (silently, or with a log line it keeps starting after): head, layer, others."""
+    infos = {k: parse_key(k) for k in lost}
+    prefixed = [k for k in lost if infos[k].prefixed and is_known_param(infos[k], mla) and "lm_head" not in k]
+    layer = [k for k in lost if infos[k].layout and k not in prefixed]
+    head = [k for k in lost if not infos[k].layout and is_known_param(infos[k], mla) and k not in prefixed]
+    others = [k for k in lost if k not in prefixed + layer + head]
+    how = "without a word" if at.value("mla.unknown" if mla else "unknown") != "warns" else "with one log line each"
+    if prefixed:
+        c.add("key-layout", "error",
+              f"{at.label}: {len(prefixed)} model.* key(s) (e.g. {prefixed[0]}) would be skipped {how}: its MLA draft "
+              "loader puts model. before every name, so model.X is looked up as model.model.X; those weights would "
+              "keep their random init" + _why(at, "mla.prefix.model"),
+              "strip the model. prefix: d2t-lab fix SRC DST")
+    if head:
+        c.add("key-layout", "error",
+              f"{at.label} would skip {', '.join(head)} {how}: it looks a name up as NAME or model.NAME "
+              "and its head is lm_head.weight, so the draft-vocab head would keep random weights",
+              "rename model.lm_head.weight to lm_head.weight: d2t-lab fix SRC DST")
+    if layer:
+        lay = infos[layer[0]].layout
+        c.add("key-layout", "error",
+              f"{at.label}: {len(layer)} decoder-layer keys are {lay}.* (e.g. {layer[0]}); its EAGLE-3 loader has no "
+              f"parameter for them and skips them {how}, so the layer would serve with random weights"
+              + _why(at, f"layout.{lay}"),
+              f"rename {lay}.* to {'midlayer' if lay == 'layers.0' else 'layers.0'}.*: d2t-lab fix SRC DST "
+              f"--engine {at.key}")
     if others:
-        c.add(
-            "key-layout", "warning",
-            f"SGLang would silently skip {len(others)} key(s) it has no parameter for: "
-            + ", ".join(others[:4]),
-            "check whether these tensors matter; drop or rename them (d2t-lab fix renames known ones)",
-        )
+        c.add("key-layout", "warning",
+              f"{at.label} would skip {len(others)} key(s) it has no parameter for ({how}): " + ", ".join(others[:4]),
+              "check whether these tensors matter; drop or rename them (d2t-lab fix renames known ones)")
 
 
-def _vllm_rejects(c: CheckContext, rejected: list[str]) -> None:
-    """vLLM's loader raises on a name it has no parameter for: the server does not start."""
-    prefixed = [k for k in rejected if parse_key(k).prefixed and is_known_param(parse_key(k))]
+def _refused(c: CheckContext, at: EngineAt, fatal: list[str]) -> None:
+    """The engine's loader raises on a name it has no parameter for: the server does not start."""
+    layer = [k for k in fatal if parse_key(k).layout and not parse_key(k).prefixed]
+    if layer and len(layer) == len(fatal):
+        lay = parse_key(layer[0]).layout
+        c.add("key-layout", "error",
+              f"{at.label}: {len(layer)} decoder-layer keys are {lay}.* (e.g. {layer[0]}), which its loader does not "
+              f"map: loading fails at start-up" + _why(at, f"layout.{lay}"),
+              f"rename {lay}.* to midlayer.*: d2t-lab fix SRC DST --engine {at.key}")
+        return
+    prefixed = [k for k in fatal if parse_key(k).prefixed and is_known_param(parse_key(k), True)
+                or parse_key(k).prefixed and is_known_param(parse_key(k))]
     why = (
-        "vLLM prefixes model. to every name without lm_head, so model.* keys become model.model.*"
-        if prefixed else "vLLM's loader has no parameter for them"
+        f"{at.name} prefixes model. to every name without lm_head, so model.* keys become model.model.*"
+        if prefixed else f"{at.name}'s loader has no parameter for them"
     )
     c.add(
         "key-layout", "error",
-        f"vLLM: {len(rejected)} key(s) would make loading fail at start-up (e.g. {rejected[0]}): {why}",
-        "strip the model. prefix / drop unknown keys: d2t-lab fix SRC DST --engine vllm"
-        if prefixed else "drop or rename the unknown keys before serving with vLLM",
+        f"{at.label}: {len(fatal)} key(s) would make loading fail at start-up (e.g. {fatal[0]}): {why}",
+        f"strip the model. prefix / drop unknown keys: d2t-lab fix SRC DST --engine {at.key}"
+        if prefixed else f"drop or rename the unknown keys before serving with {at.name}",
     )
 
 
-def _layout_summary(c: CheckContext, layouts: list[str]) -> None:
-    """One layout (info: which producers use it, which engines load it) or a split one (warning)."""
+def _layout_summary(c: CheckContext, layouts: list[str], mla: bool) -> None:
+    """One layout (info: which producers use it, which engine releases load it) or a split one (warning)."""
     if len(layouts) > 1:
         c.add("key-layout", "warning", "the layer is split across midlayer.* and layers.0.* keys",
               "rename to one layout: d2t-lab fix SRC DST")
     else:
-        who = "SGLang/SpecForge/EAGLE" if layouts[0] == "midlayer" else "speculators/vLLM"
-        ok = [ENGINE_NAMES[e] for e in c.engines if not (e == "sglang" and layouts[0] == "layers.0")]
+        who = "SGLang/SpecForge/EAGLE" if layouts[0] == "midlayer" else "speculators/vLLM/NeMo Automodel"
+        rule = ("mla." if mla else "") + f"layout.{layouts[0]}"
+        ok = [at.label for at in c.engine_list
+              if at.value(rule if at.has(rule) else f"layout.{layouts[0]}") in ("loads", None)]
         c.add("key-layout", "info", f"layer keys use the {layouts[0]}.* layout ({who})"
               + (f"; loads in {' and '.join(ok)}" if ok else ""), "nothing to do")
 
@@ -180,15 +209,17 @@ def check_shapes(c: CheckContext, target_cfg: dict | None) -> None:
 
 
 def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
-    """aux-layers: which target layers each engine captures, checked against the target's depth."""
-    ids = aux_layer_ids(c.ck.config)
+    """aux-layers: which target layers each engine release captures, checked against the target's depth."""
+    ats = [at for at in c.engine_list if at.value("aux.shift") is not None]
+    ids = aux_layer_ids(c.ck.config, ats)
     if target_cfg is None:
         named = {e: v for e, v in ids.items() if v is not None}
         if named:
-            parts = [f"{ENGINE_NAMES[e]} reads {ids[e]}" if ids[e] is not None else f"{ENGINE_NAMES[e]} finds none "
-                     "(uses its default)" for e in c.engines]
+            parts = [f"{at.label} reads {ids[at.key]}" if ids[at.key] is not None else f"{at.label} finds none "
+                     "(uses its default)" for at in ats]
             c.add("aux-layers", "info", "aux layer ids in config.json: " + "; ".join(parts)
-                  + "; SGLang captures the input of layer id+1, vLLM of layer id",
+                  + "; " + "; ".join(f"{at.name} captures the input of layer id{'+' + str(at.value('aux.shift')) if at.value('aux.shift') else ''}"
+                                     for at in ats),
                   "pass --target-config TARGET/config.json to check them against the target")
         return
     t = text_config(target_cfg)
@@ -197,11 +228,14 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
         c.add("aux-layers", "warning", "the target config has no usable num_hidden_layers", "pass the target's config.json")
         return
     captured = {}
-    for e in c.engines:
-        got = captured_layers(e, ids[e], n_layers)
+    for at in ats:
+        e = at.key
+        got = captured_layers(at, ids[e], n_layers)
         captured[e] = got
-        name = ENGINE_NAMES[e]
+        name = at.label
         src = f"ids {ids[e]}" if ids[e] is not None else "no ids (default)"
+        if ids[e] is None and at.value("aux.from") == () and _any_ids(c.ck.config):
+            src = f"no ids (this release reads none from the config: {at.change('aux.from') or 'never'})"
         bad = [i for i in got if i < 0 or i >= n_layers]
         if ids[e] is not None and len(ids[e]) != 3:
             c.add("aux-layers", "error", f"{name}: {len(ids[e])} aux layer ids {ids[e]}, but fc takes 3 hidden states",
@@ -215,13 +249,17 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
             c.add("aux-layers", "info",
                   f"{name}: {src} -> captures the input of target layers {got} (outputs of layers "
                   f"{[i - 1 for i in got]}) of {n_layers}", "nothing to do if the draft was trained on these")
-    if len(captured) == 2 and captured["sglang"] != captured["vllm"]:
+    if "sglang" in captured and "vllm" in captured and captured["sglang"] != captured["vllm"]:
         only_top = ids["vllm"] is not None and ids["sglang"] is None
         c.add("aux-layers", "warning",
               f"SGLang and vLLM capture different target layers ({captured['sglang']} vs {captured['vllm']})"
               + (": only the top-level eagle_aux_hidden_state_layer_ids is set, which SGLang does not read (it "
                  "uses its default)" if only_top else ": SGLang adds 1 to each configured id, vLLM uses them as given"),
               "serve with the engine whose capture matches the training data, or adjust the ids for the other")
+
+
+def _any_ids(cfg) -> bool:
+    return any(v is not None for v in aux_layer_ids(cfg).values())
 
 
 def row_chunks(ck: Checkpoint, key: str, max_bytes: int = CHUNK_BYTES):

@@ -40,10 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.core.engines import (
-    ENGINES,
-    engines_for,
-)
+from helpers.core.engines import ENGINES, engines_at
+from helpers.core.errors import BadInputError
 from helpers.doctor.checks_mapping import check_mapping, check_vocab
 from helpers.doctor.checks_target import (
     check_algorithm,
@@ -51,11 +49,11 @@ from helpers.doctor.checks_target import (
     check_head_borrow,
     check_target,
 )
-from helpers.doctor.checks_variants import check_variants
+from helpers.doctor.checks_variants import check_draft_class, check_variants
 from helpers.doctor.checks_weights import (
     check_aux,
     check_finite,
-    check_keys,
+    check_key_layout,
     check_shapes,
 )
 from helpers.doctor.findings import CheckContext, Findings, has_error
@@ -100,7 +98,8 @@ WEIGHT_SCAN_CODES = ("nonfinite-weights",)  # the findings of the one check that
 
 
 def diagnose_each(path, engine: str = "all", target_config=None, *, check_weights: bool = True, scanned=None):
-    """(findings for `engine`, {engine: findings} for each engine it covers), weights scanned once.
+    """(findings for `engine`, {engine: findings} for each engine it covers, keyed by the `--engine` value
+    naming it, e.g. "vllm==0.10.1"), weights scanned once.
 
     The per-engine lists share the NaN/Inf finding of the one scan instead of reading every
     weight again per engine (a draft's weights are gigabytes). `scanned`: findings of an earlier
@@ -109,9 +108,11 @@ def diagnose_each(path, engine: str = "all", target_config=None, *, check_weight
     main = diagnose(path, engine, target_config, check_weights=check_weights and scanned is None)
     scanned = [f for f in (main if scanned is None else scanned) if f.code in WEIGHT_SCAN_CODES]
     if scanned and not any(f.code in WEIGHT_SCAN_CODES for f in main):
-        main = Findings(scanned + main, path=main.path, engine=engine)
-    each = {e: Findings(diagnose(path, e, target_config, check_weights=False) + scanned, path=main.path, engine=e)
-            for e in engines_for(engine)}
+        main = Findings(scanned + main, path=main.path, engine=engine, versions=main.versions)
+    each = {}
+    for at in engines_at(engine):
+        one = diagnose(path, at.spec, target_config, check_weights=False)
+        each[at.spec] = Findings(one + scanned, path=main.path, engine=at.spec, versions=one.versions)
     return main, each
 
 
@@ -120,7 +121,9 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     """All findings for the draft checkpoint at `path`, errors first (a `Findings` list, whose
     `to_dict()` is the `doctor --json` object and `report()` the doctor's text).
 
-    `engine`: 'sglang', 'vllm' or 'all'. `target_config`: the target's config.json (path or dict),
+    `engine`: 'sglang', 'vllm', 'trtllm' or 'all', with an optional version ('sglang==0.5.10',
+    'vllm>=0.30'): the rules of that release apply (`helpers.core.engines.engines_at`; none given:
+    the newest release read, said in `Findings.versions`). `target_config`: the target's config.json (path or dict),
     for the aux-layer and size checks. `check_weights=False` skips the NaN/Inf scan (the only
     check that reads every weight). `target`: the target's folder (config.json and, when there,
     its weights: only embed_tokens is read) for the target checks (`helpers.doctor.checks_target`).
@@ -128,7 +131,10 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     (`helpers.doctor.diff`). `algorithm`: 'eagle' / 'eagle3', the flag the draft is served with.
     Paths may be hf:// or http(s):// locations. Unreadable input raises `BadInputError`.
     """
-    engines = engines_for(engine)
+    try:
+        ats = engines_at(engine)
+    except ValueError as e:
+        raise BadInputError(None, f"--engine: {e}") from None
     ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     tcfg = None
     if target_config is None and target is not None:
@@ -136,7 +142,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     if target_config is not None:
         tcfg = target_config if isinstance(target_config, dict) else read_config(target_config)
     cfg = flat_config(ck.config) if ck.config else {}
-    c = CheckContext(ck=ck, engines=engines, cfg=cfg)
+    c = CheckContext(ck=ck, engines=tuple(a.key for a in ats), cfg=cfg, at={a.key: a for a in ats})
     if ck.config is None:
         c.add("config-missing", "warning", "no config.json beside the weights: sizes cannot be checked",
               "copy the draft's config.json into the checkpoint folder")
@@ -148,8 +154,9 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         t2d = torch.as_tensor(np.asarray(t2d))
     n, v = check_vocab(c, d2t, t2d, tcfg)
     check_mapping(c, n, v, d2t, t2d, used)
+    check_draft_class(c)
     if ck.tensors.keys():
-        check_keys(c)
+        check_key_layout(c)
         check_variants(c)
         check_shapes(c, tcfg)
         check_aux(c, tcfg)
@@ -163,7 +170,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
             check_drift(c, previous)
         if check_weights:
             check_finite(c, progress)
-    return Findings(c.findings, path=path if not isinstance(path, Checkpoint) else ck.path, engine=engine)
+    return Findings(c.findings, path=path if not isinstance(path, Checkpoint) else ck.path, engine=engine, versions=ats)
 
 
 def _trainer_files(c: CheckContext) -> None:

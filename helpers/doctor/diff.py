@@ -7,6 +7,12 @@ lm_head rows agree with A's under each mapping: B's row at the id's NEW slot (B'
 at its OLD slot (A's mapping). A draft fine-tuned from A whose mapping was rebuilt from new data
 while its lm_head rows kept A's order agrees under A's mapping, not its own: that is mapping
 drift, and `check_drift` (the doctor's `--previous`) reports it as `mapping-drift`.
+
+Each side's encoding verdict is read first (`VocabMapping.verdict`): a draft whose `d2t` is
+stored as absolute ids is compared under the absolute reading (what its table means), and the
+change of encoding is named as such (`encoding_a`, `encoding_b`, verdict "encoding changed",
+with `d2t-lab fix` suggested), never as moved ids or drift. When no moved id's lm_head row
+agrees under either mapping (0 % / 0 %), that tie has its own wording.
 """
 from __future__ import annotations
 
@@ -66,7 +72,8 @@ def diff_drafts(a, b) -> DraftDiff:
     """How draft `b`'s mapping (and lm_head) differs from draft `a`'s. Paths, URLs or opened checkpoints."""
     cka, ckb = _open(a), _open(b)
     ma, mb = load_mapping(cka), load_mapping(ckb)
-    ta, tb = ma.targets("offset"), mb.targets("offset")
+    ea, eb = ma.verdict().encoding, mb.verdict().encoding
+    ta, tb = ma.targets(_reading(ea)), mb.targets(_reading(eb))
     slot_a = {int(t): i for i, t in enumerate(ta.tolist())}
     slot_b = {int(t): i for i, t in enumerate(tb.tolist())}
     shared = sorted(set(slot_a) & set(slot_b))
@@ -77,7 +84,7 @@ def diff_drafts(a, b) -> DraftDiff:
         draft_vocab_a=ma.draft_vocab_size, draft_vocab_b=mb.draft_vocab_size, shared=len(shared),
         added=sorted(set(slot_b) - set(slot_a)), removed=sorted(set(slot_a) - set(slot_b)),
         moved=[{"target_id": t, "slot_a": slot_a[t], "slot_b": slot_b[t]} for t in moved],
-        lm_head=None,
+        lm_head=None, encoding_a=ea, encoding_b=eb,
     )
     ha, hb = _head(cka), _head(ckb)
     agree_a = agree_b = None
@@ -100,14 +107,36 @@ def diff_drafts(a, b) -> DraftDiff:
     return out
 
 
+def _reading(encoding: str) -> str:
+    """The reading a side's table is compared under: absolute ids as absolute, else offsets."""
+    return "absolute" if encoding == "absolute" else "offset"
+
+
+def encoding_change(d: DraftDiff, a: str = "A", b: str = "B") -> str | None:
+    """'A stores d2t as offsets, B as absolute ids' when exactly one side is absolute, else None."""
+    ea, eb = d.get("encoding_a"), d.get("encoding_b")
+    if (ea == "absolute") == (eb == "absolute"):
+        return None
+    say = {"absolute": "absolute ids", "offset": "offsets"}
+    return f"{a} stores d2t as {say.get(ea, ea)}, {b} as {say.get(eb, eb)}"
+
+
 def _verdict(d: DraftDiff) -> str:
     h = d["lm_head"]
+    change = encoding_change(d)
+    if change:
+        fixed = "B" if d["encoding_b"] == "absolute" else "A"
+        same = "the same target ids" if not d["moved"] and not d["added"] and not d["removed"] else "ids that differ"
+        return (f"encoding changed: {change} (each read as stored: {same}); serve {fixed} after "
+                f"d2t-lab fix {d['b'] if fixed == 'B' else d['a']} FIXED")
     if not d["moved"] and not d["added"] and not d["removed"]:
         return "same mapping"
     if h is None:
         return "mapping changed (lm_head rows not compared)"
     if h["agree_under_a"] > 0.5 and h["agree_under_a"] > h["agree_under_b"] + 0.25:
         return "mapping drift: the mapping was rebuilt but lm_head rows keep the old order"
+    if h["agree_under_a"] == 0 and h["agree_under_b"] == 0:
+        return "mapping changed; no moved id's lm_head row agrees under either mapping (0 % / 0 %): a retrained head"
     if h["agree_under_b"] >= h["agree_under_a"]:
         return "mapping changed and lm_head rows moved with it"
     return "mapping changed; lm_head rows match neither order well (retrained head)"
@@ -121,6 +150,16 @@ def check_drift(c: CheckContext, previous) -> None:
         c.add("mapping-drift", "info", f"not compared with the previous checkpoint: {e}", "nothing to do")
         return
     h = d["lm_head"]
+    change = encoding_change(d, "the previous checkpoint", "this one")
+    if change:  # not drift: the d2t encoding checks report the absolute table itself (and its fix)
+        fix_this = d["encoding_b"] == "absolute"
+        same = not d["moved"] and not d["added"] and not d["removed"]
+        c.add("mapping-drift", "info",
+              f"against {d['a']}: not drift but an encoding change ({change}); each read as stored, the tables map "
+              + ("the same target ids" if same else
+                 f"{len(d['moved']):,} ids to other slots, {len(d['added']):,} added, {len(d['removed']):,} removed"),
+              f"d2t-lab fix {d['b']} FIXED (d2t stored as offsets, what engines read)" if fix_this else "nothing to do")
+        return
     if d["verdict"].startswith("mapping drift"):
         c.add("mapping-drift", "error",
               f"against {d['a']}: {len(d['moved']):,} target ids moved to other draft slots, but lm_head rows for "

@@ -2,13 +2,14 @@
 
 A `Finding` is one problem (or fact) with a stable code, a severity (error / warning / info),
 one line saying what is wrong and one saying how to fix it. `CheckContext` is what every check
-function receives: the opened checkpoint, the engines asked about, the flat config and the
-findings so far.
+function receives: the opened checkpoint, the engines asked about (each at the release whose
+rules apply, `helpers.core.engines.EngineAt`), the flat config and the findings so far.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from helpers.core.engines import EngineAt, engine_at
 from helpers.io.checkpoint import Checkpoint
 
 SEVERITIES = ("error", "warning", "info")
@@ -37,9 +38,10 @@ class Findings(list):
     """The doctor's findings for one checkpoint and engine, errors first: a list of `Finding`
     that knows its checkpoint and engine, with the `doctor --json` object and the doctor's text."""
 
-    def __init__(self, findings=(), *, path=None, engine: str | None = None):
+    def __init__(self, findings=(), *, path=None, engine: str | None = None, versions=()):
         super().__init__(sorted(findings, key=lambda f: SEVERITIES.index(f.severity)))
         self.path, self.engine = path, engine
+        self.versions = tuple(versions)  # the EngineAt of each engine checked
 
     @property
     def counts(self) -> dict:
@@ -48,10 +50,12 @@ class Findings(list):
     def to_dict(self) -> dict:
         counts = self.counts
         return {"path": None if self.path is None else str(self.path), "engine": self.engine, "counts": counts,
-                "ok": counts["error"] == 0, "findings": [f.as_dict() for f in self]}
+                "ok": counts["error"] == 0, "findings": [f.as_dict() for f in self],
+                "engine_versions": [a.as_dict() for a in self.versions]}
 
     def report(self) -> str:
         lines = [f"{self.path} (engine: {self.engine})"]
+        lines += [f"  rules of {a.label}" + (f": {a.note}" if a.note else "") for a in self.versions]
         for f in self:
             lines.append(f"  {f.severity.upper():<8}{f.code:<28}{f.message}")
             if f.severity != "info" or f.fix != "nothing to do":
@@ -72,9 +76,15 @@ class CheckContext:
     findings so far (`add` appends one)."""
 
     ck: Checkpoint
-    engines: tuple[str, ...]
+    engines: tuple[str, ...]  # the engine keys, as the checks compare them
     cfg: dict
     findings: list[Finding] = field(default_factory=list)
+    at: dict = field(default_factory=dict)  # engine key -> EngineAt (default: the newest release read)
+
+    @property
+    def engine_list(self) -> list[EngineAt]:
+        """Each engine asked about at the release whose rules apply."""
+        return [self.at.get(e) or engine_at(e) for e in self.engines]
 
     def add(self, code, severity, message, fix):
         self.findings.append(Finding(code, severity, message, fix))

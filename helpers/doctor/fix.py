@@ -22,6 +22,7 @@ import torch
 
 from helpers.core.engines import (
     KeyInfo,
+    engines_at,
     engines_for,
     is_known_param,
     is_mapping_key,
@@ -85,7 +86,8 @@ def _target_name(info: KeyInfo, engine: str) -> str:
     if not is_known_param(info):
         return info.key
     if info.layout:
-        layout = "layers.0" if engine == "vllm" else "midlayer"
+        ats = engines_at(engine)
+        layout = ats[0].value("layout.write", "midlayer") if len(ats) == 1 else "midlayer"  # midlayer: every engine
         return f"{layout}.{info.name}"
     return info.name  # no "model." prefix: both engines accept the bare names
 

@@ -2,10 +2,12 @@
 
 `inspect(path)` returns an `Inspection`, a dict (the `inspect --json` object, from
 `inspect_path`) whose `report()` is the text the CLI prints and the dashboard shows;
-`mapping_verdict` is the one word figure captions use. Only the d2t/t2d tensors are read.
+`mapping_verdict` is the one word figure captions use. Only the d2t/t2d tensors are read (and
+config.json, for the draft's family: MLA or MHA attention, `helpers.core.engines.draft_family`).
 """
 from __future__ import annotations
 
+from helpers.core.engines import draft_family
 from helpers.io.checkpoint import load_mapping, open_checkpoint, read_mapping_tensors
 
 
@@ -38,6 +40,10 @@ class Inspection(dict):
         lines.append("")
         lines += [f"  - {e}" for e in r["evidence"]]
         lines += [f"  ! {e}" for e in r["reasons"]]
+        d = r.get("draft")
+        if d:
+            arch = ", ".join(d["architectures"]) or "no architectures"
+            lines.append(f"  draft: {d['attention'].upper()} attention (model_type {d['model_type'] or 'unset'}; {arch})")
         lines.append("  read: " + ", ".join(r["sources"]))
         lines += [f"  ignored: {f} ({why})" for f, why in r.get("ignored", {}).items()]
         return "\n".join(lines)
@@ -65,6 +71,7 @@ def inspect_path(path) -> dict:
     out["key_layout"] = ck.key_layout
     out["sources"] = m.sources
     out["ignored"] = dict(ck.ignored)
+    out["draft"] = draft_family(ck.config) if ck.config else None  # MLA (DeepSeek / Kimi family) or MHA
     if read_mapping_tensors(ck)[0] is None:
         out["evidence"] = [f"no d2t: the draft keeps the full target vocab ({m.draft_vocab_size:,} ids), "
                            "so the engines' identity mapping is right"] + list(out["evidence"])

@@ -6,6 +6,7 @@ Modules (import them by name; this file imports nothing):
 - `tensor_files`
 - `pt_files`
 - `remote`
+- `inputs`
 - `checkpoint`
 - `samples`
 - `prompts`
@@ -13,4 +14,4 @@ Modules (import them by name; this file imports nothing):
 - `mapping`
 """
 
-__all__ = ["tensor_files", "pt_files", "remote", "checkpoint", "samples", "prompts", "chat", "mapping"]
+__all__ = ["tensor_files", "pt_files", "remote", "inputs", "checkpoint", "samples", "prompts", "chat", "mapping"]

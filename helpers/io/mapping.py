@@ -132,11 +132,15 @@ class VocabMapping:
         self.t2d = _check_t2d(t2d, t2d_where, target_vocab_size)
         self.target_vocab_size = target_vocab_size
         lo, hi = int(self.d2t.min()), int(self.d2t.max())
-        if lo < 0:
-            i = int(torch.argmin(self.d2t))
+        # a negative entry is a valid offset when the draft vocab is not in target-id order (NeMo
+        # Automodel keeps it in frequency order): only a negative target id is impossible
+        offsets = self.d2t + torch.arange(self.d2t.numel(), dtype=self.d2t.dtype)
+        if lo < 0 and int(offsets.min()) < 0:
+            i = int(torch.argmin(offsets))
             raise BadInputError(
                 where,
-                f"d2t[{i}] = {lo} is negative: neither an offset nor an absolute id can be negative",
+                f"d2t[{i}] = {int(self.d2t[i])} is negative: neither an offset (target id {int(offsets[i])}) "
+                "nor an absolute id can be negative",
             )
         if target_vocab_size is not None and hi >= target_vocab_size:
             i = int(torch.argmax(self.d2t))
@@ -227,6 +231,9 @@ class VocabMapping:
         if self.is_all_zero:
             if v is not None and v == n and (self.t2d is None or bool(self.t2d.all())):
                 return Verdict("identity", tuple(ev + ["d2t is all zeros and the draft and target vocab sizes are equal"]))
+            if self.t2d is not None and off.matches_t2d:  # the N most frequent ids happen to be 0..N-1
+                return Verdict("identity", tuple(ev + [
+                    f"d2t is all zeros and t2d keeps exactly target ids 0..{n - 1:,}: draft id i is target id i"]))
             if v is None:
                 return Verdict(
                     "ambiguous",

@@ -9,8 +9,10 @@ Three record shapes are accepted, one JSON object per line (blank lines are skip
   `gpt`/`assistant`/`model`/`chatgpt`, `system`).
 
 Every record becomes a list of `{"role", "content"}` messages with roles `system`, `user`,
-`assistant`. A line that is not one of these is one `BadInputError` naming the file and line.
-Nothing here imports torch.
+`assistant`, and needs at least one user turn (a chat template has nothing to answer without
+one). A line that is not one of these, or is not UTF-8, is one `BadInputError` naming the file
+and line. `check_prompts` reads the whole file that way before anything heavy loads (the door:
+`helpers.model.preflight`). Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.core.errors import BadInputError
+from helpers.core.errors import BadInputError, clip
 
 _ANSWER_KEYS = ("response", "completion", "answer")
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -35,6 +37,7 @@ class Conversation:
 
     index: int
     messages: tuple[dict, ...]
+    line: int = 0  # 1-based line of the file it came from (0: not from a file)
 
     @property
     def has_answer(self) -> bool:
@@ -48,6 +51,11 @@ class Conversation:
         return msgs
 
 
+def _short(obj, n: int = 80) -> str:
+    """A record shown in a message: whole when short, else cut after a word with " ..."."""
+    return clip(json.dumps(obj, ensure_ascii=False), n)
+
+
 def _messages(obj, where: str, path: Path) -> list[dict]:
     if not isinstance(obj, dict):
         raise BadInputError(path, f"{where}: expected a JSON object, got {type(obj).__name__}")
@@ -59,7 +67,7 @@ def _messages(obj, where: str, path: Path) -> list[dict]:
         for m in raw:
             if not isinstance(m, dict) or m.get("role") not in _ROLES or not isinstance(m.get("content"), str):
                 raise BadInputError(path, f"{where}: each message needs a role (system, user, assistant) and a "
-                                    f"string content, got {json.dumps(m)[:80]}")
+                                    f"string content, got {_short(m)}")
             out.append({"role": m["role"], "content": m["content"]})
         return out
     if "conversations" in obj:
@@ -71,7 +79,7 @@ def _messages(obj, where: str, path: Path) -> list[dict]:
             role = _SHAREGPT_ROLES.get(str(m.get("from", "")).lower()) if isinstance(m, dict) else None
             if role is None or not isinstance(m.get("value"), str):
                 raise BadInputError(path, f"{where}: a ShareGPT turn needs 'from' (human, gpt, system) and a "
-                                    f"string 'value', got {json.dumps(m)[:80]}")
+                                    f"string 'value', got {_short(m)}")
             out.append({"role": role, "content": m["value"]})
         return out
     if "prompt" in obj:
@@ -88,29 +96,63 @@ def _messages(obj, where: str, path: Path) -> list[dict]:
                         f"(ShareGPT); got keys {sorted(obj)[:6]}")
 
 
+def _with_user_turn(msgs: list[dict], where: str, path: Path) -> list[dict]:
+    if not any(m["role"] == "user" for m in msgs):
+        roles = ", ".join(dict.fromkeys(m["role"] for m in msgs))
+        raise BadInputError(path, f"{where}: the conversation has no user turn (roles: {roles}); every record "
+                            "needs one for the chat template to answer")
+    return msgs
+
+
 def read_prompts(path: str | os.PathLike, max_records: int | None = None) -> Iterator[Conversation]:
     """Stream the records of a JSONL prompt file as `Conversation`s (at most `max_records`)."""
+    from helpers.io.inputs import input_path
+
+    input_path(path, "prompt file", kind="file")
     path = Path(path)
-    if not path.is_file():
-        raise BadInputError(path, "no such prompt file" if not path.exists() else "is not a file (expected JSONL)")
     index = 0
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
             if max_records is not None and index >= max_records:
                 return
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise BadInputError(path, f"line {lineno} is not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                                    f"{len(raw[:e.start].decode('utf-8', 'replace')) + 1}); save the prompt file as "
+                                    "UTF-8") from None
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
-                raise BadInputError(path, f"line {lineno} is not JSON ({e.msg})") from None
-            yield Conversation(index, tuple(_messages(obj, f"line {lineno}", path)))
+                raise BadInputError(path, f"line {lineno} is not JSON ({e.msg} at column {e.colno})") from None
+            msgs = _with_user_turn(_messages(obj, f"line {lineno}", path), f"line {lineno}", path)
+            yield Conversation(index, tuple(msgs), lineno)
             index += 1
 
 
 def count_prompts(path: str | os.PathLike, max_records: int | None = None) -> int:
     """How many records `read_prompts` yields (the file is validated on the way)."""
     return sum(1 for _ in read_prompts(path, max_records))
+
+
+def check_prompts(path, max_records: int | None = None, *, need_answer: bool = False,
+                  flag: str = "--max-prompts") -> int:
+    """The door for a prompt file: every record read (at most `max_records`, which must be at
+    least 1), each with a user turn and, when `need_answer` (teacher-forcing), an assistant
+    answer; returns how many. One `BadInputError` naming the file and line otherwise."""
+    if max_records is not None and int(max_records) < 1:
+        raise BadInputError(None, f"{flag} must be at least 1, got {max_records}")
+    n = 0
+    for rec in read_prompts(path, max_records):
+        if need_answer and not rec.has_answer:
+            raise BadInputError(path, f"line {rec.line}: the record has no assistant answer to teacher-force "
+                                "(pass --regenerate to let the target answer)")
+        n += 1
+    if n == 0:
+        raise BadInputError(path, "holds no prompt records (every line is blank)")
+    return n
 
 
 def file_sha256(path: str | os.PathLike) -> str:

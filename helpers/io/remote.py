@@ -16,7 +16,8 @@ spoken here directly.
 
 The cache (`cache_dir()`): `$D2T_LAB_CACHE`, else `$XDG_CACHE_HOME/d2t-lab/remote`, else
 `~/.cache/d2t-lab/remote`; one folder per URL holding `files/` (the mirror), `ranges/` (tensor
-bytes fetched so far) and the manifest. Online, the remote listing is read each time (sizes and
+bytes fetched so far), `whole/` (whole files, only from a server without range support) and the
+manifest. Online, the remote listing is read each time (sizes and
 ETags / LFS hashes) and a cached file is reused only when they are unchanged; with
 `D2T_LAB_OFFLINE=1` or `HF_HUB_OFFLINE=1`, or when the network fails, the cache alone is used.
 """
@@ -28,8 +29,10 @@ import os
 import re
 from pathlib import Path
 
-from helpers.core.errors import BadInputError
+from helpers.core.errors import BadInputError, clip
 
+TIMEOUT_ENV = "D2T_LAB_TIMEOUT"
+DEFAULT_TIMEOUT = 30.0  # seconds to connect, and between two reads of one answer
 SCHEMES = ("hf://", "http://", "https://")
 CACHE_ENV = "D2T_LAB_CACHE"
 OFFLINE_ENVS = ("D2T_LAB_OFFLINE", "HF_HUB_OFFLINE")
@@ -60,6 +63,32 @@ def offline() -> bool:
     return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on") for k in OFFLINE_ENVS)
 
 
+def timeout() -> float:
+    """Seconds every remote call waits to connect and between reads: `--timeout` (which sets
+    $D2T_LAB_TIMEOUT), else the default. A server that accepts and never answers ends here."""
+    try:
+        t = float(os.environ.get(TIMEOUT_ENV, "") or DEFAULT_TIMEOUT)
+    except ValueError:
+        raise BadInputError(None, f"${TIMEOUT_ENV} must be a number of seconds, got {os.environ[TIMEOUT_ENV]!r}") from None
+    if not t > 0:
+        raise BadInputError(None, f"--timeout must be a positive number of seconds, got {t:g}")
+    return t
+
+
+def set_timeout(seconds: float | None) -> None:
+    """`--timeout SECONDS` for this process and the processes it starts (None: unchanged)."""
+    if seconds is not None:
+        if not seconds > 0:
+            raise BadInputError(None, f"--timeout must be a positive number of seconds, got {seconds:g}")
+        os.environ[TIMEOUT_ENV] = repr(float(seconds))
+
+
+def _timed_out(e: BaseException) -> bool:
+    names = {c.__name__ for c in type(e).__mro__}
+    return bool(names & {"TimeoutError", "ServerTimeoutError", "ConnectionTimeoutError", "SocketTimeoutError",
+                         "ReadTimeout", "ConnectTimeout", "TimeoutException", "FSTimeoutError"})
+
+
 def hint(path: str) -> str | None:
     """'did you mean hf://ORG/REPO?' for a missing local path that looks like a Hub location."""
     s = str(path).strip()
@@ -78,26 +107,34 @@ def hint(path: str) -> str | None:
 class _Remote:
     """A remote folder on an fsspec filesystem: listing, range reads, whole reads."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, folder: Path | None = None):
         self.url = url.strip()
+        self.folder = folder  # the cache folder: where a whole file goes when the server has no range support
+        self.timeout = timeout()
         m = _HF.match(self.url)
         if self.url.lower().startswith("hf://"):
             if not m:
                 raise BadInputError(self.url, "is not a Hub location: expected hf://ORG/REPO[@REVISION][/SUBFOLDER]")
-            from huggingface_hub import HfFileSystem
+            from huggingface_hub import HfFileSystem, constants
 
+            secs = max(1, int(round(self.timeout)))  # the hub library reads these for every call
+            constants.HF_HUB_ETAG_TIMEOUT = constants.HF_HUB_DOWNLOAD_TIMEOUT = secs
             self.fs = HfFileSystem(token=os.environ.get("HF_TOKEN") or None, endpoint=os.environ.get("HF_ENDPOINT") or None)
             repo = f"{m['org']}/{m['repo']}" + (f"@{m['rev']}" if m["rev"] else "")
             self.target = repo + (f"/{m['sub'].strip('/')}" if m["sub"] and m["sub"].strip("/") else "")
             self.sep_base = self.target
         else:
+            import aiohttp
             from fsspec.implementations.http import HTTPFileSystem
 
             headers = {}
             token = os.environ.get("HF_TOKEN")
             if token and re.match(r"^https?://([\w-]+\.)*huggingface\.co(/|$)", self.url):
                 headers["Authorization"] = f"Bearer {token}"
-            self.fs = HTTPFileSystem(headers=headers) if headers else HTTPFileSystem()
+            limits = aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout,
+                                           sock_read=self.timeout)
+            # skip_instance_cache: a cached filesystem would keep an earlier call's timeout
+            self.fs = HTTPFileSystem(headers=headers, client_kwargs={"timeout": limits}, skip_instance_cache=True)
             self.target = self.url
         self.single = _looks_like_file(self.target)
         self.base = self.target.rsplit("/", 1)[0] if self.single else self.target.rstrip("/")
@@ -132,9 +169,9 @@ class _Remote:
             entries = self.fs.ls(self.base, detail=True)
         except FileNotFoundError:
             entries = []
-        except Exception:
-            if isinstance(self.fs, _hf_type()):
-                raise
+        except Exception as e:
+            if isinstance(self.fs, _hf_type()) or _timed_out(e):
+                raise  # a server that does not answer is not probed name by name
             entries = []  # many web servers give no folder listing: probe the usual names instead
         out: dict[str, dict | None] = {}
         for e in entries:
@@ -153,15 +190,65 @@ class _Remote:
         return out
 
     def read(self, name: str, start: int, end: int, size: int) -> bytes:
-        """Bytes [start, end) of a file, by a range request."""
+        """Bytes [start, end) of a file, by a range request (from a whole copy when the server
+        answers range requests with the whole file)."""
         if end <= start:
             return b""
-        with self.fs.open(self.path_of(name), "rb", block_size=1 << 16, cache_type="none", size=size) as f:
-            f.seek(start)
-            data = f.read(end - start)
+        whole = self._whole_path(name)
+        if whole is not None and whole.is_file() and whole.stat().st_size == size:
+            with open(whole, "rb") as f:
+                f.seek(start)
+                return f.read(end - start)
+        try:
+            with self.fs.open(self.path_of(name), "rb", block_size=1 << 16, cache_type="none", size=size) as f:
+                f.seek(start)
+                data = f.read(end - start)
+        except ValueError as e:
+            if "range" not in str(e).lower():
+                raise
+            return self._read_whole(name, start, end, size)
         if len(data) != end - start:
             raise BadInputError(self.path_of(name), f"the server sent {len(data):,} bytes for a {end - start:,}-byte range")
         return data
+
+
+    def _whole_path(self, name: str) -> Path | None:
+        return None if self.folder is None else self.folder / "whole" / name
+
+    def _read_whole(self, name: str, start: int, end: int, size: int) -> bytes:
+        """A server without range support (a plain `python -m http.server`): the whole file, once,
+        into the cache (a note on stderr says how big), then the bytes asked for from it."""
+        import sys
+        import tempfile
+
+        dst = self._whole_path(name)
+        if dst is None:
+            dst = Path(tempfile.mkdtemp(prefix="d2t-lab-whole-")) / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        print(f"note: {self.path_of(name)}: the server does not answer range requests; downloading the whole "
+              f"file once ({_size(size)})", file=sys.stderr, flush=True)
+        tmp = dst.with_name(dst.name + ".tmp")
+        with self.fs.open(self.path_of(name), "rb", block_size=0) as src, open(tmp, "wb") as out:
+            while True:
+                block = src.read(1 << 20)
+                if not block:
+                    break
+                out.write(block)
+        if tmp.stat().st_size != size:
+            got = tmp.stat().st_size
+            tmp.unlink()
+            raise BadInputError(self.path_of(name), f"the server sent {got:,} bytes of a {size:,}-byte file")
+        tmp.replace(dst)
+        with open(dst, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+
+
+def _size(n: int) -> str:
+    for unit, k in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def _relevant(name: str) -> bool:
@@ -228,13 +315,15 @@ def mirror(url: str, whole_limit: int | None = None) -> Path:
                                 "(D2T_LAB_OFFLINE / HF_HUB_OFFLINE): run the command once online")
         return _entry(folder, manifest)
     try:
-        remote = _Remote(url)
+        remote = _Remote(url, folder)
         listing = remote.listing()
     except BadInputError:
         raise
     except Exception as e:  # noqa: BLE001 - every library error becomes one line, or the cache
         if manifest is not None and _network_problem(e):
             return _entry(folder, manifest)
+        if _timed_out(e):
+            raise BadInputError(url, _no_answer()) from None
         if _network_problem(e):
             raise BadInputError(url, f"cannot be reached ({_say(e)[len('cannot be read ('):-1]}) and is not in the "
                                 f"cache ({folder})") from None
@@ -242,10 +331,22 @@ def mirror(url: str, whole_limit: int | None = None) -> Path:
     if not listing:
         raise BadInputError(url, "holds no checkpoint files (looked for config.json, *.safetensors, "
                             "d2t/t2d .npy/.pt, pytorch_model.bin)")
-    return _sync(remote, folder, manifest, listing, whole_limit)
+    try:
+        return _sync(remote, folder, manifest, listing, whole_limit)
+    except BadInputError as e:
+        raise BadInputError(url if e.path is None else e.path, e.problem) from None
+    except Exception as e:  # noqa: BLE001 - a read that failed half-way: one line, the cache as it was
+        raise BadInputError(url, _say(e)) from None
+
+
+def _no_answer() -> str:
+    return (f"the server did not answer within {timeout():g} s (--timeout SECONDS, or ${TIMEOUT_ENV}); "
+            "check the address or try again later")
 
 
 def _say(e: Exception) -> str:
+    if _timed_out(e):
+        return _no_answer()
     name = type(e).__name__
     status = getattr(getattr(e, "response", None), "status_code", None)
     if name in ("RepositoryNotFoundError", "GatedRepoError") or status in (401, 403, 404) and "/api/" in str(e):
@@ -255,8 +356,7 @@ def _say(e: Exception) -> str:
         return "cannot be read: no such revision"
     if isinstance(e, FileNotFoundError) or name == "EntryNotFoundError":
         return "no such file or folder on the server"
-    msg = " ".join(str(e).split())
-    return f"cannot be read ({name}: {msg[:117] + '...' if len(msg) > 120 else msg})"
+    return f"cannot be read ({name}: {clip(str(e), 120)})"
 
 
 def _sync(remote: _Remote, folder: Path, old: dict | None, listing: dict, whole_limit: int | None = None) -> Path:
@@ -323,6 +423,7 @@ def _write_stub(remote: _Remote, dst: Path, name: str, size: int) -> None:
 
 
 def _drop_ranges(folder: Path, name: str) -> None:
+    (folder / "whole" / name).unlink(missing_ok=True)
     for p in (folder / "ranges").glob(f"{name}.*.bin"):
         p.unlink(missing_ok=True)
 
@@ -364,7 +465,7 @@ def read_range(path, start: int, end: int) -> bytes:
     if offline():
         raise BadInputError(shown, f"bytes {start:,}-{end:,} are not in the cache and offline mode is on: run once online")
     try:
-        data = _Remote(m["url"]).read(path.name, start, end, int(m["files"][path.name]["size"]))
+        data = _Remote(m["url"], folder).read(path.name, start, end, int(m["files"][path.name]["size"]))
     except BadInputError:
         raise
     except Exception as e:  # noqa: BLE001

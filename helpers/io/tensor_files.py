@@ -128,6 +128,7 @@ class TensorStore:
         self._torch_cache: dict[Path, dict] = {}
         self._meta: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
         self._spans: dict[str, tuple[int, int]] = {}  # safetensors: name -> byte span in its file
+        self._read: dict[str, torch.Tensor] = {}  # tensors `read_all` holds, on the CPU as stored
         self.files: list[Path] = []
 
     # construction
@@ -203,10 +204,38 @@ class TensorStore:
     def file_of(self, name: str) -> Path:
         return self._where[name][0]
 
+    def read_all(self, names=None) -> None:
+        """Read `names` (default: every tensor) with one pass over each file; `get` then serves them
+        from memory until `release`. What a caller that needs a whole checkpoint uses, so each file
+        is opened once rather than once per tensor."""
+        by_file: dict[Path, list[str]] = {}
+        for n in (self.keys() if names is None else names):
+            if n not in self._read:
+                by_file.setdefault(self._where[n][0], []).append(n)
+        for path, group in by_file.items():
+            if self._where[group[0]][1] != "safetensors":
+                for n in group:
+                    self._read[n] = self.get(n)
+                continue
+            from safetensors import safe_open
+
+            try:
+                with safe_open(str(path), framework="pt", device="cpu") as f:
+                    for n in group:
+                        self._read[n] = f.get_tensor(n)
+            except Exception as e:
+                raise BadInputError(path, f"tensors cannot be read ({_safetensors_problem(str(e))})") from None
+
+    def release(self) -> None:
+        """Forget what `read_all` read."""
+        self._read.clear()
+
     def get(self, name: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> torch.Tensor:
         """Read one tensor (only that one) onto `device`, cast to `dtype` if given."""
         path, kind = self._where[name]
-        if kind == "remote":  # a stub of a remote file: only this tensor's bytes are fetched
+        if name in self._read:
+            t = self._read[name]
+        elif kind == "remote":  # a stub of a remote file: only this tensor's bytes are fetched
             t = self._from_bytes(name, *self._spans[name])
         elif kind == "safetensors":
             from safetensors import safe_open

@@ -34,7 +34,7 @@ import torch
 
 from helpers.core.distributed import SINGLE
 from helpers.core.errors import BadInputError
-from helpers.core.terms import READINGS
+from helpers.core.terms import READINGS, check_reading
 from helpers.io.samples import split_folders
 from helpers.measure.conclusion import (
     ENGINE_READING,
@@ -310,8 +310,7 @@ def _checked_readings(readings, steps: int, topk: int, samples, mask_at: str) ->
         raise ValueError("steps and topk must be at least 1")
     readings = list(dict.fromkeys(readings))
     for r in readings:
-        if r not in READINGS:
-            raise ValueError(f"unknown reading {r!r}; expected one of {READINGS}")
+        check_reading(r)
     if isinstance(samples, (str, os.PathLike)) and not Path(samples).exists():
         raise BadInputError(samples, "no such samples folder")
     return readings

@@ -9,8 +9,11 @@ Modules (import them by name; this file imports nothing):
 - `drafter`
 - `target`
 - `target_head`
+- `pair`
 - `fit`
+- `preflight`
 - `capture`
 """
 
-__all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "fit", "capture"]
+__all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "preflight",
+           "capture"]

@@ -25,9 +25,10 @@ from pathlib import Path
 import torch
 
 from helpers.core.distributed import SINGLE, Ranks, barrier, sum_counts
+from helpers.core.engines import aux_convention
 from helpers.core.errors import BadInputError
 from helpers.io.chat import encode_conversation, prompt_ids, uses_template
-from helpers.io.prompts import Conversation, count_prompts, file_sha256, read_prompts
+from helpers.io.prompts import Conversation, check_prompts, file_sha256, read_prompts
 from helpers.io.samples import sample_path, write_sample
 from helpers.model.target import (
     HiddenStateCapture,
@@ -90,8 +91,10 @@ def _manifest(target: Target, prompts: Path, engine: str, ids, ids_source: str, 
 
 
 def _check_resume(out: Path, manifest: dict) -> None:
+    """A folder holding samples of a capture with other settings is refused; a manifest with no
+    sample beside it (a run that failed before writing one) binds nothing and is replaced."""
     f = out / MANIFEST
-    if not f.is_file():
+    if not f.is_file() or not any(out.glob("rows_*/data_*.ckpt")):
         return
     try:
         old = json.loads(f.read_text())
@@ -167,8 +170,8 @@ def _sequences(target: Target, batch: list[Conversation], template: bool, regene
     if not regenerate:
         for rec in batch:
             if not rec.has_answer:
-                raise BadInputError(prompts, f"record {rec.index} has no assistant answer to teacher-force: pass "
-                                    "--regenerate to let the target answer")
+                raise BadInputError(prompts, f"line {rec.line}: the record has no assistant answer to teacher-force "
+                                    "(pass --regenerate to let the target answer)")
         return [encode_conversation(tok, rec.messages, template) for rec in batch]
     heads = [prompt_ids(tok, rec.prompt_messages(), template) for rec in batch]
     tails = _generate(target, heads, max_new_tokens)
@@ -189,8 +192,8 @@ def resolve_aux_ids(aux_layers, draft, engine: str) -> tuple[list[int] | None, s
     """The configured aux ids to use and where they came from: --aux-layers, the draft, the default."""
     if aux_layers:
         return [int(i) for i in aux_layers], "--aux-layers"
-    if draft:
-        ids = draft_aux_ids(draft)[engine]
+    if draft is not None and not (isinstance(draft, str) and not draft):
+        ids = draft_aux_ids(draft, engine)
         if ids:
             return ids, "the draft's config"
     return None, "engine default (2, L//2, L-3)"
@@ -205,8 +208,13 @@ def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=
     Under torchrun (`ranks`), batch k is rank k % world's; every rank writes its own files into
     the shared `out`, rank 0 the manifest, and the counts are summed over ranks."""
     prompts, out = Path(prompts), Path(out)
-    if engine not in ("sglang", "vllm"):
-        raise BadInputError(None, f"--engine must be sglang or vllm for a capture, got {engine!r}")
+    try:
+        known = aux_convention(engine) is not None
+    except ValueError as e:
+        raise BadInputError(None, f"--engine: {e}") from None
+    if not known:
+        raise BadInputError(None, f"--engine must name an engine whose aux-layer convention the kit has read "
+                            f"(sglang or vllm) for a capture, got {engine!r}")
     if batch_size < 1 or max_new_tokens < 1:
         raise BadInputError(None, "--batch-size and --max-new-tokens must be at least 1")
     if draft:
@@ -216,9 +224,7 @@ def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=
     ids, source = resolve_aux_ids(aux_layers, draft, engine)
     layers = target.aux_layers(engine, ids)
     template = uses_template(target.tokenizer, chat_template)
-    records = count_prompts(prompts, max_samples)
-    if records == 0:
-        raise BadInputError(prompts, "holds no prompt records")
+    records = check_prompts(prompts, max_samples, need_answer=not regenerate, flag="--max-prompts")
     manifest = _manifest(target, prompts, engine, ids, source, layers, regenerate, max_new_tokens, chat_template,
                          template, max_samples, records, draft)
     if out.exists() and not out.is_dir():

@@ -7,9 +7,12 @@ arithmetic: the model itself is in `helpers.model.draft` and `helpers.model.laye
 
 The producer options (docs/producer-variants.md) are read per producer, recorded in `producer`:
 a nested config (`transformer_layer_config` / `speculators_model_type`) is speculators', a flat
-one SpecForge's (SGLang's and EAGLE's flat configs read the same way). `norm_output` means two
+one with architectures `LlamaEagle3DraftModel` NeMo Automodel's, any other flat one SpecForge's
+(SGLang's and EAGLE's flat configs read the same way). A config with `kv_lora_rank` is an MLA
+draft (`attention == "mla"`: SGLang's kimi_k25_eagle3 and NeMo's DeepSeek draft). `norm_output` means two
 things: SpecForge's switches the final norm before lm_head (`final_norm`, default true);
-speculators' feeds the normed state back between steps (`feed_normed`). Switches the forward
+speculators', NeMo's and the MLA drafts' (SGLang kimi_k25_eagle3) feed the normed state back
+between steps (`feed_normed`). Switches the forward
 does not model are refused with one `BadInputError` when they would change it; those a
 producer ignores are collected in `ignored` (load_draft warns about each).
 """
@@ -24,6 +27,9 @@ from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import flat_config
 
 ROPE_TYPES = ("default", "linear", "llama3")
+MLA_ROPE_TYPES = ("default", "yarn")
+NEMO_ARCH = "LlamaEagle3DraftModel"  # NeMo Automodel's exported draft config (Llama and MLA drafts alike)
+MLA_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v2", "kimi_k25")
 
 
 @dataclass
@@ -52,6 +58,14 @@ class DraftConfig:
     attention_bias: bool = False  # q/k/v/o_proj biases
     sliding_window: int | None = None  # the decoder layer's window (speculators layer_types)
     tie_word_embeddings: bool = False
+    attention: str = "gqa"  # "gqa" (Llama/Qwen3 q/k/v) or "mla" (DeepSeek-V3 latent attention)
+    q_lora_rank: int | None = None  # MLA: q's LoRA rank (None: one q_proj)
+    kv_lora_rank: int | None = None  # MLA: the kv latent's width
+    qk_nope_head_dim: int | None = None  # MLA: per-head q/k part without RoPE
+    qk_rope_head_dim: int | None = None  # MLA: per-head q/k part with RoPE (one shared key head)
+    v_head_dim: int | None = None  # MLA: per-head value width
+    rope_interleave: bool = True  # MLA: RoPE rotates adjacent pairs (DeepSeek's layout)
+    yarn_scale: bool = True  # MLA + YaRN: softmax scale x mscale(factor, mscale_all_dim)^2 (NeMo: no)
     ignored: list[str] = field(default_factory=list)  # switches set but without effect on the forward
 
     @classmethod
@@ -74,7 +88,8 @@ class DraftConfig:
         head_dim = flat.get("head_dim") or H // heads
         vocab = need("vocab_size")
         draft_vocab = flat.get("draft_vocab_size") or vocab
-        rope_theta, scaling = _rope_from(flat, where)
+        mla = _mla_fields(cfg, flat, where) if is_mla(cfg) else {}
+        rope_theta, scaling = _rope_from(flat, where, MLA_ROPE_TYPES if mla else ROPE_TYPES)
         eagle = flat.get("eagle_config") or {}
         aux = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
         aux = aux or flat.get("eagle_aux_hidden_state_layer_ids")  # speculators keeps it at the top
@@ -94,13 +109,54 @@ class DraftConfig:
             max_position_embeddings=int(flat.get("max_position_embeddings") or 2048),
             aux_layer_ids=list(aux) if aux else None,
             architectures=list(cfg.get("architectures") or []),
-            **_variant_fields(cfg, flat, where),
+            **(_variant_fields(cfg, flat, where) | mla),
         )
 
 
 def is_speculators(cfg: dict) -> bool:
     """A speculators config (nested `transformer_layer_config`), not a flat SpecForge/SGLang one."""
     return isinstance(cfg.get("transformer_layer_config"), dict) or "speculators_model_type" in cfg
+
+
+def is_mla(cfg: dict) -> bool:
+    """An MLA draft: the config sets kv_lora_rank (vLLM's test; SGLang's kimi_k25_eagle3 and NeMo's
+    DeepSeek draft both write it with model_type kimi_k2 / deepseek_v3)."""
+    flat = flat_config(cfg)
+    return bool(flat.get("kv_lora_rank"))
+
+
+def _mla_fields(cfg: dict, flat: dict, where) -> dict:
+    """The MLA attention's sizes (DeepSeek-V3 names) and the EAGLE-3.1 flags of MLA drafts.
+
+    SGLang's kimi_k25_eagle3 (0.5.13+) and NeMo Automodel both compute logits from the normed
+    state; `norm_output: true` feeds that normed state to the next step (SGLang: the aux it returns;
+    NeMo: the forward's output), as speculators' does. NeMo's draft (architectures
+    `LlamaEagle3DraftModel`) leaves YaRN's mscale out of the softmax scale; SGLang and transformers
+    apply it.
+    """
+    def need(key):
+        v = flat.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise BadInputError(where, f"an MLA draft config needs a positive integer {key!r} (got {v!r})")
+        return v
+
+    q_lora = flat.get("q_lora_rank")
+    if q_lora is not None and (not isinstance(q_lora, int) or isinstance(q_lora, bool) or q_lora <= 0):
+        raise BadInputError(where, f"q_lora_rank is {q_lora!r}, expected a positive integer or null")
+    kind = flat.get("model_type")
+    if kind is not None and kind not in MLA_MODEL_TYPES:
+        raise BadInputError(where, f"sets kv_lora_rank (an MLA draft) but model_type is {kind!r} "
+                            f"(expected one of {', '.join(MLA_MODEL_TYPES)})")
+    if flat.get("norm_before_fc"):
+        raise BadInputError(where, "norm_before_fc: true on an MLA draft: neither SGLang's kimi_k25_eagle3 nor "
+                            "vLLM's deepseek_eagle3 models it")
+    nemo = NEMO_ARCH in (cfg.get("architectures") or [])
+    return {"attention": "mla", "q_lora_rank": q_lora, "kv_lora_rank": need("kv_lora_rank"),
+            "qk_nope_head_dim": need("qk_nope_head_dim"), "qk_rope_head_dim": need("qk_rope_head_dim"),
+            "v_head_dim": need("v_head_dim"), "rope_interleave": bool(flat.get("rope_interleave", True)),
+            "yarn_scale": not nemo, "producer": "nemo" if nemo else "sglang-mla",
+            "fc_norm": bool(flat.get("fc_norm", False)), "final_norm": True,
+            "feed_normed": bool(flat.get("norm_output", False)), "ignored": []}
 
 
 def _variant_fields(cfg: dict, flat: dict, where) -> dict:
@@ -113,6 +169,10 @@ def _variant_fields(cfg: dict, flat: dict, where) -> dict:
     tie = bool(cfg.get("tie_word_embeddings", False))
     if is_speculators(cfg):
         return _speculators_fields(cfg, flat, where) | {"tie_word_embeddings": tie}
+    if NEMO_ARCH in (cfg.get("architectures") or []):
+        # NeMo Automodel (draft_llama.py): logits always from norm(h); norm_output feeds norm(h) on
+        return {"producer": "nemo", "fc_norm": bool(flat.get("fc_norm", False)), "final_norm": True,
+                "feed_normed": bool(flat.get("norm_output", False)), "tie_word_embeddings": tie, "ignored": []}
     ignored = []
     for key in ("norm_before_fc", "attention_bias", "use_sliding_window"):
         if flat.get(key):
@@ -149,7 +209,7 @@ def _speculators_fields(cfg: dict, flat: dict, where) -> dict:
             "attention_bias": bool(layer.get("attention_bias", False)), "sliding_window": window}
 
 
-def _rope_from(flat: dict, where) -> tuple[float, dict | None]:
+def _rope_from(flat: dict, where, types=ROPE_TYPES) -> tuple[float, dict | None]:
     """rope_theta and the scaling dict (None for plain RoPE); unknown types refused by name."""
     params = flat.get("rope_parameters") if isinstance(flat.get("rope_parameters"), dict) else {}
     theta = float(flat.get("rope_theta") or params.get("rope_theta") or 10000.0)
@@ -159,8 +219,8 @@ def _rope_from(flat: dict, where) -> tuple[float, dict | None]:
     if not isinstance(scaling, dict):
         raise BadInputError(where, f"rope_scaling is {scaling!r}, expected a dict")
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind not in ROPE_TYPES:
-        raise BadInputError(where, f"rope_scaling type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+    if kind not in types:
+        raise BadInputError(where, f"rope_scaling type {kind!r} is not supported (supported: {', '.join(types)})")
     if kind == "default":
         return theta, None
     if not isinstance(scaling.get("factor"), (int, float)) or scaling["factor"] <= 0:

@@ -46,9 +46,9 @@ from helpers.io.checkpoint import (
     read_mapping_tensors,
 )
 from helpers.io.mapping import VocabMapping, to_target_ids
-from helpers.model.config import DraftConfig, rope_inv_freq
+from helpers.model.config import DraftConfig
 from helpers.model.keys import canonical_keys, check_keys, expected_shapes
-from helpers.model.layer import DecoderLayer, RMSNorm
+from helpers.model.layer import DecoderLayer, DraftKV, RMSNorm
 
 
 # -- model ------------------------------------------------------------------------------------------
@@ -68,16 +68,12 @@ class Eagle3Draft(nn.Module):
         self.mapping: VocabMapping | None = None
         self.d2t: torch.Tensor | None = None  # [draft_vocab] int64 on the model's device
         self.source: str | None = None
+        self.checkpoint: Checkpoint | None = None  # what load_draft read it from (config, keys)
+        self.embed_stored = True
 
     def set_mapping(self, mapping: VocabMapping | None) -> None:
         self.mapping = mapping
         self.d2t = None if mapping is None else mapping.d2t.to(self.lm_head.weight.device)
-
-    def _rope(self, positions, dtype):
-        inv = rope_inv_freq(self.config).to(positions.device)
-        ang = positions.float()[:, None] * inv[None, :]  # [T, d/2]
-        emb = torch.cat([ang, ang], dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
 
     def _check(self, aux_hidden, next_ids):
         Ht3 = 3 * self.config.target_hidden_size
@@ -93,6 +89,17 @@ class Eagle3Draft(nn.Module):
         elif self.input_norm is not None:
             aux = self.input_norm(aux)
         return self.fc(aux)
+
+    def step(self, h, emb, positions, kv: DraftKV, anchor=None):
+        """One pass of the layer and the head -> (state fed to the next step, logits [B, m, draft_vocab]).
+
+        h, emb [B, m, H]; RoPE `positions` [m]; `anchor` None for step 0 (the queries extend the
+        cache `kv`), else each query's step-0 position (a drafting step; helpers.model.layer).
+        """
+        h = self.midlayer(h, emb, positions, kv, anchor)  # [B, m, H], pre-norm output
+        normed = self.norm(h) if self.config.final_norm or self.config.feed_normed else h
+        logits = self.lm_head(normed)
+        return (normed if self.config.feed_normed else h), logits  # speculators / MLA norm_output: feed norm(h)
 
     def forward(self, aux_hidden, next_ids, attention_mask=None):
         """aux_hidden [B,T,3Ht], next_ids [B,T] (target id of token t+1) -> logits [B,T,draft_vocab]."""
@@ -115,15 +122,11 @@ class Eagle3Draft(nn.Module):
         h = self.project(aux_hidden.to(dt))  # [B, T, H]
         ids = next_ids
         pos = torch.arange(T, device=h.device)
-        cache: list = []
+        kv = DraftKV(attention_mask)
         out = []
         for j in range(steps):
-            cos, sin = self._rope(pos + j, dt)
-            h = self.midlayer(h, self.embed_tokens(ids), cos, sin, cache, attention_mask)
-            normed = self.norm(h) if self.config.final_norm or self.config.feed_normed else h
-            logits = self.lm_head(normed)  # [B, T, draft_vocab]
-            h = normed if self.config.feed_normed else h  # speculators norm_output: feed norm(h)
-            out.append(logits)
+            h, logits = self.step(h, self.embed_tokens(ids), pos + j, kv, anchor=pos if j else None)
+            out.append(logits)  # [B, T, draft_vocab]
             if j + 1 < steps:
                 if teacher_forcing:
                     ids = F.pad(next_ids[:, j + 1:], (0, j + 1))
@@ -135,16 +138,31 @@ class Eagle3Draft(nn.Module):
         return out
 
 
+def pick_tokens(logits: torch.Tensor, topk: int, sample: bool = False, temperature: float = 1.0, generator=None):
+    """Per row of draft logits [r, V]: (draft ids [r, k], their log-probs [r, k], probs [r, V] or None).
+
+    Greedy: the `topk` most probable ids. `sample`: one id drawn from softmax(logits / temperature)
+    (speculative sampling), whose distribution is returned for the rejection rule.
+    """
+    if sample:
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        ids = torch.multinomial(probs, 1, generator=generator)
+        return ids, probs.gather(1, ids).clamp_min(1e-30).log(), probs
+    lp, ids = torch.log_softmax(logits.float(), dim=-1).topk(topk, dim=-1)
+    return ids, lp, None
+
+
 # -- loading ----------------------------------------------------------------------------------------
 def _open(path, draft_config=None) -> tuple[Checkpoint, DraftConfig, dict[str, str]]:
     """The checkpoint, its `DraftConfig` (from `draft_config` when given, else its config.json)
-    and its weight keys by canonical name."""
-    ck = open_checkpoint(path)
+    and its weight keys by canonical name. `path` may be a `Checkpoint` already open."""
+    ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     if draft_config:
         cfg = DraftConfig.from_dict(read_config(draft_config), source=Path(draft_config))
         return ck, cfg, canonical_keys(ck)
     if ck.config is None:
-        raise BadInputError(path, "has no config.json next to the weights: the draft's shapes are needed; pass "
+        raise BadInputError(ck.origin or ck.path if isinstance(path, Checkpoint) else path,
+                            "has no config.json next to the weights: the draft's shapes are needed; pass "
                             "--draft-config FILE (the draft config the trainer was given, e.g. SpecForge's "
                             "--draft-model-config)")
     cfg = DraftConfig.from_dict(ck.config, source=ck.config_path)
@@ -152,7 +170,7 @@ def _open(path, draft_config=None) -> tuple[Checkpoint, DraftConfig, dict[str, s
 
 
 def _embed_source(embed_from) -> tuple[Checkpoint, str]:
-    ck = open_checkpoint(embed_from)
+    ck = embed_from if isinstance(embed_from, Checkpoint) else open_checkpoint(embed_from)
     for name in ("embed_tokens.weight", "model.embed_tokens.weight"):
         k = ck.tensors.find(name)
         if k is not None:
@@ -161,16 +179,19 @@ def _embed_source(embed_from) -> tuple[Checkpoint, str]:
 
 
 def estimate_load_bytes(path, dtype=None, embed_from=None, draft_config=None) -> int:
-    """Bytes the loaded draft takes on the device in `dtype` (from tensor shapes, nothing read)."""
-    dtype = dtype or torch.float32
+    """Bytes the loaded draft takes on the device in `dtype` (from tensor shapes, nothing read).
+
+    `path` and `embed_from` may be `Checkpoint`s already open (nothing is opened again)."""
     ck, cfg, keys = _open(path, draft_config)
-    n = 0
-    for canon, k in keys.items():
-        numel = math.prod(ck.tensors.shape(k))
-        n += numel * dtype.itemsize
+    embed = _embed_source(embed_from) if "embed_tokens.weight" not in keys and embed_from is not None else None
+    return _load_bytes(ck, cfg, keys, embed, dtype or torch.float32)
+
+
+def _load_bytes(ck: Checkpoint, cfg: DraftConfig, keys: dict[str, str], embed, dtype) -> int:
+    n = sum(math.prod(ck.tensors.shape(k)) for k in keys.values()) * dtype.itemsize
     if "embed_tokens.weight" not in keys:
-        if embed_from is not None:
-            eck, ek = _embed_source(embed_from)
+        if embed is not None:
+            eck, ek = embed
             n += math.prod(eck.tensors.shape(ek)) * dtype.itemsize
         else:
             n += cfg.vocab_size * cfg.hidden_size * dtype.itemsize
@@ -178,9 +199,12 @@ def estimate_load_bytes(path, dtype=None, embed_from=None, draft_config=None) ->
 
 
 def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None) -> Eagle3Draft:
-    """Load an EAGLE-3 draft (SGLang/SpecForge or speculators layout) onto `device` in `dtype`.
+    """Load an EAGLE-3 draft (SGLang/SpecForge, speculators, NeMo; Llama or MLA layer) onto `device`.
 
-    Tensors are read one at a time straight to the device in `dtype`. `embed_from` names a
+    `path` is a folder / file / URL, or a `Checkpoint` already open (`open_checkpoint`): its files
+    are then not opened again; each weights file is read in one pass (`TensorStore.read_all`),
+    and the loaded model keeps the `Checkpoint` as `.checkpoint` for whoever needs its config.
+    Tensors are cast to `dtype` on `device`. `embed_from` names a
     folder/file holding the target's `embed_tokens.weight` when the draft has none;
     `draft_config` a config.json for a checkpoint that has none beside it (a SpecForge trainer
     step folder keeps only `training_state.pt`).
@@ -219,28 +243,39 @@ def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None
             raise BadInputError(
                 src.tensors.file_of(k), f"{k} has shape {list(got)} but the config implies {list(shape)}"
             )
-    need = estimate_load_bytes(path, dtype, embed_from, draft_config)
+    need = _load_bytes(ck, cfg, keys, sources.get("embed_tokens.weight") if "embed_tokens.weight" not in keys
+                       else None, dtype)
     free = available_bytes(device)
     if free is not None and need > free:
         raise BadInputError(
-            path, f"loading needs about {need / 2**30:.2f} GiB on {device} in {dtype} but only "
+            ck.origin or ck.path, f"loading needs about {need / 2**30:.2f} GiB on {device} in {dtype} but only "
             f"{free / 2**30:.2f} GiB is free",
         )
     with torch.device("meta"):
         model = Eagle3Draft(cfg)
-    state = {name: src.tensors.get(k, device, dtype) for name, (src, k) in sources.items()}
-    state.update({name: torch.ones(expected[name], device=device, dtype=dtype) for name in ones})
-    model.load_state_dict(state, assign=True, strict=True)
-    model.eval()
-    d2t, _, _ = read_mapping_tensors(ck)
-    mapping = None
-    if d2t is not None:
-        mapping = load_mapping(ck)
-        if mapping.draft_vocab_size != cfg.draft_vocab_size:
-            raise BadInputError(
-                mapping.sources[0] if mapping.sources else path,
-                f"d2t has {mapping.draft_vocab_size:,} entries but lm_head has {cfg.draft_vocab_size:,} rows",
-            )
+    mine = [k for src, k in sources.values() if src is ck]
+    ck.tensors.read_all(mine + [k for k in (ck.tensors.find("d2t"), ck.tensors.find("t2d")) if k])
+    try:
+        state = {name: src.tensors.get(k, device, dtype) for name, (src, k) in sources.items()}
+        state.update({name: torch.ones(expected[name], device=device, dtype=dtype) for name in ones})
+        model.load_state_dict(state, assign=True, strict=True)
+        model.eval()
+        d2t, _, _ = read_mapping_tensors(ck)
+        mapping = None
+        if d2t is not None:
+            mapping = load_mapping(ck)
+            if mapping.draft_vocab_size != cfg.draft_vocab_size:
+                raise BadInputError(
+                    mapping.sources[0] if mapping.sources else ck.path,
+                    f"d2t has {mapping.draft_vocab_size:,} entries but lm_head has {cfg.draft_vocab_size:,} rows",
+                )
+    finally:
+        ck.tensors.release()
     model.set_mapping(mapping)
-    model.source = str(path).strip() if remote.is_remote(path) else os.fspath(Path(path))
+    model.checkpoint = ck
+    model.embed_stored = "embed_tokens.weight" in keys  # False: borrowed from embed_from
+    if isinstance(path, Checkpoint):
+        model.source = ck.origin or os.fspath(ck.path)
+    else:
+        model.source = str(path).strip() if remote.is_remote(path) else os.fspath(Path(path))
     return model

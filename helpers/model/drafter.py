@@ -11,7 +11,8 @@ after every verification. Nothing already in the cache is recomputed.
 - depth 1: the `topk` most probable draft tokens of step 0's output;
 - depth d + 1: the `topk` beam nodes of depth d (best cumulative draft probability) are fed
   (their token's embedding, their parent's output state, RoPE position n - 1 + d), each query
-  seeing the context's step-0 keys and the keys of its own ancestors; each gives `topk` children;
+  seeing the context's step-0 keys (anchored at n - 1: `helpers.model.layer.context_allowed`,
+  the one sliding-window rule) and the keys of its own ancestors; each gives `topk` children;
 - kept: the `draft_tokens - 1` candidates of highest cumulative probability (SGLang's
   `--speculative-num-draft-tokens` counts the root), which is always a tree.
 
@@ -25,13 +26,14 @@ fed to the draft clamped into range, as `Eagle3Draft.draft_steps` does.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 
 from helpers.io.mapping import to_target_ids
+from helpers.model.draft import pick_tokens
+from helpers.model.layer import DraftKV
 
 
 @dataclass
@@ -60,20 +62,19 @@ class Proposal:
 
 
 class Drafter:
-    """An `Eagle3Draft` with a step-0 KV cache over the verified positions of one sequence."""
+    """An `Eagle3Draft` with a step-0 KV cache over the verified positions of one sequence.
+
+    Every forward is `Eagle3Draft.step` (the layer and head `draft_steps` uses): the drafter only
+    chooses what to feed and keeps the cache (`helpers.model.layer.DraftKV`).
+    """
 
     def __init__(self, model, reading: str = "offset"):
         self.model, self.reading = model, reading
         self.d2t = model.d2t if model.d2t is not None else None
-        self.layer = model.midlayer
-        self.attn = self.layer.self_attn
-        cfg = model.config
-        self.final_norm, self.feed_normed = cfg.final_norm, cfg.feed_normed
-        self.window = cfg.sliding_window
-        self.vocab = cfg.vocab_size
+        self.vocab = model.config.vocab_size
         self.dtype = model.fc.weight.dtype
         self.device = model.fc.weight.device
-        self.k0 = self.v0 = None  # [1, nh, n, d]
+        self.kv = DraftKV()  # context keys/values [1, heads, n, d]
         self.h_last = None  # [1, 1, H]: step 0's output at the last verified position
         self.logits_last = None  # [draft_vocab] float
         self.forwards = 0
@@ -81,37 +82,19 @@ class Drafter:
 
     @property
     def length(self) -> int:
-        return 0 if self.k0 is None else int(self.k0.shape[2])
+        return self.kv.length
 
     def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft ids -> target ids under the reading; -1 where that lands outside the target vocab."""
         ids = to_target_ids(draft_ids, self.d2t, self.reading if self.d2t is not None else "none")
         return torch.where((ids >= 0) & (ids < self.vocab), ids, torch.full_like(ids, -1))
 
-    def _rope(self, positions: torch.Tensor):
-        return self.model._rope(positions, self.dtype)
-
-    def _layer(self, h, emb, positions, past_k, past_v, allowed):
-        """One pass of the draft layer: queries for `h`/`emb` over past keys + their own keys."""
+    def _step(self, h, emb, positions, anchor=None):
         t0 = time.perf_counter()
-        layer, attn = self.layer, self.attn
-        hn = layer.hidden_norm(h)
-        residual = hn if layer.norm_before_residual else h
-        x = torch.cat([layer.input_layernorm(emb), hn], dim=-1)
-        cos, sin = self._rope(positions)
-        q, k, v = attn._qkv(x, cos, sin)  # [1, nh, m, d]
-        keys = k if past_k is None else torch.cat([past_k, k], dim=2)
-        vals = v if past_v is None else torch.cat([past_v, v], dim=2)
-        s = (q @ keys.transpose(-1, -2)).float() / math.sqrt(attn.d)
-        s = s.masked_fill(~allowed, torch.finfo(torch.float32).min)
-        out = (torch.softmax(s, dim=-1).to(vals.dtype) @ vals).transpose(1, 2).reshape(1, q.shape[2], -1)
-        h = residual + attn.o_proj(out)
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
-        normed = self.model.norm(h) if self.final_norm or self.feed_normed else h
-        logits = self.model.lm_head(normed)
+        h, logits = self.model.step(h, emb, positions, self.kv, anchor)
         self.forwards += 1
         self.seconds += time.perf_counter() - t0  # model time only: what the loop around it costs is overhead
-        return (normed if self.feed_normed else h), logits, k, v
+        return h, logits
 
     @torch.inference_mode()
     def extend(self, aux: torch.Tensor, next_ids: torch.Tensor) -> None:
@@ -121,32 +104,15 @@ class Drafter:
         h = self.model.project(aux.to(self.device, self.dtype))
         emb = self.model.embed_tokens(next_ids.to(self.device))
         self.seconds += time.perf_counter() - t0
-        pos = torch.arange(n, n + m, device=self.device)
-        kpos = torch.arange(n + m, device=self.device)
-        allowed = kpos[None, :] <= pos[:, None]
-        if self.window is not None:
-            allowed &= kpos[None, :] > pos[:, None] - self.window
-        h, logits, k, v = self._layer(h, emb, pos, self.k0, self.v0, allowed)
-        self.k0 = k if self.k0 is None else torch.cat([self.k0, k], dim=2)
-        self.v0 = v if self.v0 is None else torch.cat([self.v0, v], dim=2)
+        h, logits = self._step(h, emb, torch.arange(n, n + m, device=self.device))
         self.h_last, self.logits_last = h[:, -1:], logits[0, -1].float()
-
-    def _pick(self, logits: torch.Tensor, topk: int, sample: bool, temperature: float, gen):
-        """Per row of logits [r, V]: (ids [r, k], log-probs [r, k], probs [r, V] or None)."""
-        if sample:
-            probs = torch.softmax(logits.float() / temperature, dim=-1)
-            ids = torch.multinomial(probs, 1, generator=gen)
-            return ids, probs.gather(1, ids).clamp_min(1e-30).log(), probs
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        lp, ids = logp.topk(topk, dim=-1)
-        return ids, lp, None
 
     @torch.inference_mode()
     def propose(self, root_token: int, steps: int, topk: int, draft_tokens: int, *, sample: bool = False,
                 temperature: float = 1.0, generator=None) -> Proposal:
         """Draft a tree (see the module docstring) after the root token `root_token`."""
         n = self.length
-        ids, lp, probs = self._pick(self.logits_last[None], topk, sample, temperature, generator)
+        ids, lp, probs = pick_tokens(self.logits_last[None], topk, sample, temperature, generator)
         # candidates: cumulative log-prob, parent candidate (0 = root), depth, draft id
         c_score, c_parent, c_depth, c_draft = [0.0], [-1], [0], [-1]
         c_q: dict = {}
@@ -156,28 +122,15 @@ class Drafter:
                 c_q[len(c_score) - 1] = probs[0]
         beam = list(range(1, len(c_score)))  # depth-1 candidates (topk of them) are the first beam
         beam_h = self.h_last.expand(1, len(beam), -1)  # each beam node's parent output
-        fed: list[int] = []  # candidates whose keys are in fed_k / fed_v, in order
-        fed_k = fed_v = None
+        self.kv.end_chain()
         for d in range(1, steps):
             m = len(beam)
             toks = self.target_ids(torch.tensor([c_draft[b] for b in beam], device=self.device))
             emb = self.model.embed_tokens(toks.clamp(0, self.vocab - 1))[None]
-            pos = torch.full((m,), n - 1 + d, device=self.device)
-            # each query sees every context key, and among the fed nodes its ancestors and itself
-            anc = [set(self._ancestors(b, c_parent)) for b in beam]
-            seen = fed + beam
-            tree = torch.tensor([[f in a for f in seen] for a in anc], device=self.device)
-            allowed = torch.cat([torch.ones(m, n, dtype=torch.bool, device=self.device), tree], dim=1)
-            if self.window is not None:
-                kpos = torch.arange(n, device=self.device)
-                allowed[:, :n] &= kpos[None, :] > (n - 1 + d) - self.window
-            h, logits, k, v = self._layer(beam_h, emb, pos, torch.cat([self.k0, fed_k], 2) if fed_k is not None
-                                          else self.k0, torch.cat([self.v0, fed_v], 2) if fed_v is not None
-                                          else self.v0, allowed)
-            fed += beam
-            fed_k = k if fed_k is None else torch.cat([fed_k, k], dim=2)
-            fed_v = v if fed_v is None else torch.cat([fed_v, v], dim=2)
-            ids, lp, probs = self._pick(logits[0], topk, sample, temperature, generator)
+            # row r of the chain cache holds beam[r]'s ancestors: each query sees the context and its ancestors
+            h, logits = self._step(beam_h, emb, torch.full((m,), n - 1 + d, device=self.device),
+                                   anchor=torch.full((m,), n - 1, device=self.device))
+            ids, lp, probs = pick_tokens(logits[0], topk, sample, temperature, generator)
             base = torch.tensor([c_score[b] for b in beam], device=lp.device)
             scores = (base[:, None] + lp).flatten()
             first = len(c_score)
@@ -188,7 +141,10 @@ class Drafter:
                         c_q[len(c_score) - 1] = probs[row]
             best = scores.topk(min(topk, scores.numel())).indices.tolist()
             beam = [first + j for j in best]
-            beam_h = h[:, [j // ids.shape[1] for j in best]]
+            parents = [j // ids.shape[1] for j in best]
+            beam_h = h[:, parents]
+            self.kv.reorder(torch.tensor(parents, device=self.device))
+        self.kv.end_chain()
         kept = self._keep(c_score, draft_tokens)
         index = {0: 0}
         for c in kept:

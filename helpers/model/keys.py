@@ -68,18 +68,40 @@ def expected_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
         "embed_tokens.weight": (cfg.vocab_size, H),
         m + "hidden_norm.weight": (H,), m + "input_layernorm.weight": (H,),
         m + "post_attention_layernorm.weight": (H,),
-        m + "self_attn.q_proj.weight": (q, 2 * H), m + "self_attn.k_proj.weight": (kv, 2 * H),
-        m + "self_attn.v_proj.weight": (kv, 2 * H), m + "self_attn.o_proj.weight": (H, q),
         m + "mlp.gate_proj.weight": (I, H), m + "mlp.up_proj.weight": (I, H), m + "mlp.down_proj.weight": (H, I),
     }
+    out.update(_mla_shapes(cfg) if cfg.attention == "mla" else {
+        m + "self_attn.q_proj.weight": (q, 2 * H), m + "self_attn.k_proj.weight": (kv, 2 * H),
+        m + "self_attn.v_proj.weight": (kv, 2 * H), m + "self_attn.o_proj.weight": (H, q)})
     if cfg.fc_norm:
         out.update({f"fc_norm.{i}.weight": (Ht,) for i in range(3)})
     if cfg.norm_before_fc:
         out["input_norm.weight"] = (3 * Ht,)
     if cfg.layer_kind == "qwen3":
         out.update({m + "self_attn.q_norm.weight": (d,), m + "self_attn.k_norm.weight": (d,)})
-    if cfg.attention_bias:
+    if cfg.attention_bias and cfg.attention != "mla":
         out.update({m + f"self_attn.{p}_proj.bias": (n,) for p, n in (("q", q), ("k", kv), ("v", kv), ("o", H))})
+    return out
+
+
+def _mla_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
+    """DeepSeek-V3 MLA's tensors (transformers' / SGLang's names) over the 2H input."""
+    H, nh = cfg.hidden_size, cfg.num_attention_heads
+    qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    a = "midlayer.self_attn."
+    out = {a + "kv_a_proj_with_mqa.weight": (cfg.kv_lora_rank + cfg.qk_rope_head_dim, 2 * H),
+           a + "kv_a_layernorm.weight": (cfg.kv_lora_rank,),
+           a + "kv_b_proj.weight": (nh * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank),
+           a + "o_proj.weight": (H, nh * cfg.v_head_dim)}
+    if cfg.q_lora_rank is None:
+        out[a + "q_proj.weight"] = (nh * qk, 2 * H)
+    else:
+        out.update({a + "q_a_proj.weight": (cfg.q_lora_rank, 2 * H), a + "q_a_layernorm.weight": (cfg.q_lora_rank,),
+                    a + "q_b_proj.weight": (nh * qk, cfg.q_lora_rank)})
+    if cfg.attention_bias:
+        out.update({a + "kv_a_proj_with_mqa.bias": (cfg.kv_lora_rank + cfg.qk_rope_head_dim,), a + "o_proj.bias": (H,)})
+        if cfg.q_lora_rank is not None:
+            out[a + "q_a_proj.bias"] = (cfg.q_lora_rank,)
     return out
 
 

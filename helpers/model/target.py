@@ -15,6 +15,12 @@ output). Which layers an engine captures for a draft config's aux ids is
 `engine_rules.captured_layers` (SGLang adds 1 to configured ids, vLLM uses them as given; both
 default to layers 2, L//2, L-3): docs/eagle3-facts.md, 'Aux layers'.
 
+`attention_layout` reads the attention type of every decoder layer and the sliding window from a
+target config; `speculation_refusal` is the rule on a config for what the speculate loop can run
+(decoder-only causal LM, no recurrent state, only full and sliding-window attention layers, a
+decoder whose layers and final norm the capture can hook), checked by `check_speculation_target`
+from config.json alone, before any weight is read.
+
 `draft_mismatches` compares a target with a draft checkpoint: vocab size, hidden size
 (`target_hidden_size`) and, when the draft carries one, its `embed_tokens` (a wrong target
 revision or a missed embedding scale shows here), with the doctor's own comparison
@@ -35,12 +41,13 @@ from helpers.core.devices import (
     parse_dtype,
     resolve_device,
 )
-from helpers.core.engines import captured_layers
-from helpers.core.errors import BadInputError
-from helpers.io.checkpoint import open_checkpoint, read_config
+from helpers.core.engines import aux_convention, aux_layer_ids, captured_layers, engine_at
+from helpers.core.errors import BadInputError, clip
+from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.fit import compare_to_target
 
 ACTIVATION_MARGIN = 1.2  # weights x this: room for activations and the KV cache of short prompts
+FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"  # transformers' layer type names
 
 
 @dataclass
@@ -90,7 +97,8 @@ class Target:
         layers = captured_layers(engine, ids, self.num_layers)
         bad = [i for i in layers if not 0 <= i < self.num_layers]
         if bad:
-            shift = " (SGLang adds 1 to configured ids)" if engine == "sglang" and ids else ""
+            n = aux_convention(engine)
+            shift = f" ({engine_at(engine).name} adds {n} to configured ids)" if n and ids else ""
             raise BadInputError(self.path, f"aux layer ids {ids} capture the input of layers {layers}{shift}, but the "
                                 f"target has {self.num_layers} layers (0..{self.num_layers - 1})")
         return layers
@@ -143,7 +151,7 @@ def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_ma
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, device_map=device_map or None, low_cpu_mem_usage=True)
     except (OSError, ValueError, KeyError) as e:
-        raise BadInputError(path, f"transformers cannot load this target: {str(e).splitlines()[0][:200]}") from None
+        raise BadInputError(path, f"transformers cannot load this target: {clip(str(e).splitlines()[0], 200)}") from None
     if device_map is None:
         model.to(device)
     model.eval()
@@ -152,7 +160,7 @@ def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_ma
         try:
             tok = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError, KeyError) as e:
-            raise BadInputError(path, f"has no tokenizer transformers can load ({str(e).splitlines()[0][:160]})") from None
+            raise BadInputError(path, f"has no tokenizer transformers can load ({clip(str(e).splitlines()[0], 160)})") from None
     return Target(model, tok, path, device, dtype)
 
 
@@ -200,19 +208,28 @@ class HiddenStateCapture:
         self._store.clear()
 
 
-def draft_aux_ids(draft_path) -> dict[str, list[int] | None]:
-    """The aux layer ids each engine reads from a draft checkpoint's config (None: engine default)."""
-    from helpers.core.engines import aux_layer_ids
+def _checkpoint(draft) -> Checkpoint:
+    """A draft given as a path / URL, an open `Checkpoint` or a loaded draft (its `.checkpoint`)."""
+    if isinstance(draft, Checkpoint):
+        return draft
+    ck = getattr(draft, "checkpoint", None)
+    return ck if isinstance(ck, Checkpoint) else open_checkpoint(draft)
 
-    ck = open_checkpoint(draft_path)
-    return aux_layer_ids(ck.config)
+
+def draft_aux_ids(draft, engine) -> list[int] | None:
+    """The aux layer ids `engine` (a name, optionally ==VERSION) reads from a draft's config (None:
+    none, the engine's default); `draft` is a path, an open `Checkpoint` or a loaded draft (nothing
+    is opened again for the last two)."""
+    at = engine_at(engine)
+    return aux_layer_ids(_checkpoint(draft).config, [at])[at.key]
 
 
-def draft_mismatches(target: Target, draft_path, embed_rows: int = 4096) -> list[str]:
-    """One line per way the draft at `draft_path` does not fit `target` (empty: it fits): vocab
-    size, hidden size, and the draft's own `embed_tokens` against the target's (the same
-    `embed_rows` evenly spaced rows of both), by `target_match.compare_to_target`."""
-    ck = open_checkpoint(draft_path)
+def draft_mismatches(target: Target, draft, embed_rows: int = 4096) -> list[str]:
+    """One line per way `draft` does not fit `target` (empty: it fits): vocab size, hidden size,
+    and the draft's own `embed_tokens` against the target's (the same `embed_rows` evenly spaced
+    rows of both), by `fit.compare_to_target`. `draft` is a path, an open `Checkpoint` or a loaded
+    draft; a loaded one's embedding is compared from memory (no file is read)."""
+    ck = _checkpoint(draft)
     fc = ck.tensors.find("fc.weight")
     key = ck.tensors.find("embed_tokens.weight")
     theirs = target.embedding()
@@ -221,7 +238,11 @@ def draft_mismatches(target: Target, draft_path, embed_rows: int = 4096) -> list
         shape = tuple(ck.tensors.shape(key))
         if shape == tuple(theirs.shape):  # the same evenly spaced rows of both
             rows = torch.linspace(0, shape[0] - 1, min(embed_rows, shape[0])).long()
-            mine = ck.tensors.get(key, "cpu")[rows].float()
+            loaded = getattr(draft, "embed_tokens", None)
+            if loaded is not None and getattr(draft, "embed_stored", False):
+                mine = loaded.weight.detach()[rows.to(loaded.weight.device)].float().cpu()
+            else:
+                mine = ck.tensors.get(key, "cpu")[rows].float()
             ours = theirs.detach()[rows.to(theirs.device)].float().cpu()
         else:  # only the shapes are compared: nothing to read
             mine, ours = torch.empty(shape, device="meta"), torch.empty(tuple(theirs.shape), device="meta")
@@ -235,6 +256,98 @@ def describe(target: Target) -> dict:
     return {"path": os.fspath(target.path), "model_type": getattr(target.config, "model_type", None),
             "num_layers": target.num_layers, "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
             "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device)}
+
+
+def attention_layout(config) -> tuple[list[str], int | None]:
+    """(attention type of each decoder layer, sliding window or None) of a target config, read as
+    transformers' models read it: `layer_types` when the config has them (GPT-OSS, Gemma 2/3,
+    Qwen 2/3), otherwise every layer "sliding_attention" when `sliding_window` is set (Mistral),
+    "chunked_attention" with `attention_chunk_size`, else "full_attention"."""
+    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    types = getattr(cfg, "layer_types", None)
+    window = getattr(cfg, "sliding_window", None)
+    if types is None:
+        kind = (SLIDING_ATTENTION if window is not None else
+                "chunked_attention" if getattr(cfg, "attention_chunk_size", None) is not None else FULL_ATTENTION)
+        types = [kind] * int(getattr(cfg, "num_hidden_layers", 0) or 0)
+    types = [str(t) for t in types]
+    return types, (int(window) if window is not None and SLIDING_ATTENTION in types else None)
+
+
+def _causal_lm_class(config):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM._model_mapping[type(config)]
+    except (KeyError, ValueError):
+        return None
+
+
+def _decoder_misses(cls, config, model=None) -> list[str]:
+    """What `HiddenStateCapture` needs and the model lacks (its decoder's `layers` and `norm`), on
+    `model` or else an instance built on the meta device (no memory, no weights); [] when that
+    cannot be built."""
+    try:
+        if model is None:
+            with torch.device("meta"):
+                model = cls._from_config(config)
+        dec = model.get_decoder()
+    except Exception:  # noqa: BLE001 - a model that cannot be built on meta is judged when it loads
+        return []
+    return [name for name in ("layers", "norm") if not hasattr(dec, name)]
+
+
+def speculation_refusal(config, model=None) -> str | None:
+    """Why the speculate loop cannot run a target with this config (None: it can), one line.
+
+    The loop needs a decoder-only causal LM whose KV cache can be cut back to the accepted tokens
+    and whose verify step can be masked per layer: every layer full attention or sliding-window
+    attention. Refused: encoder-decoders (T5, BART), models that carry a recurrent state (the
+    ones transformers marks `_is_stateful` and refuses for its own assisted generation: Mamba,
+    RWKV, Jamba, Zamba, Qwen3-Next, ...), any other layer type (chunked, linear, indexed, ...), and
+    a decoder without the `layers` / `norm` the aux-state capture hooks (GPT-2's `h` / `ln_f`).
+    """
+    import transformers
+
+    mt = getattr(config, "model_type", None) or "?"
+    if getattr(config, "is_encoder_decoder", False):
+        return f"model_type {mt!r} is an encoder-decoder: speculate verifies with a decoder-only causal LM"
+    cls = type(model) if model is not None else _causal_lm_class(config)
+    if cls is None:
+        return f"transformers {transformers.__version__} has no causal-LM class for model_type {mt!r}"
+    if getattr(cls, "_is_stateful", False):
+        return (f"{cls.__name__} carries a recurrent state (state-space or linear-attention layers) that cannot be "
+                f"rolled back to the accepted tokens; speculate needs attention layers with a KV cache")
+    types, window = attention_layout(config)
+    other = sorted(set(types) - {FULL_ATTENTION, SLIDING_ATTENTION})
+    if other:
+        return (f"{cls.__name__} has {', '.join(other)} layers: speculate keeps KV rows and masks the verify "
+                f"step for full and sliding-window attention layers only")
+    if window is not None and not hasattr(transformers.DynamicCache(), "layers"):
+        return (f"{cls.__name__} has sliding-window layers, which speculate runs with transformers >= 4.56 "
+                f"(installed: {transformers.__version__})")
+    miss = _decoder_misses(cls, config, model)
+    if miss:
+        return (f"{cls.__name__}'s decoder has no {' / '.join(miss)}: the aux hidden states are captured from "
+                f"the decoder's `layers` and final `norm`")
+    return None
+
+
+def check_speculation_target(path) -> None:
+    """Refuse, from config.json alone (before loading), a target the speculate loop cannot run."""
+    from transformers import AutoConfig
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        return  # load_target names the missing folder or file
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise BadInputError(path, f"transformers cannot read this target's config: {str(e).splitlines()[0][:200]}") \
+            from None
+    why = speculation_refusal(config)
+    if why:
+        raise BadInputError(path, f"cannot be a speculate target: {why}")
 
 
 def read_target_config(path) -> dict:

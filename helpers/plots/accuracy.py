@@ -87,13 +87,18 @@ def _pick_splits(df, splits: bool):
 def plot_accuracy(result, ax=None, *, splits: bool = False, title: str | None = None, percent: bool | None = None):
     """Top-1 (and top-k) accuracy per reading, as bars.
 
+    The top-k bars are drawn only when the result scored more than one candidate (its `topk` is
+    not 1); with `topk=1` they would repeat the top-1 bars.
+
     Pooled scores by default; `splits=True` draws one bar group per (split, reading) when the
     result has splits (train / val).
     """
     if hasattr(result, "to_dict") and not isinstance(result, Mapping):
         result = result.to_dict()
     df = _pick_splits(accuracy_table(result, percent), splits)
-    has_k = df["topk"].notna().any()
+    k = result.get("topk") if isinstance(result, Mapping) else None
+    k = k if isinstance(k, int) and not isinstance(k, bool) else None
+    has_k = bool(df["topk"].notna().any()) and k != 1  # top-1 of one candidate is the top-1 bar again
     df["name"] = [r if s is None else f"{r}\n({s})" for s, r in zip(df["split"], df["reading"])]
     x = np.arange(len(df))
     w = 0.38 if has_k else 0.6
@@ -105,7 +110,7 @@ def plot_accuracy(result, ax=None, *, splits: bool = False, title: str | None = 
         ax.bar_label(b1, fmt="%.1f", fontsize=8, padding=2)
         if has_k:
             bk = ax.bar(x + w / 2, df["topk"].fillna(0), width=w, color=colors, alpha=0.45, hatch="//",
-                        edgecolor="white", label="top-k")
+                        edgecolor="white", label=f"top-{k or 'k'}")
             ax.bar_label(bk, fmt="%.1f", fontsize=8, padding=2)
         if isinstance(coverage, (int, float)):
             cov = coverage * 100 if coverage <= 1 else coverage

@@ -21,16 +21,28 @@ vLLM (V1 `SpecDecodingLogging`, every logging interval):
     Accepted throughput: 61.20 tokens/s, Drafted throughput: 113.40 tokens/s, Accepted: 612
     tokens, Drafted: 1134 tokens, Per-position acceptance rate: 0.745, 0.538, 0.335, Avg Draft
     acceptance rate: 54.0%
-  (optionally prefixed `(APIServer pid=N) `; older V1 builds print only `Draft acceptance rate`,
-  `Accepted` and `Drafted`, and no accept length). vLLM's timestamps carry no year. Its
+  (0.10.2 on; optionally prefixed `(APIServer pid=N) `). vLLM 0.8.5-0.10.1 print
+    SpecDecoding metrics: Draft acceptance rate: 38.8%, Mean acceptance length: 2.16, Accepted:
+    N tokens, Drafted: N tokens, Per-position acceptance rate: a, b, c
+  (format "vllm-0.9"; 0.8.5's mean leaves the bonus token out, recognised because it then equals
+  the sum of the per-position rates, and 1 is added); the oldest V1 builds print only `Draft
+  acceptance rate`, `Accepted` and `Drafted` ("vllm-old"). vLLM's timestamps carry no year
+  (`--year`).
+  Drafts per line: Drafted / positions when that reproduces the line's own mean acceptance length
+  (a fixed-length drafter, exact), else accepted / (mean - 1) from the line's own mean (a drafter
+  whose length varies per step, e.g. suffix decoding: `variable` is set). An interval without
+  drafts prints `nan` (`Accepted: 0 tokens, Drafted: 0 tokens`): an empty row, not garbled. Its
   `Accepted throughput` counts accepted draft tokens only; the generation rate is on the engine
   stats line logged just before (`Engine 000: Avg prompt throughput: ..., Avg generation
   throughput: X tokens/s, Running: N reqs, Waiting: M reqs, ...`), which is read as context for
   the SpecDecoding row after it.
 
 A line is `parsed` when it is one of these and every number in it reads; `garbled` when it is
-one of these but a number does not read (truncated, two dots, letters): it is skipped and
-counted, never guessed; anything else is `unrecognised`, counted and skipped.
+one of these but a number does not read (two dots, letters, cut before its accept length): it
+is skipped and counted, never guessed; anything else is `unrecognised`, counted and skipped. A
+line cut after its accept length (no `#queue-req` / no `Avg Draft acceptance rate`) keeps the
+fields that end before the cut (its last, possibly cut, field dropped) with `cut` set. A
+container prefix (docker compose's `svc-1  | `) is skipped when reading the time.
 """
 from __future__ import annotations
 
@@ -46,7 +58,7 @@ from helpers.core.errors import BadInputError
 COLUMNS = [
     "line", "time", "seconds", "engine", "format", "accept_length", "accept_rate", "throughput",
     "running_req", "queue_req", "tokens", "token_usage", "cuda_graph", "accepted", "drafted",
-    "accepted_tps", "drafted_tps", "per_position",
+    "accepted_tps", "drafted_tps", "per_position", "drafts", "variable", "cut",
 ]
 
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
@@ -58,6 +70,7 @@ _VLLM_HEAD = re.compile(r"SpecDecoding metrics: ")
 _VLLM_STATS = re.compile(r"(?:Engine \d+: )?(?=Avg prompt throughput: )")
 _SGL_TIME = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[.,](\d+))?(?: [^\]]*)?\]")
 _VLLM_TIME = re.compile(r"^(?:\([^)]*\)\s+)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d+))?\s")
+_CONTAINER = re.compile(r"^[A-Za-z0-9][\w.-]*\s*\|\s?")  # docker compose: `svc-1  | `
 _ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:[.,](\d+))?")
 
 
@@ -81,19 +94,42 @@ def _int(text: str, what: str, unit: str = "") -> int:
     return int(v)
 
 
-def _fields(body: str) -> dict[str, str]:
+def _fields(body: str, cut_ok: bool = False) -> dict[str, str]:
+    """`Key: value, Key: value` -> dict in order. `cut_ok`: a last part without ':' (a line cut
+    inside a key) is dropped and the dict gets the marker key `...` instead of raising; a body
+    ending in ',' gets the marker key `,` (its last value is complete)."""
     out = {}
-    body = body.strip().rstrip(",").strip()
-    for part in _FIELD_SPLIT.split(body):
+    body = body.strip()
+    comma = body.endswith(",")
+    body = body.rstrip(",").strip()
+    parts = _FIELD_SPLIT.split(body)
+    for i, part in enumerate(parts):
         key, sep, value = part.partition(":")
         if not sep:
+            if cut_ok and i == len(parts) - 1 and i > 0:
+                out["..."] = part
+                break
             raise Garbled(f"field without a value: {part!r}")
         out[key.strip()] = value.strip()
+    if cut_ok and comma and "..." not in out:
+        out[","] = ""
     return out
+
+
+def _cut(f: dict) -> dict:
+    """The fields of a line cut short that surely end before the cut: a dangling key is dropped
+    already, else the last value may be cut and is dropped."""
+    f = dict(f)
+    complete = f.pop("...", None) is not None
+    complete = f.pop(",", None) is not None or complete
+    if not complete and f:
+        f.pop(next(reversed(f)))
+    return f
 
 
 def _timestamp(line: str, year: int) -> tuple[_dt.datetime | None, str]:
     """(time or None, engine hint) from the line's prefix; Garbled on an impossible date."""
+    line = _CONTAINER.sub("", line, count=1)
     try:
         m = _SGL_TIME.match(line)
         if m:
@@ -117,8 +153,16 @@ def _frac(digits: str | None) -> float:
 
 
 def _sglang(body: str, sep: str) -> dict:
-    f = _fields(body)
+    f = _fields(body, cut_ok=True)
     row = {"engine": "sglang", "format": "sglang" if sep == "," else "sglang-old"}
+    if "#queue-req" not in f:  # always printed after the throughput: its absence means a cut line
+        f = _cut(f)
+        if "accept len" not in f:
+            raise Garbled("line ends before #queue-req (truncated) with no complete accept len")
+        row["cut"] = True
+    elif "..." in f:
+        raise Garbled(f"field without a value: {f['...']!r}")
+    f.pop(",", None)
     if "accept rate" in f:
         row["format"] = "sglang"
     if "#running-req" not in f:
@@ -141,38 +185,91 @@ def _sglang(body: str, sep: str) -> dict:
             if f[key] not in ("True", "False"):
                 raise Garbled(f"{key}: {f[key]!r}")
             row["cuda_graph"] = f[key] == "True"
-    if "gen throughput (token/s)" not in f:
+    if "gen throughput (token/s)" in f:
+        row["throughput"] = _num(f["gen throughput (token/s)"], "gen throughput")
+    elif not row.get("cut"):
         raise Garbled("no gen throughput")
-    row["throughput"] = _num(f["gen throughput (token/s)"], "gen throughput")
-    if "#queue-req" not in f:  # always printed after the throughput: its absence means a cut line
-        raise Garbled("line ends before #queue-req (truncated)")
-    row["queue_req"] = _int(f["#queue-req"], "#queue-req")
+    if "#queue-req" in f:
+        row["queue_req"] = _int(f["#queue-req"], "#queue-req")
     return row
 
 
+def _nan(text: str) -> bool:
+    return text.strip().rstrip("%").strip().lower() == "nan"
+
+
 def _vllm(body: str) -> dict:
-    f = _fields(body)
+    f = _fields(body, cut_ok=True)
     row = {"engine": "vllm", "format": "vllm"}
-    if "Mean acceptance length" in f:
-        row["accept_length"] = _num(f["Mean acceptance length"], "Mean acceptance length")
+    if "Avg Draft acceptance rate" in f:  # 0.10.2 on: it ends the line
+        rate_key, complete = "Avg Draft acceptance rate", "..." not in f
+    elif next(iter(f), None) == "Draft acceptance rate":  # 0.8.5-0.10.1 (with a mean), older V1 (without)
+        row["format"] = "vllm-0.9" if "Mean acceptance length" in f else "vllm-old"
+        rate_key = "Draft acceptance rate"
+        last = "Per-position acceptance rate" if row["format"] == "vllm-0.9" else "Drafted"
+        complete = "..." not in f and last in f and (last != "Drafted" or f[last].endswith("tokens"))
+    elif next(iter(f), None) == "Mean acceptance length":
+        rate_key, complete = "Avg Draft acceptance rate", False
     else:
-        row["format"] = "vllm-old"
-    rate_key = "Avg Draft acceptance rate" if row["format"] == "vllm" else "Draft acceptance rate"
-    if rate_key not in f:  # the current form ends with it: its absence means a cut line
-        raise Garbled(f"no {rate_key} (truncated)")
-    row["accept_rate"] = _num(f[rate_key], rate_key, "%") / 100.0
+        raise Garbled("no Avg Draft acceptance rate (truncated)")
+    if complete:
+        f.pop(",", None)
+    else:
+        f = _cut(f)
+        if "Mean acceptance length" not in f:
+            raise Garbled(f"no {rate_key} (truncated) and no complete Mean acceptance length")
+        row["cut"] = True
+    drafted = _int(f["Drafted"], "Drafted", "tokens") if "Drafted" in f else None
+    empty = drafted == 0  # an interval without drafts: vLLM prints nan for its ratios
+    if "Mean acceptance length" in f and not (empty and _nan(f["Mean acceptance length"])):
+        row["accept_length"] = _num(f["Mean acceptance length"], "Mean acceptance length")
+    if rate_key in f and not (empty and _nan(f[rate_key])):
+        row["accept_rate"] = _num(f[rate_key], rate_key, "%") / 100.0
     if "Accepted throughput" in f:  # accepted draft tokens/s, not the generation rate
         row["accepted_tps"] = _num(f["Accepted throughput"], "Accepted throughput", "tokens/s")
     if "Drafted throughput" in f:
         row["drafted_tps"] = _num(f["Drafted throughput"], "Drafted throughput", "tokens/s")
     if "Accepted" in f:
         row["accepted"] = _int(f["Accepted"], "Accepted", "tokens")
-    if "Drafted" in f:
-        row["drafted"] = _int(f["Drafted"], "Drafted", "tokens")
+    if drafted is not None:
+        row["drafted"] = drafted
     if "Per-position acceptance rate" in f:
         parts = f["Per-position acceptance rate"].split(",")
-        row["per_position"] = [_num(p, "Per-position acceptance rate") for p in parts]
+        if not (empty and all(_nan(p) for p in parts)):
+            row["per_position"] = [_num(p, "Per-position acceptance rate") for p in parts]
+    if empty:
+        row["drafts"] = 0
+    elif not row.get("cut"):
+        _vllm_drafts(row)
     return row
+
+
+def _vllm_drafts(row: dict) -> None:
+    """Drafts on one vLLM line from its own counters (see the module docstring); 0.8.5's mean
+    without the bonus token gets it added. Garbled when the per-position rates cannot belong to
+    the line's mean (a list cut short)."""
+    per, mean, accepted, drafted = row.get("per_position"), row.get("accept_length"), row.get("accepted"), row.get("drafted")
+    if accepted is None or drafted is None:
+        return
+    k = len(per) if per else None
+    tol = 0.0051 + (0.0005 * k if k else 0.0)  # the line prints 2 decimals for the mean, 3 per position
+    if per and mean is not None:
+        gain = sum(per)
+        if abs(1 + gain - mean) <= tol:
+            pass
+        elif row["format"] == "vllm-0.9" and abs(gain - mean) <= tol and abs(1 + gain - mean) > tol:
+            row["accept_length"] = mean = mean + 1.0  # vLLM 0.8.5: accepted / drafts, the bonus left out
+            row["mean_without_bonus"] = True
+        else:
+            raise Garbled(f"Per-position acceptance rate sums to {gain:.3f}, not Mean acceptance length - 1 = "
+                          f"{mean - 1:.3f} (a list cut short?)")
+    fixed = drafted // k if k and drafted % k == 0 else None
+    if fixed and (mean is None or abs(1 + accepted / fixed - mean) <= 0.0051):
+        row["drafts"] = fixed
+    elif mean is not None and mean > 1 and accepted > 0:
+        row["drafts"], row["variable"] = accepted / (mean - 1.0), True
+    elif fixed:
+        row["drafts"] = fixed
 
 
 def _vllm_stats(body: str) -> dict:
@@ -257,7 +354,8 @@ class LogTable:
             table["seconds"] = (table["time"] - table["time"].min()).dt.total_seconds()
         else:
             table["seconds"] = np.nan
-        for col in ("accept_length", "accept_rate", "throughput", "token_usage", "accepted_tps", "drafted_tps", "seconds"):
+        for col in ("accept_length", "accept_rate", "throughput", "token_usage", "accepted_tps", "drafted_tps", "seconds",
+                    "drafts"):
             table[col] = table[col].astype(float)
         for col in ("running_req", "queue_req", "tokens", "accepted", "drafted", "line"):
             table[col] = table[col].astype("Int64")
@@ -280,7 +378,10 @@ class LogTable:
         lines = [
             f"{s['path']}: {', '.join(s['formats']) or 'no'} lines",
             f"  lines {s['lines']:,}: parsed {s['parsed']:,}, garbled {s['garbled']:,} (skipped), "
-            f"unrecognised {s['unrecognised']:,}" + (f", engine stats {s['context']:,}" if s["context"] else ""),
+            f"unrecognised {s['unrecognised']:,}" + (f", engine stats {s['context']:,}" if s["context"] else "")
+            + (f"; {s['cut']:,} cut short (kept what reads)" if s["cut"] else "")
+            + (f"; {s['empty_intervals']:,} intervals without drafts" if s["empty_intervals"] else "")
+            + (f"; {s['variable_length_lines']:,} variable-length drafter lines" if s["variable_length_lines"] else ""),
             f"  accept length: mean {f(s['mean_accept_length'], '.3f')}, last {f(s['last_accept_length'], '.2f')}",
             f"  accept rate:   mean {f(s['mean_accept_rate'], '.3f')}",
             f"  throughput:    mean {f(s['mean_throughput'], '.1f')} tok/s",
@@ -311,6 +412,9 @@ class LogTable:
             "context": self.context,
             "garbled": self.garbled,
             "garbled_lines": [{"line": n, "reason": r} for n, r in self.garbled_lines],
+            "cut": sum(1 for r in self.rows if r.get("cut")),
+            "empty_intervals": sum(1 for r in self.rows if r.get("drafts") == 0),
+            "variable_length_lines": sum(1 for r in self.rows if r.get("variable")),
             "mean_accept_length": mean("accept_length"),
             "last_accept_length": float(lengths[-1]) if lengths else None,
             "mean_accept_rate": mean("accept_rate"),
@@ -359,7 +463,7 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
                 if key in pending:
                     row[key] = pending[key]
         pending = None
-        if row["engine"] == "vllm" and row["time"] is not None and _VLLM_TIME.match(line):
+        if row["engine"] == "vllm" and row["time"] is not None and _VLLM_TIME.match(_CONTAINER.sub("", line, count=1)):
             month = row["time"].month
             if last_vllm_month is not None and month < last_vllm_month:
                 year += 1
@@ -393,7 +497,8 @@ def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
 
 
 # -- drafting settings from a log's start-up lines ----------------------------------------------
-_SGL_ARG = re.compile(r"\b(speculative_num_steps|speculative_eagle_topk|speculative_num_draft_tokens)=(\d+)\b")
+_SGL_ARG = re.compile(r"(?<![\w])['\"]?(speculative_num_steps|speculative_eagle_topk|speculative_num_draft_tokens)"
+                      r"['\"]?\s*[:=]\s*(\d+)\b")
 _VLLM_TOKENS = re.compile(r"['\"]?(?:num_speculative_tokens|num_spec_tokens)['\"]?\s*[:=]\s*(\d+)")
 _SGL_NAMES = {"speculative_num_steps": "steps", "speculative_eagle_topk": "topk",
               "speculative_num_draft_tokens": "draft_tokens"}
@@ -403,7 +508,8 @@ def drafting_from_line(line: str) -> dict:
     """Drafting settings stated on one start-up line, in the kit's names (see `helpers.ui.settings`).
 
     SGLang's `server_args=ServerArgs(... speculative_num_steps=5, speculative_eagle_topk=4,
-    speculative_num_draft_tokens=16 ...)` gives steps / topk / draft_tokens as the server ran
+    speculative_num_draft_tokens=16 ...)` (0.5.18 and before) or the dict form of later builds,
+    `server_args={... 'speculative_num_steps': 5, ...}`, gives steps / topk / draft_tokens as the server ran
     them; vLLM's `non-default args: {... 'num_speculative_tokens': 3 ...}` (or a
     `SpeculativeConfig(... num_spec_tokens=3 ...)`) is a chain: steps 3, topk 1, draft_tokens 4.
     Returns {} for any other line; `source` names the line's kind.
@@ -417,6 +523,49 @@ def drafting_from_line(line: str) -> dict:
             k = int(m.group(1))
             return {"steps": k, "topk": 1, "draft_tokens": k + 1, "source": "num_speculative_tokens"}
     return {}
+
+
+# -- the engine's release from a log's start-up lines ----------------------------------------------
+# vLLM prints its version at start-up ("vLLM API server version X" up to 0.14, "vLLM server version
+# X, serving model M" and "Initializing a V1 LLM engine (vX) with config" later). SGLang prints none
+# in any release read (0.4.6-0.5.23): its version is read from `python -m sglang.check_env` output
+# ("sglang: X") or a `pip freeze` line ("sglang==X") kept at the top of the log.
+_VERSION = r"v?(\d+(?:\.\d+)+(?:[.+-]?[A-Za-z0-9]+)*)"
+_ENGINE_VERSION = (
+    ("vllm", re.compile(r"vLLM (?:API )?server version " + _VERSION)),
+    ("vllm", re.compile(r"Initializing an? (?:V1 )?LLM engine \(" + _VERSION + r"\)")),
+    ("sglang", re.compile(r"^\s*sglang\s*:\s*" + _VERSION + r"\s*$")),
+    ("sglang", re.compile(r"^\s*sglang==" + _VERSION + r"\s*$")),
+    ("vllm", re.compile(r"^\s*vllm\s*:\s*" + _VERSION + r"\s*$")),
+    ("vllm", re.compile(r"^\s*vllm==" + _VERSION + r"\s*$")),
+)
+
+
+def engine_version_from_line(line: str) -> tuple[str, str] | None:
+    """(engine, version) when one start-up line states the serving engine's release, else None."""
+    for engine, pattern in _ENGINE_VERSION:
+        m = pattern.search(line)
+        if m:
+            return engine, m.group(1).rstrip(".,")
+    return None
+
+
+def read_engine_version(path, max_lines: int = 5000) -> tuple[str, str] | None:
+    """(engine, version) from the first line within `max_lines` that states one, or None."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInputError(p, "no such log file" if not p.exists() else "not a file")
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh):
+                if n >= max_lines:
+                    break
+                found = engine_version_from_line(line)
+                if found:
+                    return found
+    except OSError as e:
+        raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
+    return None
 
 
 def pooled_measurement(tables) -> tuple[float | None, float | None, int]:

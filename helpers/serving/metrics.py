@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.core.errors import BadInputError
+from helpers.core.errors import BadInputError, clip
 from helpers.serving.records import _row, read_records
 
 VLLM_COUNTERS = {
@@ -94,7 +94,7 @@ def parse_prometheus(text: str, source: str = "<text>") -> MetricsTable:
             if not math.isfinite(s.value) or (s.name.startswith(("vllm:spec_decode", "sglang:spec_")) and s.value < 0):
                 raise ValueError(f"value {s.value!r}")
         except Exception as e:  # the parser raises ValueError, IndexError, ... on a cut line
-            garbled.append((n, f"{line.strip()[:80]!r}: {type(e).__name__}: {e}"[:200]))
+            garbled.append((n, clip(f"{clip(line.strip(), 80)!r}: {type(e).__name__}: {e}", 200)))
             continue
         samples.append(s)
     vllm = [s for s in samples if s.name.startswith("vllm:spec_decode")]
@@ -219,22 +219,27 @@ def parse_server_info(data: dict, source: str = "<json>") -> MetricsTable:
 
 
 # -- logs -----------------------------------------------------------------------------------------------
-def from_log(path) -> MetricsTable:
-    """A serving log (`helpers.serving.logs`) -> rows of the same shape, with the start-up line's settings."""
+def from_log(path, year: int | None = None) -> MetricsTable:
+    """A serving log (`helpers.serving.logs`) -> rows of the same shape, with the start-up line's settings.
+
+    A vLLM line's drafts are the log reader's (Drafted / positions for a fixed-length drafter,
+    accepted / (mean - 1) from the line's own mean for a variable-length one); a line cut short
+    keeps its accept length but no counters."""
     from helpers.serving.logs import read_drafting, read_log
 
-    log = read_log(path)
+    log = read_log(path, year=year)
     engine = log.engines[0] if len(log.engines) == 1 else "mixed"
     rows = []
     for r in log.rows:
         if r["engine"] == "vllm":
-            per = r.get("per_position")
-            k = len(per) if per else None
-            drafts = r["drafted"] / k if k and r.get("drafted") is not None else None
-            rows.append(_row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
-                             accept_rate=r.get("accept_rate"), accepted=r.get("accepted"),
-                             draft_tokens=r.get("drafted"), drafts=None if drafts is None else _whole(drafts),
-                             per_position=per))
+            drafts = r.get("drafts")
+            row = _row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
+                       accept_rate=r.get("accept_rate"), accepted=None if drafts is None else r.get("accepted"),
+                       draft_tokens=None if drafts is None else r.get("drafted"),
+                       drafts=None if drafts is None else _whole(drafts), per_position=r.get("per_position"))
+            row.update(variable=bool(r.get("variable")), cut=bool(r.get("cut")),
+                       mean_without_bonus=bool(r.get("mean_without_bonus")))
+            rows.append(row)
         else:
             rows.append(_row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
                              accept_rate=r.get("accept_rate")))
@@ -248,18 +253,26 @@ def is_url(source: str) -> bool:
     return str(source).startswith(("http://", "https://"))
 
 
-def fetch(url: str, timeout: float = 10.0) -> str:
-    """GET a URL's text; a bare host:port gets `/metrics`. BadInputError when it cannot be read."""
+def fetch(url: str, timeout: float | None = None) -> str:
+    """GET a URL's text; a bare host:port gets `/metrics`. BadInputError when it cannot be read.
+    `timeout`: seconds to connect and between reads (default: `--timeout`, as every remote read)."""
     from urllib.error import URLError
     from urllib.parse import urlsplit
     from urllib.request import urlopen
 
+    from helpers.io import remote
+
+    timeout = remote.timeout() if timeout is None else timeout
     if urlsplit(url).path in ("", "/"):
         url = url.rstrip("/") + "/metrics"
     try:
         with urlopen(url, timeout=timeout) as r:  # noqa: S310 (a URL the user gave)
             return r.read().decode("utf-8", errors="replace")
+    except TimeoutError:
+        raise BadInputError(url, f"the server did not answer within {timeout:g} s (--timeout SECONDS)") from None
     except (URLError, OSError, ValueError) as e:
+        if isinstance(getattr(e, "reason", None), TimeoutError):
+            raise BadInputError(url, f"the server did not answer within {timeout:g} s (--timeout SECONDS)") from None
         raise BadInputError(url, f"cannot fetch: {getattr(e, 'reason', None) or e}") from None
 
 
@@ -290,8 +303,9 @@ def parse_text(text: str, source: str) -> MetricsTable:
     return parse_records(text.splitlines(), source)
 
 
-def read_metrics(source: str, interval: float | None = None) -> MetricsTable:
+def read_metrics(source: str, interval: float | None = None, year: int | None = None) -> MetricsTable:
     """A URL or a file -> `MetricsTable`. `interval` (URL only): two scrapes, counters differenced.
+    `year`: the year of a vLLM log's year-less times (default: this year).
 
     Files: a serving log (`helpers.serving.logs` recognises it), a saved /metrics text, a
     /get_server_info JSON, per-request JSONL, or a SpecForge training log. Raises BadInputError
@@ -311,25 +325,28 @@ def read_metrics(source: str, interval: float | None = None) -> MetricsTable:
             table = first
     else:
         p = Path(source)
+        if source.lower().startswith("hf:"):  # Path would print hf://o/r as hf:/o/r
+            raise BadInputError(source, "metrics are read from a file or an http(s):// URL, not from the Hub")
         if not p.is_file():
-            raise BadInputError(p, "no such metrics file" if not p.exists() else "not a file")
+            raise BadInputError(source, "no such metrics file" if not p.exists() else
+                                "is a folder, not a metrics file" if p.is_dir() else "not a file")
         if interval:
             raise BadInputError(p, "--interval needs a URL to scrape twice (a file is one scrape)")
         try:
             text = p.read_text(encoding="utf-8", errors="replace")
         except OSError as e:
             raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
-        table = _from_log_if_log(p, text) or parse_text(text, str(p))
+        table = _from_log_if_log(p, text, year) or parse_text(text, str(p))
     if not table.rows:
         why = f"{table.garbled} garbled" + (f"; missing {', '.join(table.missing)}" if table.missing else "")
         raise BadInputError(source, f"no speculative-decoding figure reads among {table.lines} lines/records ({why})")
     return table
 
 
-def _from_log_if_log(p: Path, text: str) -> MetricsTable | None:
+def _from_log_if_log(p: Path, text: str, year: int | None = None) -> MetricsTable | None:
     from helpers.serving.logs import parse_lines
 
-    head = parse_lines(text.splitlines()[:5000])
+    head = parse_lines(text.splitlines()[:5000], year=year)
     if head.parsed or head.garbled:
-        return from_log(p)
+        return from_log(p, year=year)
     return None

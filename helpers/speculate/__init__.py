@@ -3,10 +3,11 @@ prediction against measurement, the evidence ladder, and which wiring bug reprod
 
 Modules (import them by name; this file imports nothing):
 - `loop`
+- `target_cache`
 - `result`
 - `compare`
 - `ladder`: the evidence ladder (serving vs engine-free vs prediction) every front end concludes with
 - `reproduce`: the engine-free loop under each known misconfiguration, ranked against a serving number
 """
 
-__all__ = ["loop", "result", "compare", "ladder", "reproduce"]
+__all__ = ["loop", "target_cache", "result", "compare", "ladder", "reproduce"]

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from helpers.acceptance.chain import chain_expected
+from helpers.acceptance.drafting import Drafting
 from helpers.acceptance.tree import tree_expected
 from helpers.measure.replay import ReplayResult, accept_lengths
 
@@ -46,10 +47,11 @@ def predicted_per_position(step_rates, k: int) -> list[float]:
     return np.cumprod(_rates(step_rates, k)).tolist()
 
 
-def predicted(step_rates, settings) -> float:
-    """The accept length the rates predict for `settings` (a `helpers.speculate.loop.SpecSettings`)."""
-    steps, topk, n = settings.shape()
-    return predicted_chain(step_rates, steps) if settings.is_chain else predicted_tree(step_rates, steps, topk, n)
+def predicted(step_rates, drafting: Drafting) -> float:
+    """The accept length the per-step rates predict for a drafting shape."""
+    d = drafting
+    return predicted_chain(step_rates, d.steps) if d.is_chain else predicted_tree(step_rates, d.steps, d.topk,
+                                                                               d.num_draft_tokens)
 
 
 def walk(lengths: np.ndarray, positions: np.ndarray, start: int) -> list[int]:
@@ -88,11 +90,8 @@ def replay_walk(checkpoint_or_model, samples_dir, steps: int = 5, reading: str =
 def comparison(run, *, step_rates=None, replay: ReplayResult | None = None,
                walked: ReplayResult | None = None) -> dict:
     """Measured accept length next to each prediction given: a dict for tables and numbers.json."""
-    from types import SimpleNamespace
-
     s = run.settings
-    shape = SimpleNamespace(shape=lambda: (s["steps"], s["topk"], s["draft_tokens"] if s["drafting"] == "tree"
-                                           else s["steps"] + 1), is_chain=s["drafting"] == "chain")
+    shape = Drafting(s["steps"], s["topk"], s["num_draft_tokens"])
     out = {"reading": s["reading"], "measured": run.mean, "measured_stderr": run.stderr,
            "verify_steps": run.verify_steps}
     if step_rates is not None:

@@ -17,7 +17,14 @@ One round, with n tokens in the target's KV cache and the root (the last generat
    nothing is recomputed: one target forward per round), and the draft extends its own cache over
    the same positions with their aux states.
 
-Accept length = accepted drafted tokens + 1 (the correction/bonus), as engines count.
+The target's cache, the verify masks (per attention type: sliding-window layers see only their
+window) and the row cuts are `helpers.speculate.target_cache`; a target the loop cannot run is
+refused by `helpers.model.target.speculation_refusal`.
+
+Accept length = accepted drafted tokens + 1 (the correction/bonus), as engines count, of the tokens
+a verify step EMITS: a step cut by `max_new_tokens` or EOS counts only the tokens it emitted (its
+last emitted token stands in for the bonus), so the mean is what SGLang's decode log counts: tokens
+emitted by verify steps / verify steps, the prefill's first token not included (`SpecRun.mean`).
 `SpecRun` keeps raw sums (so runs over shards of the prompts add up with `SpecRun.merge`) and
 derives means, standard error, histogram and per-position acceptance from them.
 """
@@ -31,8 +38,10 @@ import torch
 from helpers.io.chat import prompt_ids, uses_template
 from helpers.measure.predict import cpu_threads
 from helpers.model.drafter import Drafter, Proposal
-from helpers.model.target import HiddenStateCapture, Target
+from helpers.core.errors import BadInputError
+from helpers.model.target import HiddenStateCapture, Target, speculation_refusal
 from helpers.speculate.result import PromptRun, SpecRun, SpecSettings
+from helpers.speculate.target_cache import TargetCache
 
 
 # -- verification ---------------------------------------------------------------------------------
@@ -91,38 +100,6 @@ def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Dr
             return path, tok, "correction" if children[cur] else "bonus"
 
 
-def tree_mask(prop: Proposal, n: int, dtype, device) -> torch.Tensor:
-    """[1, 1, size, n + size] additive mask: each node sees the n context tokens, its ancestors, itself."""
-    size = prop.size
-    allowed = torch.zeros(size, n + size, dtype=torch.bool)
-    allowed[:, :n] = True
-    for i in range(size):
-        j = i
-        while j >= 0:
-            allowed[i, n + j] = True
-            j = prop.parent[j]
-    mask = torch.zeros(size, n + size, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
-
-
-def _keep_rows(cache, n: int, keep: list[int], chain: bool) -> None:
-    """Cut the target's KV cache to the context (n rows) plus the tree rows `keep` (offsets from n)."""
-    if chain:  # the accepted rows are a prefix; crop(-m) drops the last m rows in every transformers version
-        drop = cache.get_seq_length() - (n + len(keep))
-        if drop > 0:
-            cache.crop(-drop)
-        return
-    rows = list(range(n)) + [n + k for k in keep]
-    if hasattr(cache, "layers"):  # transformers >= 4.56: one object per layer
-        for layer in cache.layers:
-            idx = torch.tensor(rows, device=layer.keys.device)
-            layer.keys, layer.values = layer.keys.index_select(2, idx), layer.values.index_select(2, idx)
-    else:  # earlier: lists of tensors
-        for i, (k, v) in enumerate(zip(cache.key_cache, cache.value_cache)):
-            idx = torch.tensor(rows, device=k.device)
-            cache.key_cache[i], cache.value_cache[i] = k.index_select(2, idx), v.index_select(2, idx)
-
 
 # -- the loop -------------------------------------------------------------------------------------
 def _eos_ids(target: Target) -> set[int]:
@@ -133,17 +110,11 @@ def _eos_ids(target: Target) -> set[int]:
     return {int(e) for e in out if e is not None}
 
 
-def _cache_argument(model) -> str:
-    """transformers >= 5.2x names the KV cache argument `cache`; earlier ones `past_key_values`."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 def _layers(target: Target, draft, engine: str) -> list[int]:
     from helpers.model.capture import resolve_aux_ids
 
-    ids, _ = resolve_aux_ids(None, getattr(draft, "source", None), engine)
+    # the loaded draft's own Checkpoint (load_draft keeps it): its config is not read again
+    ids, _ = resolve_aux_ids(None, getattr(draft, "checkpoint", None) or getattr(draft, "source", None), engine)
     return target.aux_layers(engine, ids)
 
 
@@ -151,9 +122,8 @@ def _layers(target: Target, draft, engine: str) -> list[int]:
 def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettings, run: SpecRun, *,
                      index: int = 0, layers=None, generator=None, on_round=None) -> PromptRun:
     """Generate for one prompt (token ids), adding its counts to `run`."""
-    from transformers import DynamicCache
-
-    steps, topk, n_tokens = settings.shape()
+    d = settings.drafting
+    steps, topk, n_tokens = d.steps, d.topk, d.num_draft_tokens
     T = float(settings.temperature)
     sample_chain = T > 0 and topk == 1 and n_tokens == steps + 1
     dev = target.input_device
@@ -161,19 +131,15 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
     eos = _eos_ids(target)
     out = PromptRun(index, list(ids))
     drafter = Drafter(draft, settings.reading)
-    try:
-        cache = DynamicCache(config=target.config)
-    except TypeError:  # transformers < 4.56 takes no config
-        cache = DynamicCache()
     model = target.model
-    cache_kw = _cache_argument(model)
+    tc = TargetCache(model)
     t_start = time.perf_counter()
     t_target = 0.0
 
     def forward(x, **kw):
         nonlocal t_target
         t0 = time.perf_counter()
-        logits = model(input_ids=x, use_cache=True, **{cache_kw: cache}, **kw).logits[0]
+        logits = model(input_ids=x, use_cache=True, **{tc.argument: tc.cache}, **kw).logits[0]
         t_target += time.perf_counter() - t0
         return logits
 
@@ -200,27 +166,29 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             kw = {"position_ids": n + depth, "cache_position": torch.arange(n, n + prop.size, device=dev)}
             chain = all(prop.parent[i] == i - 1 for i in range(1, prop.size))
             if not chain:
-                kw["attention_mask"] = tree_mask(prop, n, model.dtype, dev)
+                kw["attention_mask"] = tc.tree_masks(prop, n, model.dtype, dev)
             cap.clear()
             logits = forward(feed, **kw)
             aux = cap.aux()
             run.target_forwards += 1
             run.target_tokens_fed += prop.size
             path, nxt, how = verify(prop, logits, T, drafter, generator)
-            run.verify_steps += 1
-            run.histogram_counts[len(path) + 1] += 1
-            run.accepted_per_position[: len(path)] += 1
-            out.accept_lengths.append(len(path) + 1)
-            _keep_rows(cache, n, [0] + path, chain)
+            tc.keep(n, [0] + path, chain)
             rows = torch.tensor([0] + path, device=aux.device)
             accepted = [prop.tokens[c] for c in path]
             drafter.extend(aux[:, rows], torch.tensor([accepted + [nxt]], device=dev))
+            before = len(out.output_ids)
             for j, tok in enumerate(accepted):
                 if emit(tok, "draft", j):
                     done = True
                     break
             if not done:
                 done = emit(nxt, how)
+            emitted = len(out.output_ids) - before  # len(path) + 1 unless max_new_tokens / EOS cut it
+            run.verify_steps += 1
+            run.histogram_counts[emitted] += 1
+            run.accepted_per_position[: emitted - 1] += 1
+            out.accept_lengths.append(emitted)
             n += 1 + len(path)
             root = nxt
             if on_round is not None:
@@ -243,6 +211,9 @@ def speculate(target: Target, draft, records, settings: SpecSettings, *, progres
     add up with `SpecRun.merge`.
     """
     settings.check()
+    why = speculation_refusal(target.config, target.model)
+    if why:
+        raise BadInputError(target.path, f"cannot be a speculate target: {why}")
     run = SpecRun.empty(settings)
     layers = _layers(target, draft, settings.engine)
     template = uses_template(target.tokenizer, settings.chat_template) if target.tokenizer is not None else False

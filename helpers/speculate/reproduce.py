@@ -14,7 +14,7 @@ all runs). A misconfiguration that cannot happen to this draft (no EAGLE-3.1 nor
 aux ids, an embedding equal to the target's) is listed with the reason and not run.
 
 Each one carries a short static note on which engines make that mistake (the engine files the kit
-read are `helpers.core.engines.ENGINE_FILES`).
+read, and the releases where each rule holds, are `helpers.core.engine_table.ENGINE_TABLE`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import contextlib
 import math
 from dataclasses import dataclass, field, replace
 
-from helpers.core.engines import ENGINE_FILES
+from helpers.core.engine_table import ENGINE_TABLE
 from helpers.speculate.ladder import REPRODUCES_Z
 
 DEFAULT_WINDOW = 8  # the window a full-attention draft is wrongly given
@@ -36,7 +36,7 @@ class Miswiring:
 
 
 def _catalogue(window: int) -> list[Miswiring]:
-    sgl, vll = ENGINE_FILES["sglang"], ENGINE_FILES["vllm"]
+    sgl, vll = (f"{e.files['mha']} @ {e.name} {e.newest}" for e in (ENGINE_TABLE["sglang"], ENGINE_TABLE["vllm"]))
     return [
         Miswiring("correct", "the correct wiring",
                   "what the engines the kit read do: d2t as offsets, the engine's own aux-layer convention"),
@@ -52,9 +52,11 @@ def _catalogue(window: int) -> list[Miswiring]:
                   f"SGLang adds 1 to explicit eagle_aux_hidden_state_layer_ids ({sgl}), vLLM uses them as given "
                   f"({vll}): a draft trained for one engine and served by the other sees every aux layer shifted"),
         Miswiring("fc_norm_dropped", "EAGLE-3.1 norms dropped (fc_norm / input_norm / norm_output)",
-                  "engines older than their EAGLE-3.1 support drop fc_norm.* and ignore norm_output: SGLang before "
-                  "PR #24663 (MHA drafts) / #26506 (Kimi MLA drafts), vLLM before #42764 (norm_output "
-                  "propagated by #46488), TensorRT-LLM before #14988"),
+                  "engines older than their EAGLE-3.1 support drop fc_norm.* and ignore norm_output: SGLang up to "
+                  "0.5.11 (MHA drafts; read from 0.5.12, PR #24663) and 0.5.12.post1 (Kimi MLA drafts; #26506), "
+                  "vLLM up to 0.21.0 (#42764; speculators-style configs up to 0.24.0, #46488), input_norm "
+                  "(norm_before_fc) SGLang up to 0.5.16 and vLLM up to 0.17.1; `d2t-lab doctor --engine "
+                  "ENGINE==VERSION` names the rule at a release"),
         Miswiring("final_norm", "the final norm skipped before lm_head",
                   "an engine that ignores SpecForge's norm_output switch (false: lm_head on the un-normed state) "
                   "applies the final norm where the draft has none, or skips it where it has one; see "

@@ -1,7 +1,8 @@
 """What a speculative decoding run is set to do and what it counted (`helpers.speculate.loop` runs it).
 
-`SpecSettings`: the reading of d2t, chain (K drafted tokens) or SGLang tree (steps, topk,
-draft_tokens counting the root), temperature, tokens per prompt, seed, aux-layer convention.
+`SpecSettings`: the reading of d2t, the drafting shape (`helpers.acceptance.drafting.Drafting`: a
+chain of K drafted tokens, or SGLang's steps / topk / num_draft_tokens counting the root),
+temperature, tokens per prompt, seed, aux-layer convention.
 `SpecRun` keeps raw sums only - verify steps per accept length, verify steps that accepted each
 drafted position, target forwards and tokens computed, seconds - so runs over shards of the
 prompts (one per process) add up with `SpecRun.merge`; mean, standard error, histogram and
@@ -16,41 +17,38 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from helpers.acceptance.drafting import Drafting
 from helpers.core.terms import check_reading
 from helpers.measure.replay import histogram_stderr
 
 
+DEFINITION = ("accept length = tokens emitted by verify steps / verify steps (correction or bonus token counted; "
+              "a step cut by --max-new-tokens or EOS counts only what it emitted; the prefill's first token is "
+              "not a verify step's, as in SGLang's decode log; its meta_info completion_tokens / spec_verify_ct "
+              "also counts that token); target forwards per token = (prefills + verify steps) / generated tokens")
+
+
 @dataclass
 class SpecSettings:
-    """How to speculate. Chain: `draft_tokens` K drafted tokens (steps/topk None). Tree: SGLang's
-    `steps`, `topk`, `draft_tokens` (which counts the root)."""
+    """How to speculate: the reading, the drafting shape (default a chain of 5), sampling, length."""
 
     reading: str = "offset"
-    draft_tokens: int = 5
-    steps: int | None = None
-    topk: int | None = None
+    drafting: Drafting = Drafting(5)
     temperature: float = 0.0
     max_new_tokens: int = 64
     seed: int = 0
     engine: str = "sglang"
     chat_template: str = "auto"
 
-    def shape(self) -> tuple[int, int, int]:
-        """(steps, topk, draft_tokens incl. root) of the tree this drafts."""
-        if self.steps is None and self.topk is None:
-            return int(self.draft_tokens), 1, int(self.draft_tokens) + 1
-        return int(self.steps or 1), int(self.topk or 1), int(self.draft_tokens)
-
     @property
     def is_chain(self) -> bool:
-        return self.steps is None and self.topk is None
+        return self.drafting.is_chain
 
     def check(self) -> SpecSettings:
         check_reading(self.reading)
-        steps, topk, n = self.shape()
-        if steps < 1 or topk < 1 or n < 2:
-            raise ValueError(f"need steps >= 1, topk >= 1 and at least one drafted token (got steps={steps}, "
-                             f"topk={topk}, draft tokens={n} counting the root)")
+        if not isinstance(self.drafting, Drafting):
+            raise ValueError(f"drafting must be a Drafting, got {type(self.drafting).__name__}")
+        self.drafting.check()
         if self.temperature < 0 or not math.isfinite(self.temperature):
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.max_new_tokens < 1:
@@ -58,9 +56,12 @@ class SpecSettings:
         return self
 
     def to_dict(self) -> dict:
-        steps, topk, n = self.shape()
-        return {"reading": self.reading, "drafting": "chain" if self.is_chain else "tree", "steps": steps,
-                "topk": topk, "draft_tokens": self.draft_tokens, "temperature": self.temperature,
+        """JSON: `draft_tokens` is K drafted tokens for a chain and num_draft_tokens (root counted)
+        for a tree, as before; `num_draft_tokens` is always SGLang's count."""
+        d = self.drafting
+        return {"reading": self.reading, "drafting": "chain" if d.is_chain else "tree", "steps": d.steps,
+                "topk": d.topk, "draft_tokens": d.steps if d.is_chain else d.num_draft_tokens,
+                "num_draft_tokens": d.num_draft_tokens, "temperature": self.temperature,
                 "max_new_tokens": self.max_new_tokens, "seed": self.seed, "engine": self.engine,
                 "chat_template": self.chat_template}
 
@@ -101,7 +102,7 @@ class SpecRun:
 
     @classmethod
     def empty(cls, settings: SpecSettings) -> SpecRun:
-        steps = settings.shape()[0]
+        steps = settings.drafting.steps
         return cls(settings.to_dict(), np.zeros(steps + 2, np.int64), np.zeros(steps, np.int64))
 
     @classmethod
@@ -122,11 +123,19 @@ class SpecRun:
 
     @property
     def accepted_tokens(self) -> int:
-        """Sum of accept lengths (the tokens verify steps produced, correction/bonus included)."""
+        """Sum of accept lengths: the tokens verify steps emitted (correction/bonus included; a step
+        cut by max_new_tokens or EOS counts what it emitted), i.e. generated tokens - 1 per prompt
+        (the prefill's first token is not a verify step's)."""
         return int((np.arange(self.histogram_counts.size) * self.histogram_counts).sum())
 
     @property
+    def generated_tokens(self) -> int:
+        """Every token the prompts got, the prefill's first included (SGLang's completion tokens)."""
+        return sum(len(p.output_ids) for p in self.prompts)
+
+    @property
     def mean(self) -> float:
+        """Accept length: tokens emitted by verify steps / verify steps (`DEFINITION`)."""
         return self.accepted_tokens / self.verify_steps if self.verify_steps else float("nan")
 
     @property
@@ -150,8 +159,10 @@ class SpecRun:
 
     @property
     def forwards_per_token(self) -> float:
-        """Target verify forwards per token they produced (1 / mean accept length: cache reused)."""
-        return self.verify_steps / self.accepted_tokens if self.accepted_tokens else float("nan")
+        """Target forwards (prefills + verify steps) per generated token (prefill's first included):
+        about 1 / accept length on long runs, the prefills counted on short ones."""
+        n = self.generated_tokens
+        return self.target_forwards / n if n else float("nan")
 
     @property
     def tokens_per_second(self) -> float:
@@ -167,7 +178,8 @@ class SpecRun:
 
     def to_dict(self, prompts: bool = True) -> dict:
         d = {"settings": self.settings, "mean_accept_length": _num(self.mean), "stderr": _num(self.stderr),
-             "verify_steps": self.verify_steps, "accepted_tokens": self.accepted_tokens,
+             "accept_length_definition": DEFINITION, "verify_steps": self.verify_steps,
+             "accepted_tokens": self.accepted_tokens, "generated_tokens": self.generated_tokens,
              "histogram": self.histogram, "accepted_per_position": self.accepted_per_position.tolist(),
              "per_position_unconditional": [_num(x) for x in self.per_position_unconditional],
              "per_position_conditional": [_num(x) for x in self.per_position_conditional],

@@ -1,5 +1,5 @@
 """Front ends other than the command line: notebook setup and outputs, run settings, the dashboard and
-its panels, the token view, the primer, the report and its summary, HTML export.
+its panels, the token view, the primer, notebook 08's checkpoint walk-through, the report and its summary, HTML export.
 
 Modules (import them by name; this file imports nothing):
 - `settings`
@@ -9,9 +9,11 @@ Modules (import them by name; this file imports nothing):
 - `token_view`
 - `primer`
 - `primer_exercises`
+- `checkpoint_debug`
+- `checkpoint_exercises`
 - `summary`
 - `report`
 - `html_export`
 """
 
-__all__ = ["settings", "notebook", "widgets", "spec_panel", "token_view", "primer", "primer_exercises", "summary", "report", "html_export"]
+__all__ = ["settings", "notebook", "widgets", "spec_panel", "token_view", "primer", "primer_exercises", "checkpoint_debug", "checkpoint_exercises", "summary", "report", "html_export"]

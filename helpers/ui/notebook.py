@@ -1,8 +1,12 @@
 """Notebook conveniences: one call at the top of every notebook.
 
 `setup()` makes a `BadInputError` show as one readable line instead of a traceback (the cell
-still fails, so papermill and `report` see the failure), and sets the kit's plot style when
-`helpers.plots` provides one.
+still fails, so papermill and `report` see the failure), sets the kit's plot style when
+`helpers.plots` provides one, and checks the notebook's input parameters at the door
+(`helpers.model.preflight`, the same checks the CLI and the report run): called after the
+`parameters` cell, it reads `checkpoint`, `target`, `target_config`, `prompts`, `embed_from`,
+`target_head` and `max_prompts` from the notebook's namespace (or takes them as keywords), so a
+bad path or prompt file is one line in the first cell, before anything heavy loads.
 """
 from __future__ import annotations
 
@@ -16,15 +20,22 @@ def _one_line(shell, etype, value, tb, tb_offset=None):  # IPython custom-except
     return [msg]
 
 
-def setup() -> None:
-    """Install the one-line error display in the running IPython kernel (no-op elsewhere)."""
+CHECKED = ("checkpoint", "target", "target_config", "prompts", "embed_from", "target_head", "max_prompts")
+
+
+def setup(**inputs) -> None:
+    """Install the one-line error display in the running IPython kernel (no-op elsewhere), then
+    check the input parameters (keywords, else the notebook's own `CHECKED` names)."""
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython is a dependency
-        return
-    ip = get_ipython()
+        get_ipython = None
+    ip = get_ipython() if get_ipython else None
     if ip is not None:
         ip.set_custom_exc((BadInputError,), _one_line)
+    if not inputs and ip is not None:
+        inputs = {k: ip.user_ns[k] for k in CHECKED if k in ip.user_ns}
+    check_parameters(**inputs)
     try:
         from helpers import plots
 
@@ -32,6 +43,24 @@ def setup() -> None:
             plots.set_style()
     except ImportError:
         pass
+
+
+def check_parameters(*, checkpoint=None, target=None, target_config=None, prompts=None, embed_from=None,
+                     target_head=None, max_prompts=None, **_ignored) -> None:
+    """A notebook's inputs at the door. Only string paths are checked (a notebook may hold other
+    objects under these names); with a target and prompts (notebook 07) the draft must be whole
+    and fit the target."""
+    from helpers.model.preflight import preflight
+
+    def s(x):
+        return x if isinstance(x, str) and x.strip() else None
+
+    runs_draft = bool(s(target) and s(prompts) and s(checkpoint))
+    preflight(checkpoint=s(checkpoint), target=s(target), target_config=s(target_config), prompts=s(prompts),
+              embed_from=s(embed_from), target_head=s(target_head),
+              max_prompts=max_prompts if isinstance(max_prompts, int) and s(prompts) else None,
+              max_prompts_flag="max_prompts", need_weights=runs_draft, fit=runs_draft, what="this notebook",
+              target_flag="target")
 
 
 NUMBERS_FILE = "numbers.json"

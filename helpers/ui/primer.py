@@ -1,7 +1,7 @@
 """The numbers behind notebooks/00_offset_encoding_primer.ipynb: toy vocabularies and failure modes.
 
 Two dozen-token vocabularies with made-up assistant-token counts: `TOY` (target vocab 12, draft
-vocab 6), on which the notebook works every example, and `PRACTICE` (10 and 5), on which the
+vocab 6), on which the notebook works every example, and `PRACTICE` (10 and 5), on which the first
 exercises (`helpers.ui.primer_exercises`) are asked, so that nothing the notebook prints gives an
 answer away. Everything random here takes a seed.
 
@@ -10,9 +10,12 @@ answer away. Everything random here takes a seed.
 - `bounds`: the numbers behind `0 <= d2t[i] <= V - N` and the leading zero run;
 - `sampled_drafts`: seeded draft logits decoded under both readings, with why a row can agree;
 - `step0_breakdown`: a real draft's step-0 predictions split by why the absolute reading was right;
+- `accuracy_numbers`: what `evaluate`'s columns mean, each recomputed from the others;
+- `accept_length_example`: from per-step accuracy to the accept length of a drafted chain;
 - `t2d_for_training`: what `t2d` is for (building the training target on the draft vocab);
 - `offset_runs`: why a valid `d2t` has far fewer distinct values than entries;
-- `engine_propose`: how SGLang, vLLM and TensorRT-LLM turn draft logits into target ids.
+- `engine_propose`: how SGLang, vLLM and TensorRT-LLM turn draft logits into target ids;
+- `ENGINE_LINES` / `engine_lines`: the engines' own lines behind those claims, quoted by release.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.core.terms import ENGINES_READING_D2T as ENGINES
+from helpers.core.engines import ENGINE_KEYS, engine_key
 from helpers.io.mapping import VocabMapping, build_from_frequencies
 
 
@@ -197,7 +200,7 @@ def step0_breakdown(checkpoint, samples, *, max_samples: int | None = None) -> d
     model = load_draft(checkpoint, device="cpu")
     d2t = draft_d2t(model).cpu()
     kept = d2t + torch.arange(d2t.numel())
-    n_lab = off = ab = ab0 = abj = chose0 = 0
+    n_lab = off = ab = ab0 = abj = chose0 = none = 0
     for p in draft_predictions(model, samples, steps=1, reading="offset", max_samples=max_samples):
         mask = p.mask[:, 0]
         target = p.pred[:, 0, 0][mask]
@@ -210,6 +213,7 @@ def step0_breakdown(checkpoint, samples, *, max_samples: int | None = None) -> d
         ab0 += int((hit & (j == 0)).sum())
         abj += int((hit & (j > 0)).sum())
         chose0 += int((j == 0).sum())
+        none += int((j == label).sum())  # the none reading proposes target id j itself
     return {
         "labelled positions": n_lab,
         "offset right": off, "offset top-1 %": round(100 * off / max(n_lab, 1), 1),
@@ -219,7 +223,56 @@ def step0_breakdown(checkpoint, samples, *, max_samples: int | None = None) -> d
         "positions where the draft chose draft id 0": chose0,
         "d2t[0] (draft id 0's target under both readings)": int(d2t[0]),
         "draft ids whose d2t[j] is itself a kept id": int(torch.isin(d2t, kept).sum()),
+        "none right (draft id j equal to the real token)": none,
+        "none top-1 %": round(100 * none / max(n_lab, 1), 1),
+        "draft vocab N": int(d2t.numel()),
+        "target vocab V": int(model.config.vocab_size) if getattr(model.config, "vocab_size", None) else None,
     }
+
+
+def accuracy_numbers(result):
+    """The numbers `evaluate` prints, per reading, with the identity that ties them (pandas).
+
+    top-1 % = correct / labelled positions; coverage % = share of the labels this reading can
+    produce at all (its ceiling: a label outside the ids it maps to can never be matched);
+    covered top-1 % = top-1 among those labels only; so top-1 = coverage x covered top-1. The
+    figure's "coverage ceiling" is the share of labels that are kept tokens (t2d True).
+    """
+    import pandas as pd
+
+    rows = []
+    for r, sc in result.overall.readings.items():
+        rows.append({"reading": r, "labelled positions": sc.tokens, "top-1 %": round(100 * sc.top1, 1),
+                     "coverage %": round(100 * sc.coverage, 1), "covered top-1 %": round(100 * sc.covered_top1, 1),
+                     "coverage x covered top-1 %": round(100 * sc.coverage * sc.covered_top1, 1)})
+    return pd.DataFrame(rows).set_index("reading")
+
+
+def accept_length_example(checkpoint, samples, *, draft_tokens: int = 3, max_samples: int | None = None):
+    """Per-step top-1 of a real draft turned into the accept length of a chain of `draft_tokens` (pandas).
+
+    Drafted position k is accepted only if positions 0..k-1 were, so with per-step rates a_k the
+    expected accept length is 1 + a_0 + a_0 a_1 + ... (the 1 is the target's own token). The
+    rates are `evaluate`'s step top-1 (step k fed the draft's own earlier guesses).
+    """
+    import pandas as pd
+
+    from helpers.measure.evaluate import evaluate
+    from helpers.speculate.compare import predicted_chain
+
+    r = evaluate(checkpoint, samples, readings=("offset", "absolute"), steps=draft_tokens, topk=1,
+                 max_samples=max_samples, progress=False)
+    rows = []
+    for name, sc in r.overall.readings.items():
+        a = [float(x) for x in sc.step_top1]
+        terms, prod = ["1"], 1.0
+        for x in a:
+            prod *= x
+            terms.append(f"{prod:.3f}")
+        rows.append({"reading": name, **{f"a_{k}": round(x, 3) for k, x in enumerate(a)},
+                     "1 + a_0 + a_0 a_1 + ...": " + ".join(terms),
+                     "accept length": round(predicted_chain(a, draft_tokens), 2)})
+    return pd.DataFrame(rows).set_index("reading")
 
 
 def t2d_for_training(toy: ToyVocab = TOY, positions: int = 6, seed: int = 0):
@@ -288,6 +341,7 @@ def engine_propose(draft_logits: torch.Tensor, d2t: torch.Tensor, engine: str, t
     - tensorrt-llm: picks the draft id, then adds `d2t[draft_id]` to it.
     """
     n = d2t.numel()
+    engine = engine_key(engine)  # 'tensorrt-llm' -> 'trtllm'
     if engine == "sglang":
         hot_token_id = d2t + torch.arange(n)  # [N]
         return hot_token_id[draft_logits.argmax(-1)]
@@ -295,10 +349,10 @@ def engine_propose(draft_logits: torch.Tensor, d2t: torch.Tensor, engine: str, t
         full = draft_logits.new_full((*draft_logits.shape[:-1], target_vocab_size), float("-inf"))  # [B, V]
         full[..., torch.arange(n) + d2t] = draft_logits
         return full.argmax(-1)
-    if engine in ("tensorrt-llm", "trtllm"):
+    if engine == "trtllm":
         draft = draft_logits.argmax(-1)
         return d2t[draft] + draft
-    raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINES}")
+    raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINE_KEYS}")
 
 
 def decode_table(m: VocabMapping, toy: ToyVocab = TOY):
@@ -318,3 +372,45 @@ def decode_table(m: VocabMapping, toy: ToyVocab = TOY):
             "t2d's i-th True id": kept.tolist() if kept is not None and kept.numel() == m.draft_vocab_size else None,
         }
     ).set_index("draft id")
+
+
+# -- the engines' own lines ---------------------------------------------------------------------
+# (engine, release, file in the released wheel, line number, the line as released, what it shows).
+# Short quotations, one line each, of the released code read for this kit; tests/test_primer.py
+# compares each with the unpacked wheel when it is at hand. TensorRT-LLM is not quoted: no release
+# of it was read (only a repository snapshot).
+ENGINE_LINES = (
+    ("SGLang", "0.5.23", "sglang/srt/models/llama_eagle3.py", 352,
+     "self.hot_token_id = loaded_weight + torch.arange(loaded_weight.shape[0])",
+     "d2t is read as offsets: hot_token_id = d2t + arange(N)"),
+    ("SGLang", "0.5.23", "sglang/srt/models/llama_eagle3.py", 355,
+     'if "t2d" in name:', "t2d is skipped when loading (the next line is `continue`)"),
+    ("SGLang", "0.5.23", "sglang/srt/speculative/eagle_worker_v2.py", 758,
+     "topk_index = self.hot_token_id[topk_index]", "a drafted draft id becomes a target id by indexing hot_token_id"),
+    ("SGLang", "0.5.23", "sglang/srt/layers/vocab_parallel_embedding.py", 517,
+     "# located async assert instead of a silent OOB embedding gather (tp=1 does not mask).",
+     "an id >= V reaching the embedding on one GPU is not masked (asserted only with SGLANG_ENABLE_ASYNC_ASSERT)"),
+    ("SGLang", "0.5.23", "sglang/srt/models/kimi_k25_eagle3.py", 437,
+     'if name == "d2t" or name.endswith(".d2t"):', "the MLA draft reads d2t the same way (exact name)"),
+    ("vLLM", "0.29.0", "vllm/model_executor/models/llama_eagle3.py", 305,
+     "torch.zeros(self.config.draft_vocab_size, dtype=torch.long),",
+     "the mapping parameter starts as zeros: a d2t that never arrives stays the identity"),
+    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 339,
+     "if self.config.draft_vocab_size != target_vocab_size:",
+     "from 0.31.0 the parameter exists only with a reduced vocab"),
+    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 429,
+     'name = name.replace("d2t", "draft_id_to_target_id")', "the weight d2t is loaded into that parameter"),
+    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 386,
+     "targets = base + self.draft_id_to_target_id", "d2t is read as offsets: targets = arange(N) + d2t"),
+    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 394,
+     "logits_new[:, targets] = logits", "draft logits are scattered into a row of V target columns"),
+)
+
+
+def engine_lines(engine: str | None = None):
+    """The quoted engine lines as a table (pandas): engine, release, file:line, the line, what it shows."""
+    import pandas as pd
+
+    rows = [{"engine": e, "release": r, "file:line": f"{f}:{n}", "line": text, "what it shows": what}
+            for e, r, f, n, text, what in ENGINE_LINES if engine is None or e.lower() == engine.lower()]
+    return pd.DataFrame(rows)

@@ -1,14 +1,18 @@
 """The exercises of notebooks/00_offset_encoding_primer.ipynb and their checkers.
 
-Every exercise is asked on `helpers.ui.primer.PRACTICE`, a vocabulary the notebook never decodes,
-so no printed table gives an answer away. The answers are not written here: `ANSWER_SHA` holds
-a SHA-256 of each, and `check(n, answer)` decides right or wrong by it; the reason for a wrong
-answer is worked out from the library. `solutions()` computes the answers (the notebook calls it
-only with `solutions=True`; a test checks it against the hashes). `check` never raises.
+The first are asked on `helpers.ui.primer.PRACTICE`, a vocabulary the notebook never decodes, so
+no printed table gives an answer away; the later ones on the bundled real-shaped tables (the
+mapping at Kimi-K2.5's sizes and its absolute-id copy, the small trained draft). Each asks for
+something the notebook's prose does not state (a test searches the prose above each exercise for
+its answer). The answers are not written here: `ANSWER_SHA` holds a SHA-256 of each, and
+`check(n, answer)` decides right or wrong by it; the reason for a wrong answer is worked out from
+the library. `solutions()` computes the answers (the notebook calls it only with
+`solutions=True`; a test checks it against the hashes). `check` never raises.
 """
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import torch
 
@@ -17,77 +21,118 @@ from helpers.ui.primer import PRACTICE, served_targets
 
 P = PRACTICE
 N, V = P.draft_vocab_size, P.target_vocab_size
-RED_HERRING_D2T = (0, 0, 0, 2, 2, 5, 5, 5, 9, 9)
-ALL_ZERO_CASES = {  # exercise 6: three checkpoints with an all-zero d2t
-    "A": f"draft vocab {V}, target vocab {V}, t2d all True",
-    "B": f"draft vocab {N}, target vocab {V}, t2d built from the practice counts",
-    "C": f"draft vocab {N}, target vocab {V}, t2d True at target ids 0..{N - 1} only",
+SAMPLES = Path(__file__).resolve().parents[2] / "data_samples"
+KIMI, KIMI_ABSOLUTE = SAMPLES / "kimi_k25_mapping", SAMPLES / "kimi_k25_mapping_absolute"
+SMALL_DRAFT = SAMPLES / "tiny_draft_sglang"
+CANDIDATES = {  # exercise 3: which could a trainer have written for the practice sizes?
+    "A": (0, 0, 2, 2, 4),
+    "B": (0, 1, 1, 0, 2),
+    "C": (1, 1, 1, 1, 6),
+    "D": (0, 3, 3, 5, 5),
+    "E": (2, 2, 3, 3, 3),
+}
+KIMI_N, KIMI_V = 32_000, 163_840
+ALL_ZERO_CASES = {  # exercise 6: four checkpoints at Kimi-K2.5's sizes with an all-zero d2t
+    "A": f"draft vocab {KIMI_N:,}, target vocab {KIMI_V:,}, t2d the bundled Kimi t2d",
+    "B": f"draft vocab {KIMI_V:,}, target vocab {KIMI_V:,}, no t2d",
+    "C": f"draft vocab {KIMI_N:,}, target vocab {KIMI_V:,}, t2d True at target ids 0..{KIMI_N - 1:,}",
+    "D": f"draft vocab {KIMI_N:,}, target vocab {KIMI_V:,}, t2d True at target ids 124..{KIMI_N + 123:,}",
 }
 EXERCISES = {
     1: "the kept target ids of the practice vocab (its draft vocab), ascending, as a list of ints",
     2: "d2t for the practice vocab, as a list of ints",
-    3: "the largest value any valid d2t can hold with the practice vocab's sizes (an int)",
+    3: f"which of these d2t tables could a trainer have written for the practice sizes (N = {N}, V = {V})? "
+       "a string of letters, e.g. 'B'. " + "; ".join(f"{k}: {list(v)}" for k, v in CANDIDATES.items()),
     4: "the practice draft's argmax is draft id 4: the target id an engine proposes (an int, or the token)",
-    5: f"under the absolute reading, how many of the {N} practice draft ids decode to the token they stand for (an int)?",
-    6: "which of the checkpoints A, B, C (all-zero d2t) are right? a string of letters, e.g. 'B'. "
+    5: "on the bundled small draft (tiny_draft_sglang), how many draft ids j > 0 can never come out right "
+       "under the absolute reading, whatever the real token is (an int)?",
+    6: "which of the checkpoints A-D (all-zero d2t) are served right? a string of letters, e.g. 'B'. "
        + "; ".join(f"{k}: {v}" for k, v in ALL_ZERO_CASES.items()),
     7: f"the trained practice draft is served without d2t: how many of its {N} draft ids still propose "
        "the token they stand for (an int)?",
-    8: f"the practice draft's d2t was saved as arange({N}): the target ids the engines propose for draft ids "
-       f"0..{N - 1}, as a list of ints",
-    9: f"d2t = {list(RED_HERRING_D2T)} has {len(set(RED_HERRING_D2T))} distinct values: how many distinct "
-       "target ids does it map its draft ids to (an int)?",
+    8: "the Kimi mapping stored as absolute ids (kimi_k25_mapping_absolute) is served: for how many draft ids "
+       "does i + d2t[i] lie past the end of the target vocab (an int)?",
+    9: "with the Kimi mapping, which target id do the engines propose for draft id 20,000 (an int)?",
+    10: "the Kimi draft is served with a d2t that never loaded (vLLM's zeros): of the target ids it can then "
+        "propose, how many are tokens its draft vocab keeps (an int)?",
 }
 ANSWER_SHA = {  # sha256 of "primer exercise {n}: {canonical answer}"
     1: "0a5cdfaf2fddbfc18bd7bf9f277061361be5ef9c326a88058ae64b090e27953b",
     2: "9bdcd665f5923b4e288908b26ed7013da537bb65c6166deedde3b5a977937ba7",
-    3: "b539113ee9040ff032dda271ccd7d2f692d63260feb747df09e539c5c7ec1fb6",
+    3: "ff71fa5d70ae70c112d46cd6c9883c4c01e9a4b77d930e6bdc9526d76cc72b10",
     4: "168ae20d5e6b11f3a0085171f87c3137531f03f6c563654b59af4849c5d7e88e",
-    5: "6713886f6c7d4c78df903dcfca826cda824a6527a8778015f0ad4f17c2279fea",
-    6: "ebed5b2a6e08ffcbc87d65b7cead5feda293cb4f3e78eab43ea39eca34b2701a",
+    5: "c2337855d70c59db352dece3283efdfeece2c22488d2aec09bf637e79fa3ae8e",
+    6: "7fd7498498863528e6e883c46d316a96459948c3baf14808d23aa4da428f80b7",
     7: "3ad5f033ecce96e3c57116925ec830b0f8f3531dc79b48a58c3ab0636779e6a2",
-    8: "b25a48e8dbb3f3fb3c331de274eb69cad6caca66df510eb8bff46ca5484dc16b",
-    9: "f42d70e7c98be4e729a1c80cfe91561eee428a037bc4d78a4046566ae2778d06",
+    8: "fe38ce8591f2dac2585dd6cb0274d86609a674a966b02881ae509ca9357598bb",
+    9: "6c61ab4faf74d697521d3751a4dddb341ea25dc313816de49f70ffa93da8264f",
+    10: "035cb966b73041aa515bef8794d060df6324d482d7b5c24ad6adc04b7a0d9fba",
 }
 HINTS = {
     1: f"Hint: take the {N} tokens with the largest counts, then sort their ids ascending.",
     2: "Hint: d2t stores offsets: d2t[i] = (i-th kept target id) - i.",
-    3: "Hint: the i-th kept id is at most V - 1 - (N - 1 - i), since N - 1 - i larger kept ids sit above it.",
+    3: "Hint: a valid d2t is never negative, never decreases, and i + d2t[i] stays below V (section 2).",
     4: "Hint: SGLang, vLLM and TensorRT-LLM all compute target = draft_id + d2t[draft_id].",
-    5: "Hint: the absolute reading gives d2t[i]; the draft id stands for i + d2t[i]. When are they equal?",
-    6: "Hint: all zeros maps draft id i to target id i. Which t2d keeps exactly the ids 0..N-1?",
+    5: "Hint: for j > 0 the absolute reading gives d2t[j]; it can be right only if d2t[j] is a token the "
+       "draft keeps (a True id of t2d). Count the others.",
+    6: "Hint: all zeros maps draft id i to target id i. It is right exactly when the kept ids are 0..N-1.",
     7: "Hint: served without d2t, draft id i becomes target id i; it stands for i + d2t[i].",
-    8: "Hint: the engines add the draft id to the stored value: i + d2t[i].",
-    9: "Hint: read each entry as an offset (target = i + d2t[i]) and count the distinct results.",
+    8: "Hint: load the file with helpers.io.checkpoint.load_mapping and count i + d2t[i] >= V.",
+    9: "Hint: target = i + d2t[i]; kimi.d2t holds the offsets.",
+    10: "Hint: with zeros the engines propose target ids 0..N-1; t2d says which of those are kept.",
 }
-LIST_ANSWERS = (1, 2, 8)
-LETTER_ANSWERS = (6,)
+LIST_ANSWERS = (1, 2)
+LETTER_ANSWERS = (3, 6)
 
 
 def _digest(n: int, canon: str) -> str:
     return hashlib.sha256(f"primer exercise {n}: {canon}".encode()).hexdigest()
 
 
+def _valid_for(d2t, n: int, v: int) -> bool:
+    """Whether a trainer could have written `d2t` for sizes (n, v): offsets of n sorted distinct ids < v."""
+    d2t = torch.tensor(d2t, dtype=torch.int64)
+    if d2t.numel() != n or int(d2t.min()) < 0:
+        return False
+    m = VocabMapping(d2t)
+    return m.non_decreasing and int(m.targets("offset").max()) < v
+
+
+def _kimi_zero_cases() -> str:
+    """Exercise 6 on tensors of Kimi's sizes: the cases whose kept ids are exactly 0..N-1."""
+    from helpers.io.checkpoint import load_mapping
+
+    kimi = load_mapping(KIMI)
+    shifted = torch.zeros(KIMI_V, dtype=torch.bool)
+    shifted[124:KIMI_N + 124] = True
+    low = torch.zeros(KIMI_V, dtype=torch.bool)
+    low[:KIMI_N] = True
+    cases = {"A": (KIMI_N, kimi.t2d), "B": (KIMI_V, torch.ones(KIMI_V, dtype=torch.bool)), "C": (KIMI_N, low),
+             "D": (KIMI_N, shifted)}
+    return "".join(k for k, (n, t2d) in cases.items()
+                   if bool(torch.equal(served_targets(torch.zeros(n, dtype=torch.int64), n), torch.nonzero(t2d).flatten())))
+
+
 def solutions() -> dict:
     """Every answer, computed from the library (the notebook calls this only with solutions=True)."""
+    from helpers.io.checkpoint import load_mapping
+
     m = P.mapping()
     kept = m.t2d_ids
-    d2t = m.d2t
-    t2d_low = torch.zeros(V, dtype=torch.bool)
-    t2d_low[:N] = True
-    cases = {"A": torch.ones(V, dtype=torch.bool), "B": m.t2d, "C": t2d_low}
-    right_cases = "".join(k for k, t2d in cases.items()
-                          if torch.equal(torch.nonzero(t2d).flatten(), torch.arange(int(t2d.sum()))))
+    small = load_mapping(SMALL_DRAFT)
+    kimi, kimi_abs = load_mapping(KIMI), load_mapping(KIMI_ABSOLUTE)
+    served_abs = served_targets(kimi_abs.d2t, kimi_abs.draft_vocab_size)
     return {
         1: kept.tolist(),
-        2: d2t.tolist(),
-        3: V - N,
+        2: m.d2t.tolist(),
+        3: "".join(k for k, d2t in CANDIDATES.items() if _valid_for(d2t, N, V)),
         4: int(m.targets("offset")[4]),
-        5: int((m.targets("absolute") == kept).sum()),
-        6: right_cases,
+        5: int((~torch.isin(small.d2t[1:], small.t2d_ids)).sum()),
+        6: _kimi_zero_cases(),
         7: int((served_targets(None, N) == kept).sum()),
-        8: served_targets(torch.arange(N), N).tolist(),
-        9: int(VocabMapping(torch.tensor(RED_HERRING_D2T)).reading("offset").distinct_targets),
+        8: int((served_abs >= kimi_abs.target_vocab_size).sum()),
+        9: int(kimi.targets("offset")[20_000]),
+        10: int(kimi.t2d[:kimi.draft_vocab_size].sum()),
     }
 
 
@@ -152,18 +197,21 @@ def _why_right(n: int, got) -> str:
     if n == 2:
         return "d2t[i] = kept[i] - i for every i."
     if n == 3:
-        return f"V - N = {V} - {N}: kept[i] <= V - N + i, so d2t[i] = kept[i] - i <= V - N."
+        return ("the others decrease somewhere or send a draft id past V - 1; a valid d2t need not start with "
+                "zeros (only when target id 0 is kept).")
     if n == 4:
         return f"draft id 4 -> 4 + d2t[4] = {got} ({P.tokens[got]!r})."
     if n == 5:
-        return "only draft id 0: d2t[i] = i + d2t[i] holds only at i = 0."
+        return "those draft ids store a value that is no kept token: the absolute reading can never match a label there."
     if n == 6:
-        return "all zeros is right exactly when t2d keeps the ids 0..N-1 (with N = V, all of them)."
+        return "all zeros is right exactly when the kept ids are 0..N-1: the full vocab, or a t2d keeping exactly those."
     if n == 7:
         return "the draft ids in the leading zero run of d2t, where i + d2t[i] = i."
     if n == 8:
-        return "i + i = 2i: wrong tokens, and out of range once 2i >= V."
-    return "every repeated offset is a run of consecutive kept target ids."
+        return "those draft ids index past the end of the vocab: from the engines' code, an index error, not a wrong token."
+    if n == 9:
+        return "20,000 + d2t[20,000]."
+    return "the kept ids below N: the rest of 0..N-1 are tokens the draft never learnt to mean."
 
 
 def _what_is_wrong(n: int, got) -> str:  # the correct answer is worked out here but never printed
@@ -185,34 +233,27 @@ def _what_is_wrong(n: int, got) -> str:  # the correct answer is worked out here
         bad = [i for i, (a, b) in enumerate(zip(got, sol)) if a != b]
         return f"wrong at draft id(s) {bad}. {HINTS[2]}"
     if n == 3:
-        if got == V - 1:
-            return f"{V - 1} is the largest target id, but d2t[i] = kept[i] - i and kept[i] cannot be that large for every i. {HINTS[3]}"
-        if got == N:
-            return f"{N} is the draft vocab size. {HINTS[3]}"
-        return f"{got} is not it. {HINTS[3]}"
+        if "B" in got:
+            return "B decreases (d2t[3] < d2t[2]): two draft ids would land in the wrong order. " + HINTS[3]
+        if "C" in got:
+            return f"C sends draft id 4 to 4 + 6 = 10, past the largest target id {V - 1}. " + HINTS[3]
+        return f"{got or 'none'} is not the whole set. {HINTS[3]}"
     if n == 4:
         if got == d2t[4]:
             return f"{got} ({P.names([got])[0]!r}) is d2t[4] read as an absolute id: the engines add the draft id."
         if got == 4:
             return f"4 is the draft id itself: without the mapping it points at the wrong token. {HINTS[4]}"
         return f"{got} is not it. {HINTS[4]}"
-    if n == 5:
-        if got == 0:
-            return "one draft id does agree under both readings. " + HINTS[5]
-        return f"{got} is not it. {HINTS[5]}"
     if n == 6:
-        if "B" in got:
-            return ("B keeps ids that are not 0..N-1, so all zeros sends its draft ids to the wrong tokens: "
-                    "that is the reduced-vocab bug (or a d2t never loaded).")
+        if "A" in got:
+            return "A keeps the frequent ids, not 0..N-1: all zeros sends its draft ids to the wrong tokens. " + HINTS[6]
+        if "D" in got:
+            return "D keeps a block of N ids, but not starting at 0: draft id i means 124 + i. " + HINTS[6]
         return f"{got or 'none'} is not the whole set. {HINTS[6]}"
-    if n == 7:
-        if got == N:
-            return "identity is right only where kept[i] = i, not for every draft id. " + HINTS[7]
-        return f"{got} is not it. {HINTS[7]}"
-    if n == 8:
-        if got == list(range(N)):
-            return "that is the absolute reading of arange (d2t[i] = i); the engines add the draft id."
-        return f"wrong. {HINTS[8]}"
-    if got == len(set(RED_HERRING_D2T)):
-        return "that is the number of distinct offsets, the red herring: consecutive kept target ids share an offset. " + HINTS[9]
-    return f"{got} is not it. {HINTS[9]}"
+    if n == 7 and got == N:
+        return "identity is right only where kept[i] = i, not for every draft id. " + HINTS[7]
+    if n == 9 and got == 20_000:
+        return "20,000 is the draft id itself. " + HINTS[9]
+    if n == 10 and got == KIMI_N:
+        return "not every id below N is kept. " + HINTS[10]
+    return f"{got} is not it. {HINTS[n]}"

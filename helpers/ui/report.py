@@ -49,6 +49,7 @@ SEQUENCE = (
 # values, so nothing is compared with bundled samples and no fixed copy is written.
 # With a target (--target and --prompts), the report also runs speculative decoding with it.
 SPECULATE = "07_speculative_decoding"
+DOCTOR = "06_checkpoint_doctor"
 REPORT_ONLY = {"write_fixed_copy": False, "accept_rate": None, "mapping_path": None, "misencoded_path": None,
                "misencoded_checkpoint": None}
 
@@ -195,29 +196,31 @@ def validate(settings: RunSettings) -> RunSettings:
     """Every input checked and paths made absolute; a bad one raises one `BadInputError` line."""
     from helpers.core.devices import parse_dtype, resolve_device
     from helpers.doctor.inspection import inspect_path
+    from helpers.model.preflight import preflight
     from helpers.serving.logs import read_log
 
     s = settings
-    checkpoint = _existing(s.checkpoint, "file or folder")
-    if checkpoint is None:
+    if not s.checkpoint:
         raise BadInputError(None, "no checkpoint given")
-    inspect_path(checkpoint)  # the mapping reads (or the one line says why not)
-    paths = {
-        "samples": _existing(s.samples, "samples folder"),
-        "embed_from": _existing(s.embed_from, "embed_tokens file or folder"),
-        "target_config": _existing(s.target_config, "target config"),
-        "target_head": _existing(s.target_head, "target head folder"),
-    }
-    paths["target"] = _existing(s.target, "target folder")
-    paths["prompts"] = _existing(s.prompts, "prompt file")
-    if paths["target"] and not paths["prompts"]:
+    if s.target and not s.prompts:
         raise BadInputError(None, "--target needs --prompts FILE (the prompts to run speculative decoding on)")
-    if paths["prompts"] and not paths["target"]:
+    if s.prompts and not s.target:
         raise BadInputError(None, "--prompts needs --target DIR (the Hugging Face target that verifies the draft)")
-    if paths["target"]:
-        from helpers.model.target import read_target_config
-
-        read_target_config(paths["target"])  # a folder without config.json is refused here, not in notebook 07
+    for name in ("max_samples", "max_prompts", "max_new_tokens"):
+        value = getattr(s, name)
+        if value is not None and value < 1:
+            raise BadInputError(None, f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if not s.temperature >= 0:
+        raise BadInputError(None, f"--temperature must be 0 or more, got {s.temperature}")
+    # the door every front end shares: paths, prompt records, the draft's fit to the target (notebook 07
+    # runs the draft, so it needs its weights), --target and --target-config not both
+    c = preflight(checkpoint=s.checkpoint, target=s.target, target_config=s.target_config, prompts=s.prompts,
+                  max_prompts=s.max_prompts, embed_from=s.embed_from, samples=s.samples, target_head=s.target_head,
+                  need_weights=bool(s.target), fit=bool(s.target), what="the report's notebook 07")
+    checkpoint = c.checkpoint
+    inspect_path(checkpoint)  # the mapping reads (or the one line says why not)
+    paths = {"samples": c.samples, "embed_from": c.embed_from, "target_head": c.target_head, "target": c.target,
+             "prompts": c.prompts, "target_config": c.target_config}
     logs = tuple(_existing(p, "log file") for p in s.logs)
     for p in logs:
         read_log(p)  # a file with no line the kit reads is refused here, not in notebook 04
@@ -234,8 +237,6 @@ def validate(settings: RunSettings) -> RunSettings:
         value = getattr(s, name)
         if value is not None and not value > 0:
             raise BadInputError(None, f"--{name.replace('_', '-')} must be a positive tokens/s figure, got {value}")
-    if s.max_samples is not None and s.max_samples < 1:
-        raise BadInputError(None, f"--max-samples must be at least 1, got {s.max_samples}")
     metrics = s.metrics
     if metrics:
         from helpers.serving.metrics import is_url, read_metrics
@@ -271,6 +272,8 @@ def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print
         src = NOTEBOOK_DIR / f"{name}.ipynb"
         declared = pm.inspect_notebook(str(src)) if src.exists() else {}
         params = all_parameters(declared, s.notebook_parameters(declared, **REPORT_ONLY))
+        if name == DOCTOR and s.target and not s.target_config:  # the doctor checks against --target's config
+            params["target_config"] = s.target
         run = run_notebook(name, out, params)
         runs.append(run)
         if progress:

@@ -10,7 +10,9 @@ same quantity never shows two values in one bundle:
 - `draft_tokens`: SGLang's `--speculative-num-draft-tokens`, the verified root included
   (default `steps + 1`, a chain of `steps` drafted tokens).
 
-`resolve_drafting` fills the drafting settings from explicit values first, then from a serving
+The three are read into one `helpers.acceptance.drafting.Drafting` (`RunSettings.drafting`), checked
+there (a shape SGLang does not run, e.g. steps 3 topk 1 draft_tokens 8, is a ValueError naming
+the flag). `resolve_drafting` fills the drafting settings from explicit values first, then from a serving
 log's start-up line (SGLang `server_args=`, vLLM `num_speculative_tokens`), then from defaults,
 and records where each came from in `sources`, so a report can say which numbers are defaults.
 This module imports neither torch nor the notebooks.
@@ -19,8 +21,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from helpers.acceptance.drafting import Drafting, fill
 from helpers.core.errors import BadInputError
-from helpers.core.terms import ENGINES
+from helpers.core.engines import engines_at
 
 DEFAULT_STEPS = 3  # SGLang's usual EAGLE-3 chain: steps 3, top-k 1, 4 draft tokens
 DEFAULT_TOPK = 1
@@ -45,7 +48,7 @@ class RunSettings:
     spec_tps: float | None = None
     device: str | None = None
     dtype: str | None = None
-    max_samples: int | None = None
+    max_samples: int | None = None  # sample files scored per split (evaluate, notebooks 03/04)
     svg: bool = False
     # comparisons a notebook draws beside the user's checkpoint when they are named
     misencoded: str | None = None  # a copy with d2t stored as absolute ids
@@ -53,16 +56,21 @@ class RunSettings:
     # the target in the loop: notebook 07 runs speculative decoding with it on these prompts
     target: str | None = None  # Hugging Face target folder
     prompts: str | None = None  # JSONL prompt file
+    max_prompts: int | None = None  # prompt records used (None: all)
+    max_new_tokens: int = 48  # tokens generated per prompt
+    temperature: float = 0.0  # 0: greedy verification; > 0: speculative sampling
     sources: dict = field(default_factory=dict, compare=False)  # setting -> where its value came from
 
     def __post_init__(self):
-        if self.engine not in ENGINES + ("all",):
-            raise ValueError(f"unknown engine {self.engine!r}; expected one of {ENGINES + ('all',)}")
-        for name in ("steps", "topk"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.draft_tokens is not None and self.draft_tokens < 2:
-            raise ValueError(f"draft_tokens must be at least 2 (the root and one drafted token), got {self.draft_tokens}")
+        engines_at(self.engine)  # 'all', an engine, or an engine ==VERSION; ValueError naming them otherwise
+        Drafting.check_flags(self.steps, self.topk, self.draft_tokens, lone="sglang")
+        if self.topk == 1 or self.draft_tokens is not None:  # complete: the whole shape is checked now
+            self.drafting  # noqa: B018 (raises ValueError naming the flag)
+
+    @property
+    def drafting(self) -> Drafting:
+        """The drafting shape these settings describe (steps, topk, draft_tokens with the root counted)."""
+        return Drafting.from_flags(self.steps, self.topk, self.draft_tokens, lone="sglang")
 
     @property
     def num_draft_tokens(self) -> int:
@@ -72,14 +80,6 @@ class RunSettings:
     @property
     def is_chain(self) -> bool:
         return self.topk == 1
-
-    def drafting(self):
-        """The `helpers.acceptance.chain.Drafting` these settings describe."""
-        from helpers.acceptance.chain import Drafting
-
-        if self.is_chain:
-            return Drafting(min(self.steps, self.num_draft_tokens - 1))
-        return Drafting(self.num_draft_tokens, topk=self.topk, steps=self.steps)
 
     def with_(self, **changes) -> RunSettings:
         return replace(self, **changes)
@@ -105,8 +105,31 @@ class RunSettings:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["draft_tokens"] = self.num_draft_tokens
-        d["drafting"] = self.drafting().label
+        d["drafting"] = self.drafting.label
         return d
+
+
+def resolve_engine(settings: RunSettings) -> RunSettings:
+    """The engine release from a serving log when `settings.engine` names none.
+
+    A log whose start-up lines state its engine's release (`helpers.serving.logs.read_engine_version`)
+    narrows 'all' to that engine, or adds the version to the engine named ('vllm' -> 'vllm==0.10.1');
+    an engine given with a version, or a log of another engine, leaves it as it is.
+    `settings.sources['engine']` says where the value came from.
+    """
+    from helpers.serving.logs import read_engine_version
+
+    sources = dict(settings.sources)
+    if any(op in settings.engine for op in "=<>~!"):
+        sources.setdefault("engine", "--engine")
+        return replace(settings, sources=sources)
+    for log in settings.logs:
+        found = read_engine_version(log)
+        if found and settings.engine in ("all", found[0]):
+            sources["engine"] = f"the {found[0]} release stated in {log}"
+            return replace(settings, engine=f"{found[0]}=={found[1]}", sources=sources)
+    sources.setdefault("engine", "--engine" if settings.engine != "all" else "default: every engine at its newest release read")
+    return replace(settings, sources=sources)
 
 
 def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_tokens=None) -> RunSettings:
@@ -123,12 +146,17 @@ def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_toke
             where = log
             break
     given = {"steps": steps, "topk": topk, "draft_tokens": draft_tokens}
+    try:
+        Drafting.check_flags(steps, topk, draft_tokens, lone="sglang")
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None
+    merged, origin = fill(given, found)
     values, sources = {}, dict(settings.sources)
-    for name, value in given.items():
-        if value is not None:
-            values[name], sources[name] = int(value), f"--{name.replace('_', '-')}"
-        elif name in found:
-            values[name], sources[name] = int(found[name]), f"{found['source']} in {where}"
+    for name, value in merged.items():
+        values[name] = int(value)
+        sources[name] = f"--{name.replace('_', '-')}" if origin[name] == "given" else f"{found['source']} in {where}"
+    if "steps" not in values and values.get("topk", 1) == 1 and "draft_tokens" in values:
+        values["steps"], sources["steps"] = values["draft_tokens"] - 1, "draft tokens - 1 (a chain)"
     values.setdefault("steps", DEFAULT_STEPS)
     values.setdefault("topk", DEFAULT_TOPK)
     sources.setdefault("steps", "default")
@@ -139,4 +167,7 @@ def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_toke
         if values["topk"] > 1:
             raise BadInputError(None, "a tree (--topk above 1) needs --draft-tokens "
                                 "(SGLang's --speculative-num-draft-tokens)")
-    return replace(settings, sources=sources, **values)
+    try:
+        return replace(settings, sources=sources, **values)
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None

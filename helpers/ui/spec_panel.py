@@ -49,20 +49,18 @@ class SpeculatePanel:
         self.target.options = tuple(str(p) for p in find_targets(root))
 
     def _load(self, checkpoint: str, target: str, device, dtype, embed_from):
-        from helpers.model.draft import load_draft
-        from helpers.model.target import draft_mismatches, load_target
+        from helpers.model.pair import load_pair
+        from helpers.model.target import check_speculation_target, load_target
 
         key = ("target", target, device, dtype)
         if key not in self._cache:
+            check_speculation_target(target)  # a family the loop cannot run: one line, before loading
             self._cache = {k: v for k, v in self._cache.items() if k[0] != "target"}  # one target at a time
             self._cache[key] = load_target(target, device=device, dtype=dtype)
         tgt = self._cache[key]
         dkey = ("draft", checkpoint, str(tgt.device), str(tgt.dtype), embed_from)
         if dkey not in self._cache:
-            bad = draft_mismatches(tgt, checkpoint)
-            if bad:
-                raise BadInputError(checkpoint, "does not fit the target: " + "; ".join(bad))
-            self._cache[dkey] = load_draft(checkpoint, device=tgt.input_device, dtype=tgt.dtype, embed_from=embed_from)
+            self._cache[dkey] = load_pair(tgt, checkpoint, embed_from=embed_from)[1]
         return tgt, self._cache[dkey]
 
     def run(self, checkpoint: str, *, device=None, dtype=None, embed_from=None, steps: int = 3,
@@ -71,6 +69,7 @@ class SpeculatePanel:
         returns the HTML headline for the output area."""
         from helpers.io.chat import prompt_ids, uses_template
         from helpers.speculate.loop import speculate
+        from helpers.acceptance.drafting import Drafting
         from helpers.speculate.result import SpecSettings
 
         target = self.target.value.strip()
@@ -86,7 +85,7 @@ class SpeculatePanel:
         ids = prompt_ids(tok, [{"role": "user", "content": self.prompt.value}], uses_template(tok, "auto"))
         self.runs = {}
         for r in readings:
-            st = SpecSettings(reading=r, draft_tokens=int(steps), max_new_tokens=int(self.max_new_tokens.value))
+            st = SpecSettings(reading=r, drafting=Drafting.chain(int(steps)), max_new_tokens=int(self.max_new_tokens.value))
             run = speculate(tgt, draft, [ids], st, on_round=lambda p, r=r: view.update(r, p, tok))
             view.update(r, run.prompts[0], tok)
             self.runs[r] = run

@@ -186,7 +186,8 @@ def _pct(x) -> str:
 def _inputs_section(s: RunSettings, summary: dict) -> list[str]:
     skipped = summary["numbers"]["skipped"]
     src = s.sources
-    rows = [("checkpoint", f"`{s.checkpoint}`"), ("engine", s.engine)]
+    rows = [("checkpoint", f"`{s.checkpoint}`"),
+            ("engine", f"{s.engine} ({src['engine']})" if src.get("engine") else s.engine)]
     for key, label in (("samples", "samples"), ("target_head", "target head"), ("target_config", "target config"),
                        ("embed_from", "embed_tokens from")):
         rows.append((label, f"`{getattr(s, key)}`" if getattr(s, key) else skipped[key]))

@@ -72,7 +72,9 @@ def find_sample_folders(root: str | os.PathLike, max_depth: int = 4) -> list[Pat
 
 
 def _as_html_pre(text: str) -> str:
-    return f"<pre style='font-size:11px;line-height:1.3;margin:0;white-space:pre'>{html.escape(text)}</pre>"
+    # pre-wrap: a long line wraps inside the summary's column instead of running past its right edge
+    return ("<pre style='font-size:11px;line-height:1.3;margin:0;white-space:pre-wrap;overflow-wrap:anywhere'>"
+            f"{html.escape(text)}</pre>")
 
 
 def result_figure(result):
@@ -188,7 +190,8 @@ class Dashboard:
         ])
         self.widget = W.VBox([
             W.HTML("<b>EAGLE-3 draft: live forward pass</b>"),
-            W.HBox([controls, self.summary]),
+            W.HBox([controls, self.summary], layout=W.Layout(flex_flow="row wrap", align_items="flex-start",
+                                                             width="100%")),
             self.progress,
             self.spec.live,
             self.output,
@@ -250,7 +253,10 @@ class Dashboard:
         self.run_button = W.Button(description="Run", button_style="primary", icon="play",
                                    tooltip="load the draft, run it on the samples, show accuracy")
         self.status = W.Label(value="")
-        self.summary = W.HTML(value="", layout=W.Layout(flex="1 1 auto", min_width="420px", overflow="auto"))
+        # shrinks with the window (min_width 0 lets a flex item narrower than its text); wraps below the
+        # controls when there is less than 320 px beside them
+        self.summary = W.HTML(value="", layout=W.Layout(flex="1 1 320px", min_width="0", max_width="100%",
+                                                        overflow="auto"))
         self.progress = W.VBox()  # holds a fresh Output for tqdm's bars while evaluate runs
         self.output = W.Output(layout=W.Layout(border="1px solid #ddd", padding="4px", min_height="40px"))
         for w, cls in ((self.run_button, "d2t-run"), (self.output, "d2t-output"),
@@ -314,9 +320,16 @@ class Dashboard:
         t0 = time.perf_counter()
         try:
             args = self.kwargs()
-            for name in ("checkpoint",) if self.mode.value == "speculate" else ("checkpoint", "samples"):
+            spec = self.mode.value == "speculate"
+            for name in ("checkpoint",) if spec else ("checkpoint", "samples"):
                 if not args[name]:
                     raise BadInputError(None, f"choose a {name} first")
+            from helpers.model.preflight import preflight
+
+            target = self.spec.target.value.strip() or None if spec else None
+            preflight(checkpoint=args["checkpoint"], embed_from=args["embed_from"], target=target,
+                      samples=None if spec else args["samples"], need_weights=True, fit=bool(target),
+                      what="the dashboard", target_flag="target")  # the door, before the draft loads
             self.output.outputs = ()
             if self.mode.value == "speculate":
                 self._speculate(args)

@@ -1,0 +1,266 @@
+"""The steps of notebooks/08_debug_a_checkpoint.ipynb: from a draft folder on disk to a verified fix.
+
+Each function answers one question a person asks of a checkpoint, as a table (pandas) or a dict,
+and reads only what that question needs:
+
+- `files_table`: which files the folder holds and what each is for;
+- `tensors_table`: every tensor's name, shape and dtype (safetensors headers; no data read);
+- `config_table`: the `config.json` fields that hold N, V and the sizes the mapping must fit;
+- `shape_checks`: len(d2t) = N = rows of `lm_head`, len(t2d) = V (the target vocab, possibly
+  padded), d2t int64 and t2d bool, t2d keeping N ids;
+- `write_variant`: a copy of a draft with its d2t/t2d replaced or left out (what each verdict
+  looks like is shown on such copies; the source folder is only read);
+- `verdict_gallery`: `inspect` on each variant, one row per verdict;
+- `rebuild_offsets`: the two hand fixes (`d2t_abs - arange(N)`, `nonzero(t2d) - arange(N)`);
+- `speculate_once`: one engine-free speculative decoding run, its accept length;
+- `accept_fingerprints`: the accept length each reading of d2t predicts from offline step accuracies,
+  the fingerprint a running engine's accept length is matched against.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from helpers.io.checkpoint import flat_config, load_mapping, open_checkpoint, read_mapping_tensors
+
+ROLES = {  # file name (or suffix) -> what it is for
+    "config.json": "the draft's config: sizes (N, V, H), architecture, aux layer ids",
+    ".safetensors": "weights (and d2t/t2d, where the engines read them)",
+    ".bin": "weights in torch pickle format (read with weights_only=True)",
+    "model.safetensors.index.json": "the shard index: which file holds each tensor",
+    "d2t.npy": "a side file: the engines do not read it (a checkpoint with only this has no d2t)",
+    "t2d.npy": "a side file: the engines do not read it",
+    ".pt": "a torch file: a mapping dict, a training state or optimizer state (by content)",
+}
+TENSOR_ROLES = {
+    "d2t": "draft -> target offsets, [N] int64",
+    "t2d": "kept target ids, [V] bool",
+    "lm_head.weight": "the draft's head, [N, H]: one row per draft id",
+    "embed_tokens.weight": "the target's embedding, [V, H] (engines borrow the target's)",
+    "fc.weight": "aux hidden states -> H, [H, 3 H_target]",
+}
+CONFIG_FIELDS = {  # field -> what it holds for the mapping
+    "draft_vocab_size": "N: draft ids, len(d2t), rows of lm_head",
+    "vocab_size": "V: target ids, len(t2d), rows of embed_tokens",
+    "target_vocab_size": "V when stated apart from vocab_size",
+    "hidden_size": "H: width of the draft layer and lm_head's columns",
+    "target_hidden_size": "the target's width: fc takes 3 x this",
+    "architectures": "the class an engine builds (EAGLE-3 vs EAGLE)",
+    "eagle_aux_hidden_state_layer_ids": "target layers whose states feed fc",
+}
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def files_table(path):
+    """One row per file in the checkpoint folder: name, size and what it is for (pandas)."""
+    import pandas as pd
+
+    ck = open_checkpoint(path)
+    folder = ck.path if ck.path.is_dir() else ck.path.parent
+    rows = []
+    for f in sorted(p for p in folder.iterdir() if p.is_file()):
+        role = ROLES.get(f.name) or next((r for s, r in ROLES.items() if s.startswith(".") and f.name.endswith(s)), "")
+        if f.name in ck.ignored:
+            role = f"ignored: {ck.ignored[f.name]}"
+        rows.append({"file": f.name, "size": _size(f.stat().st_size), "what it is": role or "other"})
+    return pd.DataFrame(rows).set_index("file")
+
+
+def tensors_table(path):
+    """Every tensor the checkpoint holds: shape and dtype from the headers, and its role (pandas)."""
+    import pandas as pd
+
+    ck = open_checkpoint(path)
+    rows = []
+    for k in ck.tensors.keys():
+        short = k.removeprefix("model.")
+        rows.append({"tensor": k, "shape": list(ck.tensors.shape(k)),
+                     "dtype": str(ck.tensors.dtype(k)).removeprefix("torch."),
+                     "file": ck.tensors.file_of(k).name, "role": TENSOR_ROLES.get(short, "")})
+    return pd.DataFrame(rows).set_index("tensor")
+
+
+def config_table(path):
+    """The config.json fields the mapping depends on, with their values (pandas)."""
+    import pandas as pd
+
+    ck = open_checkpoint(path)
+    cfg = flat_config(ck.config or {})
+    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    rows = []
+    for key, what in CONFIG_FIELDS.items():
+        value = eagle.get(key, cfg.get(key)) if key == "eagle_aux_hidden_state_layer_ids" else cfg.get(key)
+        rows.append({"field": key, "value": "(absent)" if value is None else str(value), "holds": what})
+    return pd.DataFrame(rows).set_index("field")
+
+
+def shape_checks(path) -> list[dict]:
+    """The shape and dtype rules a loadable mapping obeys, each with what was found and whether it holds.
+
+    N is `draft_vocab_size` (config), V the target vocab (`vocab_size`); `t2d` may be longer than
+    the tokenizer's vocab when the target pads its embedding, but it must equal V.
+    """
+    ck = open_checkpoint(path)
+    cfg = flat_config(ck.config or {})
+    n, v = cfg.get("draft_vocab_size"), cfg.get("target_vocab_size", cfg.get("vocab_size"))
+    t = ck.tensors
+    d2t_key, t2d_key, head_key = t.find("d2t"), t.find("t2d"), t.find("lm_head.weight")
+
+    def shape(key):
+        return None if key is None else list(t.shape(key))
+
+    def dtype(key):
+        return None if key is None else str(t.dtype(key)).removeprefix("torch.")
+
+    rows = [
+        ("d2t is in the weight files", d2t_key is not None, "a d2t tensor", d2t_key or "none"),
+        ("len(d2t) = draft_vocab_size N", d2t_key is not None and shape(d2t_key) == [n], f"[{n}]", shape(d2t_key)),
+        ("lm_head rows = N", head_key is not None and shape(head_key)[:1] == [n], f"[{n}, H]", shape(head_key)),
+        ("d2t dtype is int64", dtype(d2t_key) == "int64", "int64", dtype(d2t_key)),
+        ("len(t2d) = vocab_size V", t2d_key is not None and shape(t2d_key) == [v], f"[{v}]", shape(t2d_key)),
+        ("t2d dtype is bool", dtype(t2d_key) == "bool", "bool", dtype(t2d_key)),
+    ]
+    if t2d_key is not None:
+        kept = int(t.get(t2d_key).sum())
+        rows.append(("t2d keeps N ids", kept == n, f"{n} True", f"{kept} True"))
+    return [{"check": c, "holds": bool(ok), "expected": str(e), "found": str(f)} for c, ok, e, f in rows]
+
+
+def write_variant(src, dst, *, d2t: torch.Tensor | None = None, t2d: torch.Tensor | None = None,
+                  drop: tuple[str, ...] = ()) -> Path:
+    """A copy of the draft folder `src` at `dst` (which must not exist) with d2t / t2d replaced or dropped.
+
+    Only `config.json` and the weights are copied; `src` is only read. Returns `dst`.
+    """
+    from safetensors.torch import load_file, save_file
+
+    src, dst = Path(src), Path(dst)
+    if dst.exists():
+        raise FileExistsError(dst)
+    dst.mkdir(parents=True)
+    shutil.copy(src / "config.json", dst / "config.json")
+    tensors = load_file(str(src / "model.safetensors"))
+    if d2t is not None:
+        tensors["d2t"] = d2t.to(torch.int64).contiguous()
+    if t2d is not None:
+        tensors["t2d"] = t2d.to(torch.bool).contiguous()
+    for k in drop:
+        tensors.pop(k, None)
+    save_file(tensors, str(dst / "model.safetensors"))
+    return dst
+
+
+def verdict_variants(src, work) -> dict[str, Path]:
+    """The draft at `src` stored six ways, written under `work`: one folder per verdict `inspect` gives.
+
+    `offset` (as trained), `absolute` (kept ids stored in d2t), `ambiguous` (no t2d, and a strictly
+    increasing d2t both of whose readings give distinct in-range ids: here the absolute ids of a
+    vocab that kept every other target id, 0, 2, 4, ...), `inconsistent` (all zeros with the reduced
+    vocab), `identity` (all zeros with a t2d keeping exactly ids 0..N-1: the one reduced-vocab case
+    where all zeros is right) and `no d2t` (mapping left out).
+    """
+    m = load_mapping(src)
+    n, v = m.draft_vocab_size, m.target_vocab_size
+    kept = m.targets("offset") if m.verdict().encoding != "absolute" else m.d2t
+    low = torch.zeros(v, dtype=torch.bool)
+    low[:n] = True
+    zeros = torch.zeros(n, dtype=torch.int64)
+    work = Path(work)
+    return {
+        "offset": write_variant(src, work / "offset", d2t=kept - torch.arange(n)),
+        "absolute": write_variant(src, work / "absolute", d2t=kept),
+        "ambiguous": write_variant(src, work / "ambiguous", d2t=2 * torch.arange(n), drop=("t2d",)),
+        "inconsistent": write_variant(src, work / "inconsistent", d2t=zeros),
+        "identity": write_variant(src, work / "identity", d2t=zeros, t2d=low),
+        "no d2t": write_variant(src, work / "no_d2t", drop=("d2t", "t2d")),
+    }
+
+
+def verdict_gallery(variants: dict):
+    """`inspect` on each variant folder: the verdict and the lines that decided it (pandas)."""
+    import pandas as pd
+
+    from helpers.core.errors import BadInputError
+    from helpers.doctor.inspection import inspect
+
+    rows = []
+    for name, folder in variants.items():
+        try:
+            r = inspect(folder)
+        except BadInputError as e:  # no d2t with a reduced vocab: inspect stops with one line
+            rows.append({"stored as": name, "verdict": "(inspect exits 2)", "t2d": "absent",
+                         "offset reading": "-", "why": str(e).split(": ", 1)[-1]})
+            continue
+        rows.append({"stored as": name, "verdict": r["verdict"],
+                     "t2d": "absent" if not r["has_t2d"] else f"{r['t2d_true']:,} True",
+                     "offset reading": r["evidence"][0].removeprefix("offset reading: "),
+                     "why": (r["reasons"] or r["evidence"])[0 if r["reasons"] else -1]})
+    return pd.DataFrame(rows).set_index("stored as")
+
+
+def rebuild_offsets(path) -> dict:
+    """The two hand fixes of a d2t that holds absolute ids, and whether they agree.
+
+    `from d2t`: `d2t_abs - arange(N)`; `from t2d`: `nonzero(t2d) - arange(N)` (needs t2d). Both give
+    offsets whose reading is the kept ids; they agree when d2t and t2d describe the same vocab.
+    """
+    ck = open_checkpoint(path)
+    d2t, t2d, _ = read_mapping_tensors(ck)
+    d2t = torch.as_tensor(d2t).to(torch.int64)
+    n = d2t.numel()
+    out = {"from d2t": d2t - torch.arange(n)}
+    if t2d is not None:
+        out["from t2d"] = torch.nonzero(torch.as_tensor(t2d)).flatten() - torch.arange(n)
+        out["agree"] = bool(torch.equal(out["from d2t"], out["from t2d"]))
+    return out
+
+
+def speculate_once(checkpoint, target, prompts, *, reading: str = "offset", max_prompts: int = 2,
+                   max_new_tokens: int = 16, draft_tokens: int = 3, engine: str = "sglang"):
+    """Engine-free speculative decoding of the first `max_prompts` prompts: the `SpecRun` (accept length, ...)."""
+    from helpers.io.prompts import read_prompts
+    from helpers.model.draft import load_draft
+    from helpers.model.target import load_target
+    from helpers.speculate.loop import speculate
+    from helpers.speculate.result import SpecSettings
+
+    t = target if hasattr(target, "model") else load_target(target, device="cpu", dtype=torch.float32)
+    draft = load_draft(checkpoint, device=t.input_device, dtype=t.dtype)
+    settings = SpecSettings(reading=reading, draft_tokens=draft_tokens, max_new_tokens=max_new_tokens, engine=engine)
+    with torch.inference_mode():
+        return speculate(t, draft, list(read_prompts(prompts, max_prompts)), settings)
+
+
+def accept_fingerprints(result, draft_tokens: int) -> dict[str, float]:
+    """Accept length a chain of `draft_tokens` would reach under each reading of d2t, from an
+    `evaluate` result's per-step top-1 (the fingerprint a served accept length is matched against)."""
+    from helpers.speculate.compare import predicted_chain
+
+    return {r: round(predicted_chain(s.step_top1, draft_tokens), 2) for r, s in result.overall.readings.items()}
+
+
+def work_folder(path=None) -> Path:
+    """`path` (created), or a new temporary folder when None: where the notebook writes its copies."""
+    import tempfile
+
+    if path is None:
+        return Path(tempfile.mkdtemp(prefix="d2t-lab-08-"))
+    p = Path(os.fspath(path))
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def as_json(rows) -> str:
+    """Rows as indented JSON (for a printout)."""
+    return json.dumps(rows, indent=2)
