@@ -45,6 +45,7 @@ def engine_free_lengths(wiring: str, prompts: int = 4, max_new_tokens: int = 16)
     measured by the engine-free loop on the first `prompts` bundled prompts (fp32, CPU)."""
     import torch
 
+    from helpers.acceptance.drafting import Drafting
     from helpers.io.prompts import read_prompts
     from helpers.model.draft import load_draft
     from helpers.model.target import load_target
@@ -55,7 +56,7 @@ def engine_free_lengths(wiring: str, prompts: int = 4, max_new_tokens: int = 16)
     target = load_target(ROOT / "data_samples" / "tiny_target", device="cpu", dtype=torch.float32)
     draft = load_draft(ROOT / "data_samples" / "tiny_draft_sglang", device="cpu", dtype=torch.float32)
     steps, topk, ntok = TREE
-    settings = SpecSettings(draft_tokens=ntok, steps=steps, topk=topk, max_new_tokens=max_new_tokens)
+    settings = SpecSettings(drafting=Drafting.tree(steps, topk, ntok), max_new_tokens=max_new_tokens)
     records = list(read_prompts(ROOT / "data_samples" / "prompts.jsonl", prompts))
     run = run_wiring(target, draft, records, settings, wiring)
     return histogram_law(run.histogram_counts, steps)

@@ -83,7 +83,7 @@ def test_reproduce_command_refuses_bad_input_in_one_line(cli):
     base = ["reproduce", DRAFT, "--target", TARGET, "--prompts", PROMPTS]
     for extra, word in ((["--accept-length", "0.5"], "--accept-length"),
                         (["--accept-length", "2", "--stderr", "-1"], "--stderr"),
-                        (["--accept-length", "2", "--steps", "3"], "--topk")):
+                        (["--accept-length", "2", "--steps", "3", "--topk", "0"], "--topk")):
         r = cli(*base, *extra)
         assert r.returncode == 2 and word in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     r = cli("reproduce", DRAFT, "--target", TARGET, "--prompts", SAMPLES / "none.jsonl", "--accept-length", "2")
@@ -95,6 +95,7 @@ def test_reproduce_command_refuses_bad_input_in_one_line(cli):
 def pair(tmp_path_factory):
     import torch
 
+    from helpers.acceptance.drafting import Drafting
     from helpers.io.prompts import read_prompts
     from helpers.model.draft import load_draft
     from helpers.model.target import load_target
@@ -103,7 +104,7 @@ def pair(tmp_path_factory):
 
     torch.set_num_threads(1)
     target, draft = load_target(TARGET, "cpu", "float32"), load_draft(DRAFT, "cpu", torch.float32)
-    settings = SpecSettings(draft_tokens=TREE[2], steps=TREE[0], topk=TREE[1], max_new_tokens=24)
+    settings = SpecSettings(drafting=Drafting.tree(*TREE), max_new_tokens=24)
     records = list(read_prompts(PROMPTS, 4))
     runs = {k: run_wiring(target, draft, records, settings, k) for k in ("correct", "absolute")}
     ml = _make_logs()
@@ -162,14 +163,17 @@ def test_a_log_under_the_absolute_reading_is_a_deployment_bug_that_reproduce_nam
 # -- the demo: `make demo`'s report tells one story ---------------------------------------------------
 @pytest.mark.slow
 def test_demo_report_concludes_from_its_own_numbers(tmp_path):
-    from helpers.__main__ import main
+    from helpers.ui.report import SEQUENCE, run_report
+    from helpers.ui.settings import RunSettings, resolve_drafting
 
     out = tmp_path / "demo"
-    code = main(["report", str(DRAFT), "--samples", str(SAMPLES / "tiny_hidden_states"), "--log",
-                 str(SAMPLES / "logs" / "sglang.log"), "--baseline-tps", "90", "--engine", "sglang",
-                 "--target", str(TARGET), "--prompts", str(PROMPTS), "--max-samples", "4", "--device", "cpu",
-                 "-o", str(out)])
-    assert code == 0
+    s = RunSettings(checkpoint=str(DRAFT), samples=str(SAMPLES / "tiny_hidden_states"),
+                    logs=(str(SAMPLES / "logs" / "sglang.log"),), baseline_tps=90.0, engine="sglang",
+                    target=str(TARGET), prompts=str(PROMPTS), max_samples=2, device="cpu")
+    s = resolve_drafting(s)  # as `d2t-lab report` does: the drafting settings from the log's start-up line
+    # `make demo`'s inputs (fewer samples and prompts); notebook 02 draws figures only and is left out
+    res = run_report(s, out, notebooks=tuple(n for n in SEQUENCE if not n.startswith("02")), progress=None)
+    assert res.ok, [(r.name, r.error) for r in res.runs if not r.ok]
     s = json.loads((out / "summary.json").read_text())
     md = (out / "summary.md").read_text()
     n = s["numbers"]
@@ -182,6 +186,8 @@ def test_demo_report_concludes_from_its_own_numbers(tmp_path):
     assert s["ladder"]["verdict"] == ("a deployment bug" if z <= -3 else "no deployment bug")
     assert s["ladder"]["verdict"] == "a deployment bug"
     assert nb07["speculate_ladder"]["verdict"] == s["ladder"]["verdict"]  # notebook 07 says the same
+    assert nb07["speculate_settings"]["steps"] == nb04["drafting"]["steps"] == 5  # the log's tree 5/4/16
+    assert f"{nb04['predicted']:.2f}" in s["ladder"]["rungs"][1]["text"]  # rung 2 quotes notebook 04's prediction
     first = s["conclusion"][0]
     assert "deployment bug" in first and "serving vs engine-free" in first and "no deployment bug" not in first
     # it names the reproduced wiring, with the correct wiring's measurement beside it
@@ -190,5 +196,5 @@ def test_demo_report_concludes_from_its_own_numbers(tmp_path):
     assert f"{ef['mean_accept_length']:.2f}" in first
     assert "## Which wiring reproduces the serving number (notebook 07)" in md
     # no section contradicts another: the prediction-only conclusion is marked as weaker evidence
-    assert "serving against the prediction alone" in md and "Healthy:" not in md
+    assert "serving against the prediction alone" in md and "Healthy" not in first
     assert n["speculate"]["reproduce"]["best"]["key"] == "absolute"

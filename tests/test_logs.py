@@ -164,6 +164,7 @@ def test_sample_logs_tell_the_investigation():
     assert read_log(LOGS / "sglang_old.log").summary()["mean_accept_length"] < 1.15
 
 
+@pytest.mark.slow  # the script runs the engine-free loop for sglang.log
 def test_make_logs_is_deterministic(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_logs.py"), "--out", str(tmp_path)],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)

@@ -37,10 +37,7 @@ def add_arguments(p) -> None:
     p.add_argument("--accept-length", type=float, required=True, metavar="L",
                    help="the measured accept length to reproduce (bonus token included, as engines count)")
     p.add_argument("--stderr", type=float, default=None, metavar="S", help="its standard error (default: 0)")
-    p.add_argument("--draft-tokens", type=int, default=5,
-                   help="chain: drafted tokens K (default 5); tree: SGLang's num-draft-tokens (counts the root)")
-    p.add_argument("--steps", type=int, default=None, help="tree: depth (SGLang num-steps)")
-    p.add_argument("--topk", type=int, default=None, help="tree: children per expanded node (SGLang eagle-topk)")
+    _options.drafting(p, "drafted")  # default: a chain of 5
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens to generate per prompt (default 48)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
     p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
@@ -62,8 +59,7 @@ def run(args) -> int:
         raise BadInputError(None, f"--accept-length must be at least 1.0 (it counts the bonus token), got {args.accept_length}")
     if args.stderr is not None and not (math.isfinite(args.stderr) and args.stderr >= 0):
         raise BadInputError(None, f"--stderr must be >= 0, got {args.stderr}")
-    if (args.steps is None) != (args.topk is None):
-        raise BadInputError(None, "a tree needs both --steps and --topk (a chain neither)")
+    drafting = _options.drafting_from(args, "drafted")  # a shape no engine runs: one line
     if args.window is not None and args.window < 1:
         raise BadInputError(None, f"--window must be at least 1, got {args.window}")
     try:
@@ -74,13 +70,14 @@ def run(args) -> int:
     if not prompts.is_file():
         raise BadInputError(prompts, "no such prompt file")
     from helpers.io.prompts import read_prompts
-    from helpers.model.draft import load_draft
-    from helpers.model.target import draft_mismatches, load_target
+    from helpers.model.pair import load_pair
     from helpers.speculate.reproduce import reproduce
     from helpers.speculate.result import SpecSettings
 
-    settings = SpecSettings(draft_tokens=args.draft_tokens, steps=args.steps, topk=args.topk,
-                            max_new_tokens=args.max_new_tokens, engine=args.engine, chat_template=args.chat_template)
+    from helpers.acceptance.drafting import Drafting
+
+    settings = SpecSettings(drafting=drafting or Drafting.chain(5), max_new_tokens=args.max_new_tokens,
+                            engine=args.engine, chat_template=args.chat_template)
     try:
         settings.check()
     except ValueError as e:
@@ -88,11 +85,8 @@ def run(args) -> int:
     records = list(read_prompts(prompts, args.max_prompts))
     if not records:
         raise BadInputError(prompts, "holds no prompt records")
-    target = load_target(Path(args.target), device=args.device, dtype=dtype)
-    bad = draft_mismatches(target, args.checkpoint)
-    if bad:
-        raise BadInputError(args.checkpoint, f"does not fit the target {args.target}: " + "; ".join(bad))
-    draft = load_draft(args.checkpoint, device=target.input_device, dtype=target.dtype, embed_from=args.embed_from)
+    target, draft = load_pair(Path(args.target), args.checkpoint, device=args.device, dtype=dtype,
+                              embed_from=args.embed_from)
     res = reproduce(target, draft, records, settings, accept_length=args.accept_length, stderr=args.stderr,
                     window=args.window or DEFAULT_WINDOW, progress=_options.show_progress(args))
     if args.json:

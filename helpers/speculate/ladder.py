@@ -158,7 +158,7 @@ class Ladder:
     def markdown(self) -> list[str]:
         out = [f"**{self.conclusion}**", ""]
         for r in self.rungs:
-            mark = " (decided the verdict)" if r.decided else ""
+            mark = " (decided the verdict)" if r.decided and r.evidence == self.decided_by else ""
             out.append(f"{r.rung}. *{r.question}* **{r.finding}**{mark}: {r.text}")
             out += [f"   - {n}" for n in r.notes]
         return out
@@ -299,6 +299,6 @@ def evidence_ladder(*, serving: Figure | None = None, engine_free: Figure | None
 def figure_from_run(run: dict, source: str) -> Figure:
     """A `SpecRun.to_dict()` (or notebook 07's recorded one) as a Figure."""
     s = run.get("settings") or {}
-    n = s.get("draft_tokens") if s.get("drafting") == "tree" else (s.get("steps") or 0) + 1
+    n = s.get("num_draft_tokens") or (s.get("draft_tokens") if s.get("drafting") == "tree" else (s.get("steps") or 0) + 1)
     return Figure(float(run["mean_accept_length"]), run.get("stderr"), source,
                   (s.get("steps"), s.get("topk") or 1, n) if s.get("steps") else None)

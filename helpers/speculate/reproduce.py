@@ -126,12 +126,12 @@ class Reproduction:
     def verdict(self) -> str:
         b, c = self.best, self.correct
         if b is None:
-            return "nothing ran"
+            return "Nothing ran"
         if b.key == "correct" or (c is not None and c.reproduces):
-            return (f"the correct wiring reproduces the measured {self.accept_length:.2f} (engine-free "
+            return (f"The correct wiring reproduces the measured {self.accept_length:.2f} (engine-free "
                     f"{_fig(c)}): no emulated misconfiguration is needed to explain it")
         if not b.reproduces:
-            return (f"no emulated wiring reproduces the measured {self.accept_length:.2f}: the closest is {b.label} "
+            return (f"No emulated wiring reproduces the measured {self.accept_length:.2f}: the closest is {b.label} "
                     f"({_fig(b)}); the correct wiring measures {_fig(c)}")
         ties = self.tied_with_best()
         also = f" (tied with {', '.join(r.label for r in ties)}: the accept length cannot tell them apart)" if ties else ""
@@ -173,7 +173,7 @@ class Reproduction:
         for r in self.rows:
             if r.skipped:
                 L.append(f"| - | {r.label} | not run: {r.skipped} | | {r.engines} |")
-        return L + ["", f"**{self.verdict()[0].upper()}{self.verdict()[1:]}.**"]
+        return L + ["", f"**{self.verdict()}.**"]
 
 
 def _fig(r: Row | None) -> str:

@@ -65,6 +65,8 @@ def summary_dict(s: RunSettings, runs, env: dict) -> dict:
             "draft_tokens": d["draft_tokens"], "steps": d["steps"], "topk": d["topk"], "drafting": d["label"],
             "expected": nb04["predicted"], "expected_chain": nb04["predicted_chain"],
         }
+    if nb04.get("serving_figure"):
+        numbers["serving_figure"] = nb04["serving_figure"]
     if nb04.get("serving_metrics"):
         numbers["serving_metrics"] = nb04["serving_metrics"]
     for key, name in (("measured", "measured"), ("measured_tps", "measured_tps"), ("throughput", "throughput"),
@@ -146,7 +148,8 @@ def overall(numbers: dict, samples=None) -> str:
         return lad.conclusion
     if (numbers.get("accuracy") or {}).get("diagnosis") is None and not numbers.get("speculate"):
         return "No accuracy was measured (no samples given): the verdict and the doctor's findings are all there is."
-    return "Healthy offline; no serving measurement was given to compare with (pass --log). " + lad.rungs[1].text
+    tail = f" The draft itself: {lad.rungs[1].text}" if lad.rungs[1].decided else ""
+    return "Healthy offline; no serving measurement was given to compare with (pass --log)." + tail
 
 
 def conclusion(numbers: dict, samples=None) -> list[str]:
@@ -292,7 +295,7 @@ def _reproduce_section(rep: dict) -> list[str]:
         z = "inf" if r["z"] is None else f"{r['z']:+.1f}"
         L.append(f"| {rank} | {r['label']}{' (reproduces)' if r['reproduces'] else ''} | {f(r['mean'])} ± "
                  f"{f(r['stderr'])} | {z} | {r['engines']} |")
-    return L + ["", f"**{rep['verdict'][0].upper()}{rep['verdict'][1:]}.**"]
+    return L + ["", f"**{rep['verdict']}.**"]
 
 
 def summary_markdown(s: RunSettings, runs, summary: dict, env: dict) -> str:
