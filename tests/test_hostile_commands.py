@@ -120,7 +120,7 @@ CASES = [
     Case("speculate --embed-from MISSING", ["speculate", DRAFT, "--embed-from", "{tmp}/MISSING"],
          "{tmp}/MISSING", r"no such embed_tokens file or folder$"),
     Case("speculate a missing draft (before the target loads)", ["speculate", "{tmp}/no_draft"],
-         "{tmp}/no_draft", r"no such checkpoint"),
+         "{tmp}/no_draft", r"no such file or folder"),
     Case("speculate a mapping-only folder suggests no flag it lacks", ["speculate", MAPPING_ONLY],
          str(MAPPING_ONLY), r"holds no config.json: speculate runs the draft.*only a d2t/t2d mapping"),
     Case("speculate --target given a draft", ["speculate", DRAFT, "--target", DRAFT],
@@ -141,7 +141,7 @@ CASES = [
          "{tmp}/bad_config.json", r"is not valid JSON \(line 2: Expecting property name enclosed in double quotes\)$"),
     Case("doctor --target a missing folder", ["doctor", DRAFT, "--target", "{tmp}/no_target"],
          "{tmp}/no_target", r"no such target folder"),
-    Case("diff a missing checkpoint", ["diff", DRAFT, "{tmp}/MISSING"], "{tmp}/MISSING", r"no such checkpoint"),
+    Case("diff a missing checkpoint", ["diff", DRAFT, "{tmp}/MISSING"], "{tmp}/MISSING", r"no such file or folder"),
     Case("evaluate --reading bogus", ["evaluate", DRAFT, "--samples", SAMPLES / "tiny_hidden_states",
                                       "--reading", "bogus"], "--readings", r"unknown reading bogus"),
     # metrics, report
