@@ -102,24 +102,33 @@ PROGRESS_EVERY_S = 10  # off a terminal: the first line after this long, then on
 
 class _ProgressLines:
     """stderr off a terminal (a log file, a pipe, CI): tqdm's in-place redraws (`\\r...`) become
-    one plain line each, and the newline tqdm ends a bar with is not doubled. Other text passes."""
+    plain lines, and only for a wait over PROGRESS_EVERY_S: a bar's first line then, one more each
+    PROGRESS_EVERY_S, and its last (100 %) line when an earlier one showed. A bar that ends sooner
+    prints nothing. Every other text passes unchanged."""
 
     def __init__(self, stream):
         self.stream = stream
-        self.last_was_bar = False
+        self.bars: dict[str, list[float]] = {}  # bar name -> [first seen, last shown (0: never)]
 
     def write(self, text: str) -> int:
-        if text.startswith("\r"):
-            line = text.strip("\r\n ").replace("\r", "")
-            if line:
-                self.stream.write(line + "\n")
-                self.last_was_bar = True
+        import time
+
+        if not text.startswith("\r"):
+            if text != "\n":  # tqdm ends a bar with a newline: the lines here are whole already
+                self.stream.write(text)
             return len(text)
-        if text == "\n" and self.last_was_bar:
-            self.last_was_bar = False
+        line = text.replace("\r", "").strip()
+        if not line:
             return len(text)
-        self.last_was_bar = False
-        return self.stream.write(text)
+        name, now = line.split(":", 1)[0], time.monotonic()
+        first, shown = self.bars.setdefault(name, [now, 0.0])
+        done = "100%" in line
+        if (now - first >= PROGRESS_EVERY_S and now - shown >= PROGRESS_EVERY_S) or (done and shown):
+            self.stream.write(line + "\n")
+            self.bars[name][1] = now
+        if done:
+            self.bars.pop(name, None)
+        return len(text)
 
     def flush(self) -> None:
         self.stream.flush()
@@ -136,13 +145,8 @@ def show_progress(args) -> bool:
     plain lines, only for a wait over PROGRESS_EVERY_S and then one line that often."""
     if getattr(args, "json", False):
         return False
-    if not sys.stderr.isatty():
-        import os
-
-        os.environ.setdefault("TQDM_DELAY", str(PROGRESS_EVERY_S))  # tqdm reads TQDM_* for its defaults
-        os.environ.setdefault("TQDM_MININTERVAL", str(PROGRESS_EVERY_S))
-        if not isinstance(sys.stderr, _ProgressLines):
-            sys.stderr = _ProgressLines(sys.stderr)
+    if not sys.stderr.isatty() and not isinstance(sys.stderr, _ProgressLines):
+        sys.stderr = _ProgressLines(sys.stderr)
     return True
 
 

@@ -33,7 +33,7 @@ def run(args) -> int:
     from helpers.io.inputs import input_path
 
     for path in (args.a, args.b):  # the door: both exist (or are remote) before anything is read
-        input_path(path, "checkpoint (file or folder)", remote_ok=True)
+        input_path(path, "file or folder", remote_ok=True)
     if args.out:
         _options.figure_path(args.out)  # a bad output path is refused before anything is read
     d = diff_drafts(args.a, args.b)

@@ -175,7 +175,7 @@ def preflight(*, checkpoint=None, target=None, target_config=None, prompts=None,
     if max_prompts is not None and int(max_prompts) < 1:
         raise BadInputError(None, f"{max_prompts_flag} must be at least 1, got {max_prompts}")
     # 2. paths, cheapest first
-    checkpoint = input_path(checkpoint, "checkpoint (file or folder)", remote_ok=True)
+    checkpoint = input_path(checkpoint, "file or folder", remote_ok=True)  # as open_checkpoint says it
     target = input_path(target, "target folder", kind="folder", remote_ok=not target_is_model, flag=target_flag)
     target_config = input_path(target_config, "target config", text=True, remote_ok=True, flag="--target-config")
     prompts = input_path(prompts, "prompt file", kind="file", text=True, flag="--prompts")
