@@ -68,6 +68,7 @@ def test_both_hand_fixes_give_the_offsets_the_trainer_wrote():
     assert torch.equal(hand["from d2t"], good) and torch.equal(hand["from t2d"], good) and hand["agree"]
 
 
+@pytest.mark.slow
 def test_fingerprints_follow_the_chain_formula():
     from helpers.measure.evaluate import evaluate
 

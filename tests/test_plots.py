@@ -281,7 +281,7 @@ def test_accuracy_bars_draw_top_k_only_when_more_than_one_candidate_was_scored(t
     from helpers.measure.evaluate import evaluate
 
     r = evaluate(samples_dir / "tiny_draft_sglang", samples_dir / "tiny_hidden_states" / "val",
-                 readings=("offset", "absolute"), steps=1, topk=topk, max_samples=4, progress=False)
+                 readings=("offset", "absolute"), steps=1, topk=topk, max_samples=2, progress=False)
     ax = plots.plot_accuracy(r)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert len(ax.patches) == (2 if topk == 1 else 4)  # one bar per reading, plus top-k when k > 1

@@ -182,6 +182,7 @@ def test_step0_breakdown_agrees_with_evaluate():
     assert b["absolute right"] == b["absolute right at draft id 0"] + b["absolute right by coincidence (j > 0)"]
 
 
+@pytest.mark.slow
 def test_step0_none_count_agrees_with_evaluate_without_d2t():
     import warnings
 
@@ -197,6 +198,7 @@ def test_step0_none_count_agrees_with_evaluate_without_d2t():
     assert (b["draft vocab N"], b["target vocab V"]) == (800, 4096)
 
 
+@pytest.mark.slow
 def test_accuracy_numbers_tie_top1_to_coverage_and_accept_length_to_the_step_rates():
     from helpers.measure.evaluate import evaluate
 
