@@ -6,6 +6,7 @@ dependency). A module may import its own package or a package listed before it, 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -119,6 +120,18 @@ def test_no_forwarders_and_no_reexports():
                 continue
             bad += [f"{f.relative_to(ROOT)}: {n} from {mod}" for n in names
                     if f"{mod}.{n}" not in MODULES and n not in defined[mod]]
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):  # the notebooks' code cells too
+        for cell in json.loads(nb.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            try:
+                tree = ast.parse("".join(cell["source"]))
+            except SyntaxError:  # a cell with IPython magics
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module in MODULES and MODULES[node.module].name != "__init__.py":
+                    bad += [f"{nb.name}: {a.name} from {node.module}" for a in node.names
+                            if f"{node.module}.{a.name}" not in MODULES and a.name not in defined[node.module]]
     assert not bad, "names imported from a module that does not define them (import from their home):\n" + "\n".join(bad)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -85,13 +86,39 @@ def test_vllm_counters_from_a_live_exposition_are_recovered_exactly(vllm_server)
     assert a.drafting == "chain, 3 tokens"
 
 
-def test_metrics_command_interval_differences_two_scrapes(vllm_server, cli):
-    url, c, pos = vllm_server
+class _Scrapes:
+    """A collector that only counts how often the server was scraped."""
+
+    def __init__(self):
+        self.n = 0
+
+    def collect(self):
+        self.n += 1
+        return []
+
+
+def test_metrics_command_interval_differences_two_scrapes(cli):
+    reg, c, pos = vllm_registry()
+    scrapes = _Scrapes()
+    reg.register(scrapes)
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=reg)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
     bump(c, pos, 5000, [4000, 3000, 2000])  # before the first scrape: must not count
-    timer = threading.Timer(0.3, bump, args=(c, pos, 200, [150, 90, 40]))
+
+    def between_scrapes():  # right after the first scrape, whenever the command gets to it
+        deadline = time.monotonic() + 120
+        while scrapes.n < 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        bump(c, pos, 200, [150, 90, 40])
+
+    timer = threading.Thread(target=between_scrapes)
     timer.start()
-    r = cli("metrics", url, "--interval", "1.0", "--json")
-    timer.join()
+    try:
+        r = cli("metrics", url, "--interval", "1.0", "--json")
+    finally:
+        timer.join()
+        server.shutdown()
+        server.server_close()
     assert r.returncode == 0, r.stderr
     obj = json.loads(r.stdout)
     row = obj["reading"]["rows"][0]
@@ -223,10 +250,10 @@ def test_sglang_sample_log_rate_reproduces_its_accept_length():
     t = read_metrics(SGLANG_LOG)
     a = normalise(t)
     assert t.settings == {"steps": 5, "topk": 4, "draft_tokens": 16}
-    assert 0.19 < a.per_token_rate < 0.23
+    # the bundled log is the tiny draft served with d2t read as absolute ids (scripts/make_logs.py)
+    assert 1.0 <= a.accept_length < 1.2
     assert abs(tree_expected(a.per_token_rate, 5, 4, 16) - a.accept_length) < 0.01
-    assert a.source_rate == pytest.approx(0.119, abs=5e-4)  # what the issue fed to simulate
-    assert tree_expected(a.source_rate, 5, 4, 16) < 1.6  # and why it gave 1.52
+    assert t.garbled >= 1 and any("is not a number" in r for _, r in t.garbled_lines)  # the garbled line, counted
 
 
 def test_rate_for_round_trips_chain_and_tree():

@@ -121,6 +121,6 @@ def test_mismatched_targets_are_one_line(cli, tmp_path):
 def test_not_a_target_is_one_line(cli, tmp_path):
     r = cli("capture", str(SAMPLES / "tiny_draft_sglang" / "model.safetensors"), "--prompts",
             str(SAMPLES / "prompts.jsonl"), "-o", str(tmp_path / "o"))
-    assert r.returncode == 2 and "not a folder" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = cli("capture", str(tmp_path), "--prompts", str(SAMPLES / "prompts.jsonl"), "-o", str(tmp_path / "o"))
+    assert r.returncode == 2 and "not a target folder" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = cli("capture", str(tmp_path), "--prompts", str(SAMPLES / "prompts.jsonl"), "--regenerate", "-o", str(tmp_path / "o"))
     assert r.returncode == 2 and "no config.json" in r.stderr

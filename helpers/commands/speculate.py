@@ -104,15 +104,16 @@ def run(args) -> int:
 
     target_dir = Path(args.target) if args.target else BUNDLED / "tiny_target"
     prompts = Path(args.prompts) if args.prompts else BUNDLED / "prompts.jsonl"
-    # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
-    preflight(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts), max_prompts=args.max_prompts,
-              embed_from=args.embed_from, need_weights=True, what="speculate", engine=args.engine)
     readings = _options.parse_readings(args.readings)
-    drafting = _options.drafting_from(args, "drafted")  # checked before anything loads
+    drafting = _options.drafting_from(args, "drafted")  # flags first: checked before any file is touched
     if drafting is None:
         from helpers.acceptance.drafting import Drafting
 
         drafting = Drafting.chain(5)
+    # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
+    checked = preflight(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts),
+                        max_prompts=args.max_prompts, embed_from=args.embed_from, need_weights=True, what="speculate",
+                        engine=args.engine)
     import torch
 
     from helpers.core.distributed import finish, from_env, gather_to_main
@@ -125,8 +126,8 @@ def run(args) -> int:
     check_speculation_target(target_dir)  # a family the loop cannot run: one line, before loading
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     # the draft's files are opened once: load_pair passes the open Checkpoint on (fit, memory, load, aux ids)
-    target, draft = load_pair(target_dir, args.checkpoint, device=ranks.device(args.device), dtype=dtype,
-                              embed_from=args.embed_from)
+    target, draft = load_pair(target_dir, checked.opened or args.checkpoint, device=ranks.device(args.device),
+                              dtype=dtype, embed_from=args.embed_from)
     if draft.d2t is None and args.readings.strip().lower() != "all" and set(readings) - {"none"}:
         raise BadInputError(args.checkpoint, f"has no d2t: --readings {args.readings} needs one (use none)")
     if draft.d2t is None:

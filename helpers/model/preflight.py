@@ -50,6 +50,7 @@ class Checked:
     samples: str | None = None
     target_head: str | None = None
     aux_layers: tuple[int, ...] | None = None
+    opened: object = None  # the draft's open `Checkpoint` when the door read it (pass it on: no second read)
 
 
 def _abs(p: str | None) -> str | None:
@@ -200,4 +201,5 @@ def preflight(*, checkpoint=None, target=None, target_config=None, prompts=None,
         layers = check_aux_layers(aux_layers, engine=engine, ck=ck, fc_key=fc, target_cfg=tcfg)
     return Checked(checkpoint=_abs(checkpoint), target=_abs(target), target_config=_abs(target_config),
                    prompts=_abs(prompts), prompt_records=records, embed_from=_abs(embed_from),
-                   previous=_abs(previous), samples=_abs(samples), target_head=_abs(target_head), aux_layers=layers)
+                   previous=_abs(previous), samples=_abs(samples), target_head=_abs(target_head), aux_layers=layers,
+                   opened=ck)
