@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.acceptance.drafting import Drafting
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
 TARGET, DRAFT, STATES = SAMPLES / "kimi_target", SAMPLES / "kimi_draft_mla", SAMPLES / "kimi_hidden_states"
 PROMPTS = SAMPLES / "prompts.jsonl"
-CHAIN = {"draft_tokens": 3}
-TREE = {"steps": 3, "topk": 4, "draft_tokens": 8}
+CHAIN = {"drafting": Drafting(3)}
+TREE = {"drafting": Drafting(3, 4, 8)}
 
 
 def _cli(*args):

@@ -15,13 +15,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_speculate import CHI2_19_AT_0_001, _chi2, _pit_values
 
 import helpers.speculate.loop as S
-from helpers.model.drafter import Proposal
-from helpers.model.target import Target, attention_layout, load_target, speculation_refusal
-from helpers.speculate.target_cache import TargetCache
+from helpers.acceptance.drafting import Drafting
 from helpers.model.draft import load_draft
-from test_speculate import CHI2_19_AT_0_001, _chi2, _pit_values
+from helpers.model.drafter import Proposal
+from helpers.model.target import (
+    Target,
+    attention_layout,
+    load_target,
+    speculation_refusal,
+)
+from helpers.speculate.target_cache import TargetCache
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "data_samples" / "tiny_target"
@@ -30,8 +36,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 FAMILIES = ("mistral", "gpt_oss", "gemma2", "gemma3")
 PROMPT = [1, 17, 240, 9, 1000]  # shorter than the window: the window is crossed while speculating
 NEW = 64
-CHAIN = {"draft_tokens": 5}
-TREE = {"steps": 3, "topk": 4, "draft_tokens": 8}
+CHAIN = {"drafting": Drafting(5)}
+TREE = {"drafting": Drafting(3, 4, 8)}
 S_, F_ = "sliding_attention", "full_attention"
 
 
@@ -213,7 +219,7 @@ def test_sampling_follows_the_target_distribution(target, draft):
     for fam in FAMILIES:
         t = target(fam)
         runs = []
-        for k, shape in enumerate(({"draft_tokens": 3}, {"steps": 3, "topk": 3, "draft_tokens": 6})):
+        for k, shape in enumerate(({"drafting": Drafting(3)}, {"drafting": Drafting(3, 3, 6)})):
             prompts = [PROMPT[:2 + i % 4] + [100 + i] for i in range(12)]  # 3-6 tokens, each different
             runs.append(S.speculate(t, draft, prompts, S.SpecSettings(temperature=1.5, max_new_tokens=10, seed=k,
                                                                       **shape)))
