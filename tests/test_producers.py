@@ -71,7 +71,7 @@ def _kit_logits(name, dtype):
 
 
 def test_every_fixture_is_covered():
-    assert len(FIXTURES) == 18 and set(CONTROLS) <= set(FIXTURES)
+    assert len(FIXTURES) == 19 and set(CONTROLS) <= set(FIXTURES)
 
 
 @pytest.mark.parametrize("name", FIXTURES)

@@ -90,6 +90,8 @@ class DraftConfig:
         draft_vocab = flat.get("draft_vocab_size") or vocab
         mla = _mla_fields(cfg, flat, where) if is_mla(cfg) else {}
         rope_theta, scaling = _rope_from(flat, where, MLA_ROPE_TYPES if mla else ROPE_TYPES)
+        if mla.get("producer") == "torchspec" and scaling and scaling["rope_type"] == "yarn":
+            rope_theta = 10000.0  # TorchSpec's yarn rotary (llama3_eagle.py) keeps its default base 10000
         eagle = flat.get("eagle_config") or {}
         aux = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
         aux = aux or flat.get("eagle_aux_hidden_state_layer_ids")  # speculators keeps it at the top
@@ -151,10 +153,11 @@ def _mla_fields(cfg: dict, flat: dict, where) -> dict:
         raise BadInputError(where, "norm_before_fc: true on an MLA draft: neither SGLang's kimi_k25_eagle3 nor "
                             "vLLM's deepseek_eagle3 models it")
     nemo = NEMO_ARCH in (cfg.get("architectures") or [])
+    producer = "nemo-automodel" if nemo else "torchspec" if "_torchspec_version" in cfg else "sglang-mla"
     return {"attention": "mla", "q_lora_rank": q_lora, "kv_lora_rank": need("kv_lora_rank"),
             "qk_nope_head_dim": need("qk_nope_head_dim"), "qk_rope_head_dim": need("qk_rope_head_dim"),
             "v_head_dim": need("v_head_dim"), "rope_interleave": bool(flat.get("rope_interleave", True)),
-            "yarn_scale": not nemo, "producer": "nemo-automodel" if nemo else "sglang-mla",
+            "yarn_scale": not nemo, "producer": producer,
             "fc_norm": bool(flat.get("fc_norm", False)), "final_norm": True,
             "feed_normed": bool(flat.get("norm_output", False)),
             "ignored": ["norm_before_residual: true (the MLA layer's residual is the raw state in SGLang's "
