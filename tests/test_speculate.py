@@ -76,7 +76,9 @@ def test_greedy_output_equals_target_generate(models, records, reading, shape):
     assert len(run.prompts) == len(records) >= 24
     for p in run.prompts:  # every generated token is accounted for by its origin
         assert len(p.kinds) == len(p.output_ids) and p.kinds[0] == "target"
-        assert sum(k == "draft" for k in p.kinds) <= sum(a - 1 for a in p.accept_lengths)
+        # a step cut by max_new_tokens / EOS counts what it emitted, its last token in place of the bonus
+        assert sum(k == "draft" for k in p.kinds) <= sum(a - 1 for a in p.accept_lengths) + 1
+        assert sum(p.accept_lengths) == len(p.output_ids) - 1
 
 
 def test_tree_with_topk_1_is_the_chain(models, records):
@@ -137,6 +139,8 @@ def test_a_run_cut_by_max_new_tokens_counts_only_emitted_tokens(models, records)
     for s_, l_ in zip(short.prompts, long.prompts):
         assert s_.accept_lengths[:-1] == l_.accept_lengths[: len(s_.accept_lengths) - 1]
         assert s_.accept_lengths[-1] <= l_.accept_lengths[len(s_.accept_lengths) - 1]
+        assert s_.cut_from in (None, l_.accept_lengths[len(s_.accept_lengths) - 1])
+    assert any(p.cut_from is not None for p in short.prompts)
 
 
 def test_a_run_cut_by_eos_counts_only_emitted_tokens(models, records):
@@ -258,11 +262,16 @@ def test_offset_chain_agrees_with_the_replay_and_misreads_measure_one(models, re
     runs = S.speculate_readings(target, draft, records, S.SpecSettings(max_new_tokens=24, drafting=Drafting(5)),
                                 ["offset", "absolute", "none"])
     off = runs["offset"]
+    # the draft's quality: what the verifier accepted, also in the step --max-new-tokens cut
+    verified = np.array([x for p in off.prompts for x in p.accept_lengths[:-1] + [p.cut_from or p.accept_lengths[-1]]])
+    assert sum(p.cut_from is not None for p in off.prompts) > 0
+    v_mean, v_se = verified.mean(), verified.std(ddof=1) / np.sqrt(verified.size)
+    assert off.mean < v_mean  # emitted tokens only (what a server counts)
     rp = replay(draft, captured, steps=5, reading="offset", progress=False)
-    se = float(np.hypot(off.stderr, rp.stderr))
-    assert abs(off.mean - rp.mean) <= se, (off.mean, rp.mean, se)
+    se = float(np.hypot(v_se, rp.stderr))
+    assert abs(v_mean - rp.mean) <= se, (v_mean, rp.mean, se)
     walked = replay_walk(draft, captured, steps=5, reading="offset")
-    assert abs(off.mean - walked.mean) <= float(np.hypot(off.stderr, walked.stderr))
+    assert abs(v_mean - walked.mean) <= float(np.hypot(v_se, walked.stderr))
     assert off.mean > 2
     for r in ("absolute", "none"):
         assert runs[r].mean == pytest.approx(1.0, abs=0.05), (r, runs[r].mean)

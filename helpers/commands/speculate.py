@@ -43,7 +43,8 @@ mean_accept_length, stderr, accept_length_definition, verify_steps, accepted_tok
 generated_tokens, histogram, accepted_per_position,
 per_position_unconditional, per_position_conditional, target_forwards, target_tokens_fed,
 target_forwards_per_token, draft_forwards, seconds, loop_overhead_fraction,
-prompts[{index, prompt_tokens, output_ids, text, kinds, draft_pos, accept_lengths,
+prompts[{index, prompt_tokens, output_ids, text, kinds, draft_pos, accept_lengths, cut_from
+(the accept length the verifier found in a last step the cut shortened, else null),
 mean_accept_length}]}.
 Exit 0 when done; 2 with one line on unusable input."""
 

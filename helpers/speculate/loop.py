@@ -188,6 +188,8 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             run.histogram_counts[emitted] += 1
             run.accepted_per_position[: emitted - 1] += 1
             out.accept_lengths.append(emitted)
+            if emitted < len(path) + 1:
+                out.cut_from = len(path) + 1
             n += 1 + len(path)
             root = nxt
             if on_round is not None:

@@ -75,14 +75,15 @@ class PromptRun:
     output_ids: list[int] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)  # "target" (prefill), "draft", "correction", "bonus"
     draft_pos: list[int] = field(default_factory=list)  # drafted position (0-based) of "draft" tokens, else -1
-    accept_lengths: list[int] = field(default_factory=list)
+    accept_lengths: list[int] = field(default_factory=list)  # tokens each verify step emitted
+    cut_from: int | None = None  # the last step cut by max_new_tokens / EOS: the accept length it verified
     text: str = ""
     pieces: list[str] = field(default_factory=list)  # each output token decoded on its own (token view)
 
     def to_dict(self) -> dict:
         return {"index": self.index, "prompt_tokens": len(self.prompt_ids), "output_ids": self.output_ids,
                 "text": self.text, "kinds": self.kinds, "draft_pos": self.draft_pos,
-                "accept_lengths": self.accept_lengths, "pieces": self.pieces,
+                "accept_lengths": self.accept_lengths, "cut_from": self.cut_from, "pieces": self.pieces,
                 "mean_accept_length": float(np.mean(self.accept_lengths)) if self.accept_lengths else None}
 
 
