@@ -57,8 +57,11 @@ def test_each_broken_draft_yields_its_finding(name, broken, cli):
 
 def _healthy():
     tiny = [(p, SAMPLES / "tiny_target") for p in sorted(SAMPLES.glob("tiny_draft_*"))]
+    # SpecForge's and speculators' fixtures; NeMo Automodel's, Model-Optimizer's and TorchSpec's exports carry
+    # findings of their own (tests/test_producer_exports.py), and target_* folders are targets
     prods = [(p, SAMPLES / "producers" / "target") for p in sorted((SAMPLES / "producers").iterdir())
-             if p.is_dir() and p.name not in ("target", "layouts")]
+             if (p / "reference.json").is_file()
+             and json.loads((p / "reference.json").read_text())["producer"] in ("specforge", "speculators")]
     layouts = [(p / "0" if (p / "0").is_dir() else p, SAMPLES / "producers" / "target")  # speculators: epoch folders
                for p in sorted((SAMPLES / "producers" / "layouts").iterdir())]
     return tiny + prods + layouts

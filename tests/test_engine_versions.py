@@ -261,3 +261,11 @@ def test_head_and_embedding_borrowing_follow_the_release(broken):
     assert ("embed-mismatch", "error") in _codes(emb, "vllm==0.10.0")  # 0.9.0-0.11.0 take the target's
     assert ("embed-mismatch", "warning") in _codes(emb, "vllm==0.11.1")  # its own kept from 0.11.1
     assert ("embed-mismatch", "error") in _codes(emb, "sglang")
+
+
+def test_a_five_aux_layer_draft_loads_where_fc_is_sized_from_the_ids(broken):
+    case = broken["aux-five-layer-draft"]
+    warned = lambda engine: [f for f in diagnose(case["draft"], engine, check_weights=False)  # noqa: E731
+                             if f.code == "aux-layers" and f.severity == "warning"]
+    assert warned("sglang==0.5.11") and "from 0.5.12" in warned("sglang==0.5.11")[0].message
+    assert warned("vllm==0.21.0") and not warned("sglang==0.5.12") and not warned("vllm==0.22.0")

@@ -7,6 +7,7 @@ must hold no attention, norm or MLP arithmetic of its own (it calls `Eagle3Draft
 """
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from pathlib import Path
@@ -21,7 +22,9 @@ from helpers.model.layer import context_allowed
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCERS = ROOT / "data_samples" / "producers"
-FIXTURES = sorted(p.name for p in PRODUCERS.iterdir() if (p / "reference.pt").exists())
+# Model-Optimizer's draft is refused by name (not modelled: tests/test_producer_exports.py)
+FIXTURES = sorted(p.name for p in PRODUCERS.iterdir() if (p / "reference.pt").exists()
+                  and json.loads((p / "reference.json").read_text())["producer"] != "nvidia-modelopt")
 STEPS = 3
 
 

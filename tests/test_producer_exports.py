@@ -129,3 +129,13 @@ def test_modelopt_draft_is_refused_in_one_line_naming_the_key(tmp_path):
         load_draft(dst, device="cpu", dtype=torch.float32, embed_from=PRODUCERS / "target")
     msg = str(e.value)
     assert "eagle_config.use_input_layernorm_in_first_layer" in msg and "\n" not in msg
+
+
+def test_the_double_norm_signal_is_modelopts_template_not_any_kimi_config():
+    from helpers.model.config import modelopt_double_norm
+
+    ts = json.loads((PRODUCERS / "torchspec_mla_pruned" / "config.json").read_text())
+    assert ts["eagle_config"].get("use_input_layernorm_in_first_layer") and not modelopt_double_norm(ts)
+    assert modelopt_double_norm(json.loads((PRODUCERS / "modelopt_eagle3" / "config.json").read_text()))
+    assert not [f for f in diagnose(PRODUCERS / "torchspec_mla_pruned", "all", check_weights=False)
+                if f.code == "variant-double-norm"]

@@ -77,6 +77,7 @@ SGLANG = Engine(
         # aux layers: where the ids are read, and the shift applied to them
         "aux.from": (s(None, "0.4.8.post1", ()), s("0.4.9", None, ("nested",))),
         "aux.shift": (s(*ALWAYS, 1),),
+        "aux.count": (s(None, "0.5.11", "three"), s("0.5.12", None, "from-ids", "#24663")),  # fc's aux inputs
         # DeepSeek-V2/V3, Kimi-K2/K2.5 and GLM-4.7-Flash targets (deepseek_v2.py, glm4_moe_lite.py)
         "aux.shift.deepseek": (s(None, "0.5.12.post1", 1), s("0.5.13", None, "1-if-first-is-1")),
         # producer options on the MHA (Llama) draft
@@ -125,6 +126,7 @@ VLLM = Engine(
         "fc.bias": (s(*ALWAYS, "absent"),),
         "aux.from": (s(None, "0.11.0", ()), s("0.11.1", "0.21.0", ("top",)), s("0.22.0", None, ("top", "nested"))),
         "aux.shift": (s(*ALWAYS, 0),),
+        "aux.count": (s(None, "0.21.0", "three"), s("0.22.0", None, "from-ids")),
         "fc_norm": (s(None, "0.21.0", "absent"), s("0.22.0", None, "reads", "#42764")),
         "norm_output": (s(None, "0.21.0", "absent"), s("0.22.0", None, "reads", "#42764")),
         # speculators' nested config: the switches are copied into vLLM's config only from these releases

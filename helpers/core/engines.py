@@ -350,6 +350,7 @@ RULE_WORDS = {
     "prefix.model": "`model.*` keys", "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
     "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
     "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
+    "aux.count": "aux hidden states fc takes",
     "layers.count": "config `num_hidden_layers` != 1",
     "fc_norm": "EAGLE-3.1 `fc_norm`", "norm_output": "EAGLE-3.1 `norm_output`",
     "fc_norm.speculators": "`fc_norm`, speculators config", "norm_output.speculators": "`norm_output`, speculators config",

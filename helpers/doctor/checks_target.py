@@ -104,12 +104,15 @@ def check_aux_config(c: CheckContext, target_cfg: dict | None) -> None:
         elif n is not None and n != 3 and k is None and target_cfg is None:
             c.add("aux-layers", "error", f"{ENGINE_NAMES[e]} reads {n} aux layer ids {ids[e]}; EAGLE-3 feeds fc 3 "
                   "hidden states", "name exactly three aux layers (those the draft was trained on)")
-    if k is not None and k != 3 and ids["sglang"] is not None and len(ids["sglang"]) == k:
-        c.add("aux-layers", "warning",
-              f"a {k}-layer aux draft (fc takes {k} hidden states): SGLang sizes fc from the id count only since "
-              "PR #24663 (May 2026); the engine versions read here (SGLang 03d5a777, vLLM 00bd1493) build fc for 3 "
-              "hidden states and cannot load it",
-              "serve with an SGLang release that includes PR #24663, or use a 3-layer draft")
+    if k is not None and k != 3 and any(ids.get(e) is not None and len(ids[e]) == k for e in c.engines):
+        for at in c.engine_list:
+            if at.value("aux.count") != "three":
+                continue
+            change = at.change("aux.count")
+            c.add("aux-layers", "warning",
+                  f"{at.label}: a {k}-layer aux draft (fc takes {k} hidden states), but this release builds fc for 3 "
+                  f"hidden states and cannot load it" + (f" [{change}]" if change else ""),
+                  "serve with a release that sizes fc from the aux id count, or use a 3-layer draft")
     if isinstance(nested, list) and isinstance(top, list) and nested and top and list(nested) != list(top):
         c.add("aux-layers", "warning",
               f"eagle_config.eagle_aux_hidden_state_layer_ids {nested} and the top-level "

@@ -16,7 +16,7 @@ from helpers.core.engines import (
     parse_key,
 )
 from helpers.doctor.findings import CheckContext
-from helpers.model.config import NEMO_ARCH
+from helpers.model.config import NEMO_ARCH, modelopt_double_norm
 
 _FIX = {
     "error": "serve with an engine release that models this option, or re-train/re-export without it",
@@ -203,8 +203,7 @@ def _modelopt(at: EngineAt, r: _Rules, cfg: dict) -> list:
     """Model-Optimizer's EAGLE-3 export (eagle_config.use_input_layernorm_in_first_layer): its training
     forward runs the carried state through input_layernorm and then hidden_norm (modeling_eagle.py's
     pre-hook on the first attention, 0.47.0); its exporter writes a YaRN rope_scaling it did not train with."""
-    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    if not eagle.get("use_input_layernorm_in_first_layer") or eagle.get("use_aux_hidden_state") is False:
+    if not modelopt_double_norm(cfg):
         return []
     rn = r.name(at, "hidden_double_norm")
     v = at.value(rn)

@@ -164,6 +164,16 @@ def _mla_fields(cfg: dict, flat: dict, where) -> dict:
                         "kimi_k25_eagle3 and NeMo's draft)"] if flat.get("norm_before_residual") else []}
 
 
+def modelopt_double_norm(cfg: dict) -> bool:
+    """A Model-Optimizer EAGLE-3 export with a Llama layer (its exporter's template writes
+    `eagle_config.next_layer_regular`): trained with the carried state through input_layernorm and
+    then hidden_norm (modelopt 0.47.0 `plugins/modeling_eagle.py`, the pre-hook on the first attention).
+    TorchSpec's Kimi configs carry `use_input_layernorm_in_first_layer` too, without that template key."""
+    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    return ("next_layer_regular" in eagle and bool(eagle.get("use_input_layernorm_in_first_layer"))
+            and eagle.get("use_aux_hidden_state") is not False and not cfg.get("kv_lora_rank"))
+
+
 def _variant_fields(cfg: dict, flat: dict, where) -> dict:
     """The producer and its options, as `DraftConfig` fields; unmodelled switches refused by name."""
     act = flat.get("hidden_act", "silu")
@@ -174,10 +184,10 @@ def _variant_fields(cfg: dict, flat: dict, where) -> dict:
     tie = bool(cfg.get("tie_word_embeddings", False))
     if is_speculators(cfg):
         return _speculators_fields(cfg, flat, where) | {"tie_word_embeddings": tie}
-    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    if eagle.get("use_input_layernorm_in_first_layer") and eagle.get("use_aux_hidden_state") is not False:
-        raise BadInputError(where, "eagle_config.use_input_layernorm_in_first_layer: true (Model-Optimizer's draft: "
-                            "the carried state goes through input_layernorm and then hidden_norm) is not modelled")
+    if modelopt_double_norm(cfg):
+        raise BadInputError(where, "eagle_config.use_input_layernorm_in_first_layer: true in a Model-Optimizer export "
+                            "(eagle_config.next_layer_regular; its draft runs the carried state through input_layernorm "
+                            "and then hidden_norm) is not modelled")
     if NEMO_ARCH in (cfg.get("architectures") or []):
         # NeMo Automodel (draft_llama.py): logits always from norm(h); norm_output feeds norm(h) on
         return {"producer": "nemo-automodel", "fc_norm": bool(flat.get("fc_norm", False)), "final_norm": True,
