@@ -207,6 +207,7 @@ def test_speculate_draft_config_flag_is_never_suggested(cli):
     assert r.returncode == 2 and "--draft-config" not in r.stderr
 
 
+@pytest.mark.slow  # loads the tiny target and captures two samples
 def test_capture_corrected_rerun_is_never_blocked(corpus, cli):
     """A failed capture leaves nothing that refuses the corrected run: bad prompts are refused at the
     door (no folder written), and a manifest left without samples (an older run that failed after
@@ -319,6 +320,7 @@ def test_ctrl_c_on_capture_says_how_to_resume(tmp_path):
     assert json.loads(again.stdout)["skipped"] == done
 
 
+@pytest.mark.slow  # writes a whole summary
 def test_report_passes_the_target_to_the_doctor_and_the_run_settings_to_07(tmp_path, monkeypatch, cli):
     """`report --target T --prompts P --max-prompts N --max-new-tokens M --temperature X`: notebook 06
     gets T's config for the doctor, notebook 07 gets N, M and X under its own parameter names.
