@@ -337,11 +337,11 @@ def test_report_passes_the_target_to_the_doctor_and_the_run_settings_to_07(tmp_p
     from helpers.ui.settings import RunSettings
 
     s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), max_prompts=3,
-                    max_new_tokens=7, temperature=0.5)
+                    max_new_tokens=7, temperature=0.5, max_samples=40)
     report_mod.run_report(s, tmp_path / "out", notebooks=("06_checkpoint_doctor",), progress=None)
     assert given["06_checkpoint_doctor"]["target_config"] == str(TARGET)
     spec = given["07_speculative_decoding"]
     assert (spec["max_prompts"], spec["max_new_tokens"], spec["temperature"]) == (3, 7, 0.5)
-    assert "max_samples" not in spec  # sample files per split mean nothing to notebook 07
+    assert spec["max_samples"] is None  # 07's older name for max_prompts: never the files-per-split value
     r = cli("report", "--help")
     assert "07_speculative_decoding" in r.stdout and "--max-prompts" in r.stdout and "--temperature" in r.stdout
