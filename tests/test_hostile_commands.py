@@ -207,6 +207,7 @@ def test_speculate_draft_config_flag_is_never_suggested(cli):
     assert r.returncode == 2 and "--draft-config" not in r.stderr
 
 
+@pytest.mark.slow  # loads the tiny target and captures two samples
 def test_capture_corrected_rerun_is_never_blocked(corpus, cli):
     """A failed capture leaves nothing that refuses the corrected run: bad prompts are refused at the
     door (no folder written), and a manifest left without samples (an older run that failed after
@@ -317,3 +318,30 @@ def test_ctrl_c_on_capture_says_how_to_resume(tmp_path):
     again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout)["skipped"] == done
+
+
+@pytest.mark.slow  # writes a whole summary
+def test_report_passes_the_target_to_the_doctor_and_the_run_settings_to_07(tmp_path, monkeypatch, cli):
+    """`report --target T --prompts P --max-prompts N --max-new-tokens M --temperature X`: notebook 06
+    gets T's config for the doctor, notebook 07 gets N, M and X under its own parameter names.
+    (The notebooks' execution is replaced by a recorder: what is checked is what they are given.)"""
+    import helpers.ui.report as report_mod
+
+    given = {}
+
+    def record(name, out, parameters, timeout=3600):
+        given[name] = parameters
+        return report_mod.NotebookRun(name, True, 0.0)
+
+    monkeypatch.setattr(report_mod, "run_notebook", record)
+    from helpers.ui.settings import RunSettings
+
+    s = RunSettings(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), max_prompts=3,
+                    max_new_tokens=7, temperature=0.5, max_samples=40)
+    report_mod.run_report(s, tmp_path / "out", notebooks=("06_checkpoint_doctor",), progress=None)
+    assert given["06_checkpoint_doctor"]["target_config"] == str(TARGET)
+    spec = given["07_speculative_decoding"]
+    assert (spec["max_prompts"], spec["max_new_tokens"], spec["temperature"]) == (3, 7, 0.5)
+    assert spec["max_samples"] is None  # 07's older name for max_prompts: never the files-per-split value
+    r = cli("report", "--help")
+    assert "07_speculative_decoding" in r.stdout and "--max-prompts" in r.stdout and "--temperature" in r.stdout

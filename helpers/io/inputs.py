@@ -96,12 +96,6 @@ def check_utf8(path, what: str = "file", shown: str | None = None) -> None:
         raise BadInputError(shown, f"cannot be read ({e.strerror or e})") from None
 
 
-def positive(value, flag: str, what: str = "") -> None:
-    """A count flag (`--max-prompts`, `--max-samples`) must be at least 1 when given."""
-    if value is not None and int(value) < 1:
-        raise BadInputError(None, f"{flag} must be at least 1{' ' + what if what else ''}, got {value}")
-
-
 def conflicting(given: dict, why: str) -> None:
     """Flags that say one thing two ways: at most one of `given` ({flag: value}) may be set.
 

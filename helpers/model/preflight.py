@@ -19,7 +19,8 @@ values) and the dashboard. It checks, in this order, and stops at the first prob
    n_aux x hidden inputs; an EAGLE-3 draft without weights at hand: 3) and the target's layers.
 
 Nothing here loads weights beyond `d2t`/`t2d`, and nothing is written. The drafting settings
-(`--steps/--topk/--draft-tokens`) have their own single check (`helpers.acceptance.chain`).
+(`--steps/--topk/--draft-tokens`) are not checked here: they have one check of their own, with
+the `Drafting` value they describe.
 """
 from __future__ import annotations
 

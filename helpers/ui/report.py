@@ -274,6 +274,8 @@ def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print
         params = all_parameters(declared, s.notebook_parameters(declared, **REPORT_ONLY))
         if name == DOCTOR and s.target and not s.target_config:  # the doctor checks against --target's config
             params["target_config"] = s.target
+        if name == SPECULATE and "max_samples" in params:  # 07's older name for max_prompts: not files per split
+            params["max_samples"] = None
         run = run_notebook(name, out, params)
         runs.append(run)
         if progress:
