@@ -22,6 +22,11 @@ own greedy output); temperature > 0 uses the rejection rule (the output follows 
 sampling). Each reading of d2t (offset, absolute, none) is run on the same prompts, so a misread
 table shows as accept length ~1.0 while the text stays the same.
 
+Targets: decoder-only causal LMs whose layers are full or sliding-window attention (Llama, Qwen,
+DeepSeek-V3, Mistral, GPT-OSS, Gemma 2/3, ...); sliding layers see only their window in the verify
+step too. Encoder-decoders, models with a recurrent state (Mamba, RWKV, Jamba, Qwen3-Next, ...) and
+other layer types are refused from config.json, before loading, with one line (exit 2).
+
 Measured, per reading: accept length per verify step (the correction/bonus token included, as
 engines count; a step cut by --max-new-tokens or EOS counts only the tokens it emitted, so the
 mean is tokens emitted by verify steps / verify steps, as SGLang's decode log counts it, the
