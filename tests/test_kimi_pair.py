@@ -10,6 +10,7 @@ many tokens per verify step as the absolute one.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,8 +29,11 @@ TREE = {"drafting": Drafting(3, 4, 8)}
 
 
 def _cli(*args):
+    # one thread, as scripts/make_kimi_samples.py captured: the MoE layers' float sums depend on the
+    # thread count, and a last-bit difference can round a bf16 value the other way
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "helpers", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=1200, check=False)
+                          cwd=ROOT, timeout=1200, check=False, env=env)
 
 
 def test_the_pair_is_kimi_shaped():
