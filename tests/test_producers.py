@@ -31,7 +31,7 @@ PRODUCERS = ROOT / "data_samples" / "producers"
 TARGET = PRODUCERS / "target"
 # Model-Optimizer's and TorchSpec's fixtures are tested in tests/test_producer_exports.py (their exports
 # need more than the fixture folder: ModelOpt's config carries a rope override it did not train with).
-ELSEWHERE = ("nvidia-modelopt", "torchspec")
+ELSEWHERE = ("nvidia-modelopt",)
 FIXTURES = sorted(p.name for p in PRODUCERS.iterdir() if (p / "reference.pt").exists()
                   and json.loads((p / "reference.json").read_text())["producer"] not in ELSEWHERE)
 CONTROLS = ("specforge_control", "speculators_control")
@@ -290,11 +290,7 @@ EXPECTED_FINDINGS = {
 }
 
 
-# the doctor's variant rules read norm_output with SpecForge's meaning and know no MLA layer yet
-# (helpers/core/engines.py, helpers/doctor: NeMo's and the MLA drafts' norm_output feeds norm(h)
-# on, as speculators' does): strict xfails, so they flip to failures once the doctor learns them
-_DOCTOR_PENDING = pytest.mark.xfail(strict=True, reason="doctor: NeMo / MLA norm_output semantics not in its rules")
-DOCTOR_CASES = [pytest.param(n, marks=_DOCTOR_PENDING) if n.startswith("nemo_") else n for n in FIXTURES]
+DOCTOR_CASES = list(FIXTURES)
 
 
 @pytest.mark.parametrize("name", DOCTOR_CASES + ["../tiny_draft_sglang", "../tiny_draft_speculators",
