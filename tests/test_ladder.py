@@ -49,6 +49,10 @@ def test_serving_against_engine_free_decides_and_names_the_evidence():
     assert "serving vs engine-free" in bug.decided_by and "d2t read as absolute ids" in bug.conclusion
     assert ef.text() in bug.conclusion  # the correct wiring's measurement beside it
     assert "not the serving traffic" in " ".join(bug.rungs[0].notes)  # the caveat
+    far = evidence_ladder(serving=Figure(1.0, 0.0, "log", TREE), engine_free=ef,
+                          reproduced={"key": "window", "label": "a wrong window", "mean": 1.3, "stderr": 0.02,
+                                      "z": 15.0, "reproduces": False})
+    assert far.verdict == "a deployment bug" and far.reproduced is None  # the closest wiring does not reproduce it
     ok = evidence_ladder(serving=Figure(1.98, 0.01, "log", TREE), engine_free=ef, predicted=pred)
     assert ok.verdict == "no deployment bug" and ok.rungs[0].decided
     assert ok.reproduced is None and "Reproduced" not in ok.conclusion
