@@ -202,3 +202,17 @@ def test_demo_report_concludes_from_its_own_numbers(tmp_path):
     # no section contradicts another: the prediction-only conclusion is marked as weaker evidence
     assert "serving against the prediction alone" in md and "Healthy" not in first
     assert n["speculate"]["reproduce"]["best"]["key"] == "absolute"
+
+
+def test_reproduction_says_when_nothing_reproduces():
+    from helpers.speculate.reproduce import Reproduction, Row
+
+    rows = [Row("window", "a wrong window", "note", mean=1.5, stderr=0.1, z=-5.0),
+            Row("correct", "the correct wiring", "note", mean=4.0, stderr=0.5, z=6.0),
+            Row("fc_norm_dropped", "EAGLE-3.1 norms dropped", "note", skipped="no EAGLE-3.1 norms")]
+    rep = Reproduction(2.0, 0.05, {}, 3, rows)
+    assert rep.best.key == "window" and not rep.best.reproduces
+    assert rep.verdict().startswith("No emulated wiring reproduces") and "4.00 ± 0.50" in rep.verdict()
+    rows[0].z = 1.0
+    assert rep.verdict().startswith("a wrong window reproduces")
+    assert "not run: no EAGLE-3.1 norms" in "\n".join(rep.markdown())
