@@ -173,7 +173,7 @@ def test_demo_report_concludes_from_its_own_numbers(tmp_path):
     out = tmp_path / "demo"
     s = RunSettings(checkpoint=str(DRAFT), samples=str(SAMPLES / "tiny_hidden_states"),
                     logs=(str(SAMPLES / "logs" / "sglang.log"),), baseline_tps=90.0, engine="sglang",
-                    target=str(TARGET), prompts=str(PROMPTS), max_samples=2, device="cpu")
+                    target=str(TARGET), prompts=str(PROMPTS), max_samples=2, max_prompts=4, device="cpu")
     s = resolve_drafting(s)  # as `d2t-lab report` does: the drafting settings from the log's start-up line
     # `make demo`'s inputs (fewer samples and prompts); notebook 02 draws figures only and is left out
     res = run_report(s, out, notebooks=tuple(n for n in SEQUENCE if not n.startswith("02")), progress=None)
