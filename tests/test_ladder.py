@@ -49,6 +49,10 @@ def test_serving_against_engine_free_decides_and_names_the_evidence():
     assert "serving vs engine-free" in bug.decided_by and "d2t read as absolute ids" in bug.conclusion
     assert ef.text() in bug.conclusion  # the correct wiring's measurement beside it
     assert "not the serving traffic" in " ".join(bug.rungs[0].notes)  # the caveat
+    far = evidence_ladder(serving=Figure(1.0, 0.0, "log", TREE), engine_free=ef,
+                          reproduced={"key": "window", "label": "a wrong window", "mean": 1.3, "stderr": 0.02,
+                                      "z": 15.0, "reproduces": False})
+    assert far.verdict == "a deployment bug" and far.reproduced is None  # the closest wiring does not reproduce it
     ok = evidence_ladder(serving=Figure(1.98, 0.01, "log", TREE), engine_free=ef, predicted=pred)
     assert ok.verdict == "no deployment bug" and ok.rungs[0].decided
     assert ok.reproduced is None and "Reproduced" not in ok.conclusion
@@ -169,7 +173,7 @@ def test_demo_report_concludes_from_its_own_numbers(tmp_path):
     out = tmp_path / "demo"
     s = RunSettings(checkpoint=str(DRAFT), samples=str(SAMPLES / "tiny_hidden_states"),
                     logs=(str(SAMPLES / "logs" / "sglang.log"),), baseline_tps=90.0, engine="sglang",
-                    target=str(TARGET), prompts=str(PROMPTS), max_samples=2, device="cpu")
+                    target=str(TARGET), prompts=str(PROMPTS), max_samples=2, max_prompts=4, device="cpu")
     s = resolve_drafting(s)  # as `d2t-lab report` does: the drafting settings from the log's start-up line
     # `make demo`'s inputs (fewer samples and prompts); notebook 02 draws figures only and is left out
     res = run_report(s, out, notebooks=tuple(n for n in SEQUENCE if not n.startswith("02")), progress=None)
@@ -198,3 +202,17 @@ def test_demo_report_concludes_from_its_own_numbers(tmp_path):
     # no section contradicts another: the prediction-only conclusion is marked as weaker evidence
     assert "serving against the prediction alone" in md and "Healthy" not in first
     assert n["speculate"]["reproduce"]["best"]["key"] == "absolute"
+
+
+def test_reproduction_says_when_nothing_reproduces():
+    from helpers.speculate.reproduce import Reproduction, Row
+
+    rows = [Row("window", "a wrong window", "note", mean=1.5, stderr=0.1, z=-5.0),
+            Row("correct", "the correct wiring", "note", mean=4.0, stderr=0.5, z=6.0),
+            Row("fc_norm_dropped", "EAGLE-3.1 norms dropped", "note", skipped="no EAGLE-3.1 norms")]
+    rep = Reproduction(2.0, 0.05, {}, 3, rows)
+    assert rep.best.key == "window" and not rep.best.reproduces
+    assert rep.verdict().startswith("No emulated wiring reproduces") and "4.00 ± 0.50" in rep.verdict()
+    rows[0].z = 1.0
+    assert rep.verdict().startswith("a wrong window reproduces")
+    assert "not run: no EAGLE-3.1 norms" in "\n".join(rep.markdown())

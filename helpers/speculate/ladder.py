@@ -282,8 +282,9 @@ def evidence_ladder(*, serving: Figure | None = None, engine_free: Figure | None
                     reproduced: dict | None = None) -> Ladder:
     """The ladder over whichever figures are given (see the module docstring).
 
-    `reproduced`: the best-ranked row of `helpers.speculate.reproduce` (label, mean, stderr, z) to
-    name beside a deployment bug; it is named only when it is not the correct wiring.
+    `reproduced`: the best-ranked row of `helpers.speculate.reproduce` (label, mean, stderr, z,
+    reproduces) to name beside a deployment bug; it is named only when it reproduces the serving
+    number and is not the correct wiring.
     """
     r1, verdict, decided_by, on_prediction = _deployment(serving, engine_free, predicted, prompts_are_traffic)
     r2, overstate = _samples(engine_free, predicted, regenerated)
@@ -291,7 +292,8 @@ def evidence_ladder(*, serving: Figure | None = None, engine_free: Figure | None
     if serving is None and r2.decided:
         verdict = "the samples overstate the draft" if overstate else "no serving measurement"
         decided_by = r2.evidence if overstate else decided_by
-    named = reproduced if (verdict == "a deployment bug" and reproduced and reproduced.get("key") != "correct") else None
+    named = reproduced if (verdict == "a deployment bug" and reproduced and reproduced.get("key") != "correct"
+                           and reproduced.get("reproduces", True)) else None
     return Ladder([r1, r2, r3], verdict, decided_by, on_prediction, overstate, named,
                   engine_free if named else None)
 

@@ -127,12 +127,12 @@ class Reproduction:
         b, c = self.best, self.correct
         if b is None:
             return "Nothing ran"
-        if b.key == "correct" or (c is not None and c.reproduces):
-            return (f"The correct wiring reproduces the measured {self.accept_length:.2f} (engine-free "
-                    f"{_fig(c)}): no emulated misconfiguration is needed to explain it")
         if not b.reproduces:
             return (f"No emulated wiring reproduces the measured {self.accept_length:.2f}: the closest is {b.label} "
                     f"({_fig(b)}); the correct wiring measures {_fig(c)}")
+        if b.key == "correct" or (c is not None and c.reproduces):
+            return (f"The correct wiring reproduces the measured {self.accept_length:.2f} (engine-free "
+                    f"{_fig(c)}): no emulated misconfiguration is needed to explain it")
         ties = self.tied_with_best()
         also = f" (tied with {', '.join(r.label for r in ties)}: the accept length cannot tell them apart)" if ties else ""
         return (f"{b.label} reproduces the measured {self.accept_length:.2f} ({_fig(b)}){also}; the correct wiring "
@@ -197,12 +197,12 @@ def _patched(obj, **values):
 
 
 def _explicit_aux_ids(draft) -> bool:
+    """Whether either engine reads explicit aux layer ids from the draft's config (else both use 2, L//2, L-3)."""
     from helpers.model.target import draft_aux_ids
 
-    src = getattr(draft, "source", None)
-    if not src:
+    if not getattr(draft, "source", None):
         return bool(draft.config.aux_layer_ids)
-    return any(draft_aux_ids(src).values())
+    return any(draft_aux_ids(draft, e) for e in ("sglang", "vllm"))
 
 
 def _emulation(key: str, target, draft, settings, window: int):
@@ -245,7 +245,13 @@ def _emulation(key: str, target, draft, settings, window: int):
             return "the draft's embed_tokens equals the target's: the mistake changes nothing here", null, settings
         return None, _patched(draft, embed_tokens=emb), settings
     if key == "window":
-        return None, _patched(cfg, sliding_window=None if cfg.sliding_window else int(window)), settings
+        wrong = None if cfg.sliding_window else int(window)
+        stack = contextlib.ExitStack()
+        stack.enter_context(_patched(cfg, sliding_window=wrong))
+        for m in draft.modules():  # attention modules that copied the config's window at construction
+            if hasattr(m, "window") and not callable(getattr(m, "window")):
+                stack.enter_context(_patched(m, window=wrong))
+        return None, stack, settings
     raise ValueError(f"unknown misconfiguration {key!r}")
 
 
