@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m helpers report data_samples/tiny_draft_sglang --samples data_samples/tiny_hidden_states \
 		--log data_samples/logs/sglang.log --baseline-tps 90 --engine sglang \
-		--target data_samples/tiny_target --prompts data_samples/prompts.jsonl -o $(DEMO_OUT)
+		--target data_samples/tiny_target --prompts data_samples/prompts.jsonl --max-prompts 12 -o $(DEMO_OUT)
 	@echo "Open $(DEMO_OUT)/summary.md first; executed notebooks, HTML and figures are beside it."
 
 test: $(STAMP)

@@ -229,15 +229,17 @@ def rebuild_offsets(path) -> dict:
 def speculate_once(checkpoint, target, prompts, *, reading: str = "offset", max_prompts: int = 2,
                    max_new_tokens: int = 16, draft_tokens: int = 3, engine: str = "sglang"):
     """Engine-free speculative decoding of the first `max_prompts` prompts: the `SpecRun` (accept length, ...)."""
+    from helpers.acceptance.drafting import Drafting
     from helpers.io.prompts import read_prompts
-    from helpers.model.draft import load_draft
+    from helpers.model.pair import load_pair
     from helpers.model.target import load_target
     from helpers.speculate.loop import speculate
     from helpers.speculate.result import SpecSettings
 
     t = target if hasattr(target, "model") else load_target(target, device="cpu", dtype=torch.float32)
-    draft = load_draft(checkpoint, device=t.input_device, dtype=t.dtype)
-    settings = SpecSettings(reading=reading, draft_tokens=draft_tokens, max_new_tokens=max_new_tokens, engine=engine)
+    t, draft = load_pair(t, checkpoint)
+    settings = SpecSettings(reading=reading, drafting=Drafting.chain(draft_tokens), max_new_tokens=max_new_tokens,
+                            engine=engine)
     with torch.inference_mode():
         return speculate(t, draft, list(read_prompts(prompts, max_prompts)), settings)
 
