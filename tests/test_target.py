@@ -105,7 +105,7 @@ def test_mismatched_targets_are_one_line(cli, tmp_path):
     }
     for name, (tgt, words) in cases.items():
         before = {p.name: p.read_bytes() for p in tgt.iterdir()}
-        r = cli("capture", str(tgt), "--prompts", str(SAMPLES / "prompts.jsonl"), "--draft",
+        r = cli("capture", str(tgt), "--prompts", str(SAMPLES / "prompts.jsonl"), "--regenerate", "--draft",
                 str(SAMPLES / "tiny_draft_sglang"), "--device", "cpu", "-o", str(tmp_path / f"out_{name}"))
         assert r.returncode == 2, (name, r.stderr)
         lines = r.stderr.strip().splitlines()
