@@ -169,8 +169,11 @@ def from_env(device=None, timeout: float | None = None) -> Ranks:
 
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     if os.environ.get("MASTER_PORT", "").strip() == "0":
-        if rank != 0:
-            os._exit(2)  # rank 0 says why, once
+        if rank != 0:  # rank 0 says why, once; wait for it first (torchrun stops every rank when one exits)
+            import time
+
+            time.sleep(30)
+            os._exit(2)
         raise BadInputError(None, "MASTER_PORT=0: the ranks cannot find each other on port 0 (torchrun --master-port 0 "
                             "without --standalone); use torchrun --standalone, or a free fixed --master-port")
     secs = dist_timeout(timeout)
