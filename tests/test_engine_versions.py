@@ -180,7 +180,7 @@ def test_a_release_carrying_the_kimi_fix_is_one_table_entry(kimi_mla, monkeypatc
 
 # -- the release a serving log states, in the report ---------------------------------------------------
 def test_a_serving_logs_release_names_the_engine_the_doctor_checks(tmp_path):
-    from helpers.serving.logs import engine_version_from_line, read_engine_version
+    from helpers.serving.startup import engine_version_from_line, read_engine_version
     from helpers.ui.settings import RunSettings, resolve_engine
 
     assert read_engine_version(SAMPLES / "logs" / "vllm.log") == ("vllm", "0.10.1")  # "vLLM API server version"

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from helpers.core.errors import BadInputError
-from helpers.serving.logs import Garbled, parse_line, parse_lines, read_log
+from helpers.serving.log_lines import Garbled, parse_line
+from helpers.serving.logs import parse_lines, read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"

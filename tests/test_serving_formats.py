@@ -13,8 +13,10 @@ import pytest
 
 from helpers.acceptance.sources import normalise
 from helpers.core.errors import BadInputError
-from helpers.serving.logs import Garbled, drafting_from_line, parse_line, parse_lines, read_log
+from helpers.serving.log_lines import Garbled, parse_line
+from helpers.serving.logs import parse_lines, read_log
 from helpers.serving.metrics import read_metrics
+from helpers.serving.startup import drafting_from_line
 
 
 def vllm_new(mean="2.16", accepted=580, drafted=1500, per="0.640, 0.360, 0.160", rate="38.7", prefix=""):

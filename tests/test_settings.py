@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from helpers.core.errors import BadInputError
-from helpers.serving.logs import drafting_from_line
+from helpers.serving.startup import drafting_from_line
 from helpers.ui.settings import RunSettings, resolve_drafting
 
 LOGS = Path(__file__).resolve().parents[1] / "data_samples" / "logs"

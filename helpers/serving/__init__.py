@@ -2,10 +2,12 @@
 training logs) in one table shape.
 
 Modules (import them by name; this file imports nothing):
+- `log_lines`: one SGLang / vLLM serving-log line -> one row (the formats read)
 - `logs`
+- `startup`: the drafting settings and engine release a log states at start-up
 - `metrics`
 - `records`
 - `measured`: the serving accept length as one figure (mean, stderr, drafting) for the evidence ladder
 """
 
-__all__ = ["logs", "metrics", "records", "measured"]
+__all__ = ["log_lines", "logs", "startup", "metrics", "records", "measured"]

@@ -225,7 +225,8 @@ def from_log(path, year: int | None = None) -> MetricsTable:
     A vLLM line's drafts are the log reader's (Drafted / positions for a fixed-length drafter,
     accepted / (mean - 1) from the line's own mean for a variable-length one); a line cut short
     keeps its accept length but no counters."""
-    from helpers.serving.logs import read_drafting, read_log
+    from helpers.serving.logs import read_log
+    from helpers.serving.startup import read_drafting
 
     log = read_log(path, year=year)
     engine = log.engines[0] if len(log.engines) == 1 else "mixed"

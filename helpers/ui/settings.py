@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from helpers.acceptance.drafting import Drafting, fill
-from helpers.core.errors import BadInputError
 from helpers.core.engines import engines_at
+from helpers.core.errors import BadInputError
 
 DEFAULT_STEPS = 3  # SGLang's usual EAGLE-3 chain: steps 3, top-k 1, 4 draft tokens
 DEFAULT_TOPK = 1
@@ -112,12 +112,12 @@ class RunSettings:
 def resolve_engine(settings: RunSettings) -> RunSettings:
     """The engine release from a serving log when `settings.engine` names none.
 
-    A log whose start-up lines state its engine's release (`helpers.serving.logs.read_engine_version`)
+    A log whose start-up lines state its engine's release (`helpers.serving.startup.read_engine_version`)
     narrows 'all' to that engine, or adds the version to the engine named ('vllm' -> 'vllm==0.10.1');
     an engine given with a version, or a log of another engine, leaves it as it is.
     `settings.sources['engine']` says where the value came from.
     """
-    from helpers.serving.logs import read_engine_version
+    from helpers.serving.startup import read_engine_version
 
     sources = dict(settings.sources)
     if any(op in settings.engine for op in "=<>~!"):
@@ -137,7 +137,7 @@ def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_toke
 
     `settings.sources` records each one's origin ("--steps", "server_args in LOG", "default").
     """
-    from helpers.serving.logs import read_drafting
+    from helpers.serving.startup import read_drafting
 
     found, where = {}, None
     for log in settings.logs:
