@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import os
 
-    from helpers.io.remote import TIMEOUT_ENV, set_timeout
+    from helpers.io.remote_access import TIMEOUT_ENV, set_timeout
 
     before = os.environ.get(TIMEOUT_ENV)
     try:

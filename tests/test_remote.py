@@ -245,10 +245,10 @@ def test_hf_url_keeps_both_slashes_in_messages(cli, tmp_path, monkeypatch):
 
 
 def test_hub_locations_parse():
-    from helpers.io import remote
+    from helpers.io import remote, remote_access
 
     assert remote.is_remote("hf://a/b") and remote.is_remote("https://x/y") and not remote.is_remote("a/b")
-    m = remote._HF.match("hf://org/repo@v1.0/sub/dir")
+    m = remote_access._HF.match("hf://org/repo@v1.0/sub/dir")
     assert (m["org"], m["repo"], m["rev"], m["sub"]) == ("org", "repo", "v1.0", "sub/dir")
 
 

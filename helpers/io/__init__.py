@@ -5,6 +5,7 @@ d2t/t2d mapping itself.
 Modules (import them by name; this file imports nothing):
 - `tensor_files`
 - `pt_files`
+- `remote_access`
 - `remote`
 - `inputs`
 - `checkpoint`
@@ -14,4 +15,4 @@ Modules (import them by name; this file imports nothing):
 - `mapping`
 """
 
-__all__ = ["tensor_files", "pt_files", "remote", "inputs", "checkpoint", "samples", "prompts", "chat", "mapping"]
+__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "inputs", "checkpoint", "samples", "prompts", "chat", "mapping"]

@@ -261,9 +261,9 @@ def fetch(url: str, timeout: float | None = None) -> str:
     from urllib.parse import urlsplit
     from urllib.request import urlopen
 
-    from helpers.io import remote
+    from helpers.io import remote_access
 
-    timeout = remote.timeout() if timeout is None else timeout
+    timeout = remote_access.timeout() if timeout is None else timeout
     if urlsplit(url).path in ("", "/"):
         url = url.rstrip("/") + "/metrics"
     try:
