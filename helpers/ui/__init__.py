@@ -8,6 +8,7 @@ Modules (import them by name; this file imports nothing):
 - `spec_panel`
 - `token_view`
 - `primer`
+- `exercises`
 - `primer_exercises`
 - `checkpoint_debug`
 - `checkpoint_exercises`
@@ -16,4 +17,4 @@ Modules (import them by name; this file imports nothing):
 - `html_export`
 """
 
-__all__ = ["settings", "notebook", "widgets", "spec_panel", "token_view", "primer", "primer_exercises", "checkpoint_debug", "checkpoint_exercises", "summary", "report", "html_export"]
+__all__ = ["settings", "notebook", "widgets", "spec_panel", "token_view", "primer", "exercises", "primer_exercises", "checkpoint_debug", "checkpoint_exercises", "summary", "report", "html_export"]

@@ -25,7 +25,12 @@ from pathlib import Path
 
 import torch
 
-from helpers.io.checkpoint import flat_config, load_mapping, open_checkpoint, read_mapping_tensors
+from helpers.io.checkpoint import (
+    flat_config,
+    load_mapping,
+    open_checkpoint,
+    read_mapping_tensors,
+)
 
 ROLES = {  # file name (or suffix) -> what it is for
     "config.json": "the draft's config: sizes (N, V, H), architecture, aux layer ids",

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from helpers.ui.exercises import canon_int, canon_letters, verdict
+
 BROKEN = Path(__file__).resolve().parents[2] / "data_samples" / "tiny_draft_absolute"
 FILE_CASES = {  # exercise 1: five checkpoints of a draft with N = 800 and V = 4,096, by their files
     "A": "model.safetensors: d2t [800] int64 (non-decreasing, max 3,292), t2d [4096] bool with 800 True; "
@@ -93,22 +95,10 @@ def solutions() -> dict:
 
 
 def _canon(n: int, answer):
+    """The answer in one canonical form (letters or an int), or None when it has the wrong type."""
     if isinstance(answer, torch.Tensor):
         answer = answer.tolist()
-    if n in LETTER_ANSWERS:
-        if isinstance(answer, str):
-            answer = [c for c in answer if c.isalpha()]
-        try:
-            letters = sorted({str(x).strip().upper() for x in answer})
-        except TypeError:
-            return None
-        return "".join(letters) if all(len(x) == 1 for x in letters) else None
-    if isinstance(answer, (bool, str)) or answer is None:
-        return None
-    try:
-        return int(answer) if float(answer) == int(answer) else None
-    except (TypeError, ValueError, OverflowError):
-        return None
+    return canon_letters(answer) if n in LETTER_ANSWERS else canon_int(answer)
 
 
 def is_right(n: int, answer) -> bool:
@@ -119,16 +109,8 @@ def is_right(n: int, answer) -> bool:
 
 def check(n: int, answer) -> str:
     """One line: right, wrong (with a hint) or not answered yet. Never raises."""
-    if n not in EXERCISES:
-        return f"✗ there is no exercise {n}; exercises are {sorted(EXERCISES)}"
-    if answer is None:
-        return f"✗ not answered yet (answer_{n} is None). Exercise {n}: {EXERCISES[n]}. {HINTS[n]}"
-    canon = _canon(n, answer)
-    if canon is None:
-        return f"✗ wrong type: exercise {n} asks for {EXERCISES[n]}; got {type(answer).__name__} {answer!r}"
-    if is_right(n, answer):
-        return f"✓ right: {_why_right(n)}"
-    return f"✗ wrong: {_what_is_wrong(n, canon)}"
+    return verdict(n, answer, exercises=EXERCISES, hints=HINTS, canon=_canon, is_right=is_right,
+                   why_right=lambda k, _got: _why_right(k), what_is_wrong=_what_is_wrong)
 
 
 def _why_right(n: int) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from helpers.io.mapping import VocabMapping
+from helpers.ui.exercises import canon_int, canon_letters, verdict
 from helpers.ui.primer import PRACTICE, served_targets
 
 P = PRACTICE
@@ -149,13 +150,7 @@ def _canon(n: int, answer):
     if isinstance(answer, torch.Tensor):
         answer = answer.tolist()
     if n in LETTER_ANSWERS:
-        if isinstance(answer, str):
-            answer = [c for c in answer if c.isalpha()]
-        try:
-            letters = sorted({str(x).strip().upper() for x in answer})
-        except TypeError:
-            return None
-        return "".join(letters) if all(len(x) == 1 for x in letters) else None
+        return canon_letters(answer)
     if n in LIST_ANSWERS:
         if isinstance(answer, (str, bytes)):
             return None
@@ -166,12 +161,7 @@ def _canon(n: int, answer):
         return out if all(float(x) == int(x) for x in answer) else None
     if n == 4 and isinstance(answer, str):
         return P.tokens.index(answer.strip()) if answer.strip() in P.tokens else None
-    if isinstance(answer, (bool, str)) or answer is None:
-        return None
-    try:
-        return int(answer) if float(answer) == int(answer) else None
-    except (TypeError, ValueError):
-        return None
+    return canon_int(answer)
 
 
 def _text(canon) -> str:
@@ -186,17 +176,8 @@ def is_right(n: int, answer) -> bool:
 
 def check(n: int, answer) -> str:
     """One line: right (with why), wrong (with what is wrong) or not answered yet. Never raises."""
-    if n not in EXERCISES:
-        return f"✗ there is no exercise {n}; exercises are {sorted(EXERCISES)}"
-    if answer is None:
-        q = EXERCISES[n] if EXERCISES[n].endswith("?") else EXERCISES[n] + "."
-        return f"✗ not answered yet (answer_{n} is None). Exercise {n}: {q} {HINTS[n]}"
-    canon = _canon(n, answer)
-    if canon is None:
-        return f"✗ wrong type: exercise {n} asks for {EXERCISES[n]}; got {type(answer).__name__} {answer!r}"
-    if is_right(n, answer):
-        return f"✓ right: {_why_right(n, canon)}"
-    return f"✗ wrong: {_what_is_wrong(n, canon)}"
+    return verdict(n, answer, exercises=EXERCISES, hints=HINTS, canon=_canon, is_right=is_right,
+                   why_right=_why_right, what_is_wrong=_what_is_wrong)
 
 
 def _why_right(n: int, got) -> str:

@@ -67,9 +67,9 @@ class SpeculatePanel:
             reading: str = "offset") -> str:
         """Decode the prompt under `reading` and one other reading, streaming the token view;
         returns the HTML headline for the output area."""
+        from helpers.acceptance.drafting import Drafting
         from helpers.io.chat import prompt_ids, uses_template
         from helpers.speculate.loop import speculate
-        from helpers.acceptance.drafting import Drafting
         from helpers.speculate.result import SpecSettings
 
         target = self.target.value.strip()

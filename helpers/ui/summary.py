@@ -114,7 +114,12 @@ def ladder(numbers: dict, samples=None):
     reading), the prediction (notebook 04), coverage (notebook 03), per-position acceptance
     (notebook 07), whether the samples were regenerated (their capture.json), and the wiring
     `reproduce` ranked first (notebook 07)."""
-    from helpers.speculate.ladder import Figure, evidence_ladder, figure_from_run, samples_regenerated
+    from helpers.speculate.ladder import (
+        Figure,
+        evidence_ladder,
+        figure_from_run,
+        samples_regenerated,
+    )
 
     spec = numbers.get("speculate") or {}
     fig = numbers.get("serving_figure") or spec.get("serving")
