@@ -147,40 +147,7 @@ def train_draft(embed: torch.Tensor, head: torch.Tensor, train: dict, kept: torc
         draft.embed_tokens.weight.copy_(embed)
         draft.lm_head.weight.copy_(head[kept])
     draft.embed_tokens.weight.requires_grad_(False)
-    ids, mask = train["input_ids"], train["loss_mask"]
-    aux = train["aux_hidden_state"].float()[:, :-1]
-    with torch.no_grad():
-        tlogits = train["hidden_state"].float() @ head.float().T
-    in_draft = torch.zeros(VOCAB, dtype=torch.bool)
-    in_draft[kept] = True
-    opt = torch.optim.AdamW([p for p in draft.parameters() if p.requires_grad], lr=3e-3, weight_decay=0.0)
-    g = torch.Generator().manual_seed(SEED + 2)
-    N, T = ids.shape
-    batch = 16
-    total = epochs * math.ceil(N / batch)
-    bar = tqdm(total=total, desc="kimi draft", mininterval=5)
-    it = 0
-    for _ in range(epochs):
-        for b in torch.randperm(N, generator=g).split(batch):
-            for pg in opt.param_groups:
-                pg["lr"] = 3e-3 * 0.5 * (1 + math.cos(math.pi * it / total))
-            outs = draft.draft_steps(aux[b], ids[b, 1:], steps=steps, teacher_forcing=True)
-            loss = 0.0
-            for j, logits in enumerate(outs):
-                L = T - 2 - j
-                tl = tlogits[b, 1 + j : 1 + j + L]
-                pos = (mask[b, j : j + L] == 1) & in_draft[tl.argmax(-1)]
-                p = torch.softmax(tl[..., kept], dim=-1)
-                ce = -(p * torch.log_softmax(logits[:, :L], dim=-1)).sum(-1)
-                loss = loss + 0.8**j * (ce * pos).sum() / pos.sum().clamp(min=1)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            it += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    bar.close()
-    return draft.eval()
+    return ms.fit_draft(draft, train, head, kept, epochs, steps, seed=SEED + 2, desc="kimi draft")
 
 
 def save_draft(out: Path, draft: Eagle3Draft, mapping) -> Path:

@@ -358,6 +358,14 @@ def train_draft(target: TinyTarget, head: torch.Tensor, train: dict, kept: torch
         draft.embed_tokens.weight.copy_(target.embed_tokens.weight)  # borrowed from the target, frozen
         draft.lm_head.weight.copy_(target.lm_head.weight[kept])  # warm start on the kept rows
     draft.embed_tokens.weight.requires_grad_(False)
+    return fit_draft(draft, train, head, kept, epochs, steps, seed=SEED + 2, desc="draft")
+
+
+def fit_draft(draft: Eagle3Draft, train: dict, head: torch.Tensor, kept: torch.Tensor, epochs: int, steps: int,
+              seed: int, desc: str) -> Eagle3Draft:
+    """Train `draft` (its frozen embedding and warm-started head already set) on the stacked
+    samples `train` with soft targets from the target head `head` [V, H] over the kept ids, the
+    loss SpecForge trains with (its position mask, 0.8^j per drafting step), cosine learning rate."""
     ids, mask = train["input_ids"], train["loss_mask"]
     aux = train["aux_hidden_state"].float()[:, :-1]  # [N, T-1, 3H]
     with torch.no_grad():  # target logits from the stored (bf16) last hidden state, as SpecForge does
@@ -365,11 +373,11 @@ def train_draft(target: TinyTarget, head: torch.Tensor, train: dict, kept: torch
     in_draft = torch.zeros(VOCAB, dtype=torch.bool)
     in_draft[kept] = True
     opt = torch.optim.AdamW([p for p in draft.parameters() if p.requires_grad], lr=3e-3, weight_decay=0.0)
-    g = torch.Generator().manual_seed(SEED + 2)
+    g = torch.Generator().manual_seed(seed)
     N, T = ids.shape
     batch = 16
     total = epochs * math.ceil(N / batch)
-    bar = tqdm(total=total, desc="draft", mininterval=5)
+    bar = tqdm(total=total, desc=desc, mininterval=5)
     it = 0
     for _ in range(epochs):
         for b in torch.randperm(N, generator=g).split(batch):
