@@ -16,6 +16,12 @@ from pathlib import Path
 
 import pytest
 
+# The suite runs one pytest worker per core (`-n auto`), and each worker starts notebook kernels and
+# `python -m helpers` children: every process gets one compute thread unless the caller chose
+# otherwise, so parallel workers do not oversubscribe the cores (the kit's models are tiny).
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
 NOTEBOOKS = ROOT / "notebooks"
@@ -93,6 +99,18 @@ def execute_notebook(path: Path, out_dir: Path, parameters: dict | None = None):
 @pytest.fixture(scope="session")
 def run_notebook():
     return execute_notebook
+
+
+def check_executed(executed, out: Path | None) -> None:
+    """An executed notebook ran clean: no error output, no stray `<Axes ...>` repr, and (when it was
+    given an output folder `out`) every figure it showed inline was saved there once."""
+    outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert not [o for o in outputs if "<Axes" in str(o.get("data", {}).get("text/plain", ""))]
+    if out is not None:
+        images = sum("image/png" in o.get("data", {}) for o in outputs)
+        saved = len(list(out.glob("*.png")))
+        assert images == saved, f"{images} figures shown, {saved} saved"
 
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -490,11 +490,14 @@ def call_with_timeout(fn, seconds: float):
 
 
 # Cases also run through a real `python -m helpers` subprocess (each costs an interpreter start
-# with torch, so not all of them): every payload, and one or more of each kind of problem. All
-# cases run through the CLI's own `main()` in this process.
-SUBPROCESS_IDS = {c.id for c in CASES if c.payload} | {
-    "safetensors-truncated", "safetensors-fifo", "d2t-float", "config-not-json", "index-names-missing-shard",
-    "symlink-loop-path", "newline-in-folder-name", "sample-nan-hidden-state", "sample-corrupt-gzip",
+# with torch, so not all of them): one payload per container a payload can hide in (pickle, torch
+# zip, legacy torch, a sharded .bin, numpy, a gzipped sample) and one case of each other kind of
+# problem (truncated file, a FIFO, a symlink loop, corrupt gzip, a draft too big for memory). Every
+# case runs through the CLI's own `main()` in this process, and every payload through the API.
+SUBPROCESS_IDS = {
+    "pickle-os-system-protocol2", "torch-zip-builtins-exec", "torch-legacy-subprocess-popen",
+    "torch-zip-popen-in-bin-shard", "npy-object-array-payload", "sample-payload-ckpt-gz",
+    "safetensors-truncated", "safetensors-fifo", "symlink-loop-path", "sample-corrupt-gzip",
     "draft-too-big-for-memory",
 }
 

@@ -86,15 +86,21 @@ def pair():
     torch.set_num_threads(before)
 
 
+_GENERATED: dict[tuple[int, ...], list[int]] = {}  # greedy is deterministic: one generate per prompt
+
+
 def _generate(target, ids: list[int], n: int) -> list[int]:
     from helpers.speculate.loop import _eos_ids
 
+    if (key := (n, *ids)) in _GENERATED:
+        return _GENERATED[key]
     x = torch.tensor([ids])
     with torch.inference_mode():
         g = target.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
                                   temperature=None, top_p=None, top_k=None, pad_token_id=0)[0, x.shape[1]:].tolist()
     eos = _eos_ids(target)
-    return g[: next((i + 1 for i, t in enumerate(g) if t in eos), len(g))]
+    _GENERATED[key] = g[: next((i + 1 for i, t in enumerate(g) if t in eos), len(g))]
+    return _GENERATED[key]
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ reproduces a serving number.
 Fast tests check the ladder's arithmetic on figures; the slow ones run the real engine-free loop
 on the bundled tiny target and draft, write serving logs with scripts/make_logs.py's own writer
 from those runs (a healthy one and one under the absolute reading), read them back with the
-kit's log reader, and run the report on the bundled demo pair (`make demo`'s inputs).
+kit's log reader. The report on `make demo`'s inputs is read in tests/test_report_truth.py.
 """
 from __future__ import annotations
 
@@ -162,46 +162,6 @@ def test_a_log_under_the_absolute_reading_is_a_deployment_bug_that_reproduce_nam
     d = rep.to_dict()
     json.dumps(d, allow_nan=False)
     assert d["best"]["key"] == "absolute" and d["rows"][0]["key"] == "absolute"
-
-
-# -- the demo: `make demo`'s report tells one story ---------------------------------------------------
-@pytest.mark.slow
-def test_demo_report_concludes_from_its_own_numbers(tmp_path):
-    from helpers.ui.report import SEQUENCE, run_report
-    from helpers.ui.settings import RunSettings, resolve_drafting
-
-    out = tmp_path / "demo"
-    s = RunSettings(checkpoint=str(DRAFT), samples=str(SAMPLES / "tiny_hidden_states"),
-                    logs=(str(SAMPLES / "logs" / "sglang.log"),), baseline_tps=90.0, engine="sglang",
-                    target=str(TARGET), prompts=str(PROMPTS), max_samples=2, max_prompts=4, device="cpu")
-    s = resolve_drafting(s)  # as `d2t-lab report` does: the drafting settings from the log's start-up line
-    # `make demo`'s inputs (fewer samples and prompts); notebook 02 draws figures only and is left out
-    res = run_report(s, out, notebooks=tuple(n for n in SEQUENCE if not n.startswith("02")), progress=None)
-    assert res.ok, [(r.name, r.error) for r in res.runs if not r.ok]
-    s = json.loads((out / "summary.json").read_text())
-    md = (out / "summary.md").read_text()
-    n = s["numbers"]
-    nb04 = json.loads((out / "figures" / "04_accept_length_simulation" / "numbers.json").read_text())
-    nb07 = json.loads((out / "figures" / "07_speculative_decoding" / "numbers.json").read_text())
-    serving, ef = nb04["serving_figure"], nb07["speculate"]["offset"]
-    # the verdict follows from the recorded numbers: serving well below the engine-free measurement
-    z = (serving["value"] - ef["mean_accept_length"]) / math.hypot(serving["stderr"], ef["stderr"])
-    assert serving["value"] == pytest.approx(nb04["measured"])
-    assert s["ladder"]["verdict"] == ("a deployment bug" if z <= -3 else "no deployment bug")
-    assert s["ladder"]["verdict"] == "a deployment bug"
-    assert nb07["speculate_ladder"]["verdict"] == s["ladder"]["verdict"]  # notebook 07 says the same
-    assert nb07["speculate_settings"]["steps"] == nb04["drafting"]["steps"] == 5  # the log's tree 5/4/16
-    assert f"{nb04['predicted']:.2f}" in s["ladder"]["rungs"][1]["text"]  # rung 2 quotes notebook 04's prediction
-    first = s["conclusion"][0]
-    assert "deployment bug" in first and "serving vs engine-free" in first and "no deployment bug" not in first
-    # it names the reproduced wiring, with the correct wiring's measurement beside it
-    best = nb07["speculate_reproduce"]["best"]
-    assert best["key"] == "absolute" and "d2t read as absolute ids" in first
-    assert f"{ef['mean_accept_length']:.2f}" in first
-    assert "## Which wiring reproduces the serving number (notebook 07)" in md
-    # no section contradicts another: the prediction-only conclusion is marked as weaker evidence
-    assert "serving against the prediction alone" in md and "Healthy" not in first
-    assert n["speculate"]["reproduce"]["best"]["key"] == "absolute"
 
 
 def test_reproduction_says_when_nothing_reproduces():

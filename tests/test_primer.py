@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import check_executed
 
 from helpers.ui import primer
 from helpers.ui import primer_exercises as ex
@@ -382,7 +383,9 @@ def test_primer_with_solutions_every_check_is_right_and_every_prose_number_is_co
 
 @pytest.mark.slow
 def test_primer_by_default_reports_nothing_right_and_prints_no_answer(tmp_path, run_notebook):
-    nb = run_notebook(PRIMER, tmp_path, {})
+    """Notebook 00 on its defaults (tests/test_notebooks.py leaves this run to this test)."""
+    nb = run_notebook(PRIMER, tmp_path, {"output_dir": str(tmp_path / "out")})
+    check_executed(nb, tmp_path / "out")
     checks = _check_cells(nb)
     assert len(checks) == len(ex.EXERCISES)
     assert all(c.startswith("✗ not answered yet") for c in checks), checks

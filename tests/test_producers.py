@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -254,18 +252,13 @@ def test_tied_lm_head_without_its_weight_is_refused_in_one_line(tmp_path):
         load_draft(src, device="cpu", dtype=torch.float32, embed_from=TARGET)
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "helpers", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
-
-
-def test_cli_evaluates_a_qwen3_draft_and_refuses_an_unmodelled_layer_in_one_line(tmp_path):
+def test_cli_evaluates_a_qwen3_draft_and_refuses_an_unmodelled_layer_in_one_line(tmp_path, cli):
     ref = _ref("speculators_qwen3")
     samples = _write_sample(tmp_path, ref, torch.ones(16, dtype=torch.int64))
-    ok = _cli("evaluate", PRODUCERS / "speculators_qwen3", "--samples", samples, "--device", "cpu", "--json")
+    ok = cli("evaluate", PRODUCERS / "speculators_qwen3", "--samples", samples, "--device", "cpu", "--json")
     assert ok.returncode == 0, ok.stderr
     bad = _copy_with(tmp_path, "speculators_qwen3", config={"transformer_layer_config.model_type": "llama"})
-    r = _cli("evaluate", bad, "--samples", samples, "--device", "cpu")
+    r = cli("evaluate", bad, "--samples", samples, "--device", "cpu")
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "_norm.weight" in r.stderr
     assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1, r.stderr

@@ -1,13 +1,20 @@
 """A report is about the user's inputs only, and says one thing.
 
-Two real reports run once per session on copies of bundled files placed outside `data_samples/`
-(as a user's own files would be): a healthy draft with a serving log that shows accept length
-~1.0 (data_samples/logs/sglang.log: the draft served with d2t read as absolute ids), and the misencoded draft with no log. Each test reads
-the bundles as a person would: summary.md, the executed notebooks' outputs, the HTML, the PNGs.
+Two real reports run once per module on copies of bundled files placed outside `data_samples/`
+(as a user's own files would be):
+- the healthy bundle: `make demo`'s inputs (the healthy draft, its samples, a serving log that
+  shows accept length ~1.0 - data_samples/logs/sglang.log: the draft served with d2t read as
+  absolute ids -, the tiny target and prompts), every notebook, notebook 07 included;
+- the misencoded draft with no log and no target.
+Each test reads the bundles as a person would: summary.md, the executed notebooks' outputs, the
+HTML, the PNGs. The conclusion a report draws without a target in the loop is computed by the
+report's own summary code from the healthy bundle's notebook 01-06 outputs, with the target taken
+out of the settings.
 """
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -17,6 +24,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 MAX_SAMPLES = "6"
+MAX_PROMPTS = "4"
 SAMPLE_LOG = Path(__file__).resolve().parents[1] / "data_samples" / "logs" / "sglang.log"
 
 
@@ -39,6 +47,8 @@ def user_files(tmp_path_factory, samples_dir):
         "bad": shutil.copytree(samples_dir / "tiny_draft_absolute", root / "my_bad_draft"),
         "samples": _copy_samples(samples_dir / "tiny_hidden_states", root / "my_states"),
         "log": Path(shutil.copy2(samples_dir / "logs" / "sglang.log", root / "server.log")),
+        "target": shutil.copytree(samples_dir / "tiny_target", root / "my_target"),
+        "prompts": Path(shutil.copy2(samples_dir / "prompts.jsonl", root / "my_prompts.jsonl")),
     }
     return files
 
@@ -54,7 +64,10 @@ def _report(args, out):
 def healthy_bundle(user_files, tmp_path_factory):
     f = user_files
     code, out = _report([f["draft"], "--samples", f["samples"], "--log", f["log"], "--baseline-tps", "90",
-                         "--max-samples", MAX_SAMPLES, "--engine", "sglang"], tmp_path_factory.mktemp("r") / "healthy")
+                         "--max-samples", MAX_SAMPLES, "--engine", "sglang", "--target", f["target"],
+                         "--prompts", f["prompts"], "--max-prompts", MAX_PROMPTS, "--max-new-tokens", "24",
+                         "--device", "cpu"],
+                        tmp_path_factory.mktemp("r") / "healthy")
     assert code == 0, (out / "summary.md").read_text()
     return out
 
@@ -62,9 +75,14 @@ def healthy_bundle(user_files, tmp_path_factory):
 @pytest.fixture(scope="module")
 def misencoded_bundle(user_files, tmp_path_factory):
     f = user_files
-    code, out = _report([f["bad"], "--samples", f["samples"], "--max-samples", MAX_SAMPLES],
-                        tmp_path_factory.mktemp("r") / "bad")
-    assert code == 0, (out / "summary.md").read_text()
+    from helpers.ui.report import SEQUENCE, run_report
+    from helpers.ui.settings import RunSettings
+
+    # what the tests read: the summary, notebooks 01, 03, 04 and 06 (02 only draws figures)
+    s = RunSettings(checkpoint=str(f["bad"]), samples=str(f["samples"]), max_samples=int(MAX_SAMPLES))
+    out = tmp_path_factory.mktemp("r") / "bad"
+    res = run_report(s, out, notebooks=tuple(n for n in SEQUENCE if not n.startswith("02")), progress=None)
+    assert res.ok, [(r.name, r.error) for r in res.runs if not r.ok]
     return out
 
 
@@ -120,7 +138,7 @@ def test_every_figure_shown_once_and_saved_once(healthy_bundle):
         saved = sorted((healthy_bundle / "figures" / run["name"]).glob("*.png"))
         assert images == len(saved) == len(run["figures"]), (run["name"], images, [p.name for p in saved])
         total += images
-    assert total >= 12  # 1 + 6 + 3 + 4 + 1 with every input given (03 has no misencoded copy)
+    assert total >= 15  # 1 + 6 + 3 + 4 + 1 with every input given (03 has no misencoded copy), 07's 3+
 
 
 def test_summary_and_notebooks_agree(healthy_bundle):
@@ -154,19 +172,78 @@ def test_summary_and_notebooks_agree(healthy_bundle):
     assert s["accept_length_conclusion"] in nb04 and s["accept_length_conclusion"] in md
 
 
-def test_healthy_draft_with_a_low_serving_log_is_a_deployment_bug(healthy_bundle):
-    md = (healthy_bundle / "summary.md").read_text()
-    s = json.loads((healthy_bundle / "summary.json").read_text())
+def _summary_without_target(bundle: Path, f: dict) -> dict:
+    """The summary the report writes for the same inputs with no --target: the report's own summary
+    code on the bundle's notebook 01-06 runs (notebook 07 is the only one the target adds)."""
+    from helpers.ui.report import SPECULATE, NotebookRun, environment
+    from helpers.ui.settings import RunSettings, resolve_drafting
+    from helpers.ui.summary import summary_dict
+
+    runs = [NotebookRun(**r) for r in json.loads((bundle / "summary.json").read_text())["notebooks"]
+            if r["name"] != SPECULATE]
+    s = resolve_drafting(RunSettings(checkpoint=str(f["draft"]), samples=str(f["samples"]), logs=(str(f["log"]),),
+                                     baseline_tps=90.0, engine="sglang", max_samples=int(MAX_SAMPLES)))
+    return summary_dict(s, runs, environment())
+
+
+def test_healthy_draft_with_a_low_serving_log_is_a_deployment_bug(healthy_bundle, user_files):
+    s = _summary_without_target(healthy_bundle, user_files)
     assert s["numbers"]["accept_length_status"] == "below"
     assert "healthy offline, yet serving accepts far less" in s["conclusion"][0]
-    assert "deployment bug" in md and "Healthy:" not in s["conclusion"][0]
+    assert "deployment bug" in s["conclusion"][0] and "Healthy:" not in s["conclusion"][0]
     nb04 = _text(healthy_bundle, "04_accept_length_simulation")
     assert "is well below the predicted" in nb04 and "deployment bug" in nb04
     from helpers.serving.logs import read_log
 
     assert s["numbers"]["measured"] == read_log(SAMPLE_LOG).summary()["mean_accept_length"]
-    # without a target in the loop the verdict rests on the prediction, and says how to strengthen it
+    # without a target in the loop the verdict rests on a prediction, and says how to strengthen it
     assert "rests on a prediction" in s["conclusion"][0] and "--target" in s["conclusion"][0]
+    assert "speculate" not in s["numbers"]
+
+
+# -- with the target in the loop: `make demo`'s report tells one story ------------------------------
+def test_the_report_concludes_from_its_own_strongest_numbers(healthy_bundle):
+    s = json.loads((healthy_bundle / "summary.json").read_text())
+    md = (healthy_bundle / "summary.md").read_text()
+    n = s["numbers"]
+    figs = healthy_bundle / "figures"
+    nb04 = json.loads((figs / "04_accept_length_simulation" / "numbers.json").read_text())
+    nb07 = json.loads((figs / "07_speculative_decoding" / "numbers.json").read_text())
+    serving, ef = nb04["serving_figure"], nb07["speculate"]["offset"]
+    # the verdict follows from the recorded numbers: serving well below the engine-free measurement
+    z = (serving["value"] - ef["mean_accept_length"]) / math.hypot(serving["stderr"], ef["stderr"])
+    assert serving["value"] == pytest.approx(nb04["measured"])
+    assert s["ladder"]["verdict"] == ("a deployment bug" if z <= -3 else "no deployment bug")
+    assert s["ladder"]["verdict"] == "a deployment bug"
+    assert nb07["speculate_ladder"]["verdict"] == s["ladder"]["verdict"]  # notebook 07 says the same
+    assert nb07["speculate_settings"]["steps"] == nb04["drafting"]["steps"] == 5  # the log's tree 5/4/16
+    assert f"{nb04['predicted']:.2f}" in s["ladder"]["rungs"][1]["text"]  # rung 2 quotes notebook 04's prediction
+    first = s["conclusion"][0]
+    assert "deployment bug" in first and "serving vs engine-free" in first and "no deployment bug" not in first
+    # it names the reproduced wiring, with the correct wiring's measurement beside it
+    best = nb07["speculate_reproduce"]["best"]
+    assert best["key"] == "absolute" and "d2t read as absolute ids" in first
+    assert f"{ef['mean_accept_length']:.2f}" in first
+    assert "## Which wiring reproduces the serving number (notebook 07)" in md
+    # no section contradicts another: the prediction-only conclusion is marked as weaker evidence
+    assert "serving against the prediction alone" in md and "Healthy" not in first
+    assert n["speculate"]["reproduce"]["best"]["key"] == "absolute"
+
+
+def test_notebook_07_runs_in_the_report_and_the_summary_quotes_it(healthy_bundle, user_files):
+    summary = json.loads((healthy_bundle / "summary.json").read_text())
+    run = next(r for r in summary["notebooks"] if r["name"] == "07_speculative_decoding")
+    assert run["ok"], run["error"]
+    assert {"token_view.png", "speculate_accept_lengths.png", "speculate_throughput.png"} <= {
+        Path(f).name for f in run["figures"]}
+    spec = summary["numbers"]["speculate"]
+    assert spec["settings"]["steps"] == 5 and spec["prompts"] == int(MAX_PROMPTS) and spec["same_text"] is True
+    off, ab = spec["speculate"]["offset"], spec["speculate"]["absolute"]
+    assert off["mean_accept_length"] > ab["mean_accept_length"] == 1.0
+    md = (healthy_bundle / "summary.md").read_text()
+    assert "## Speculative decoding with the target (notebook 07)" in md
+    assert f"| offset | **{off['mean_accept_length']:.3f}**" in md
+    assert f"| target in the loop | `{user_files['target']}` on prompts `" in md  # the inputs table names them
 
 
 def test_misencoded_draft_is_broken_in_summary_and_notebook_04(misencoded_bundle):

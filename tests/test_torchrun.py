@@ -17,6 +17,13 @@ pytestmark = pytest.mark.slow
 ENV = os.environ | {"PYTHONPATH": os.fspath(ROOT), "OMP_NUM_THREADS": "1"}
 
 
+def _one(*args) -> subprocess.CompletedProcess:
+    """The same command in one process: `main` in this one (what `python -m helpers` runs)."""
+    from conftest import run_main
+
+    return run_main(*args)
+
+
 def _run(*args, ranks: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
     if ranks == 1:
         cmd = [sys.executable, "-m", "helpers", *map(str, args)]
@@ -33,7 +40,7 @@ def _files(folder: Path) -> dict[str, bytes]:
 def test_evaluate_two_ranks_equals_one_process():
     args = ["evaluate", SAMPLES / "tiny_draft_sglang", "--samples", SAMPLES / "tiny_hidden_states", "--steps", "2",
             "--device", "cpu", "--json"]
-    one, two = _run(*args), _run(*args, ranks=2)
+    one, two = _one(*args), _run(*args, ranks=2)
     assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
     a, b = json.loads(one.stdout), json.loads(two.stdout)  # only rank 0 printed: one JSON object
     assert a == b
@@ -43,7 +50,7 @@ def test_evaluate_two_ranks_equals_one_process():
 def test_capture_two_ranks_writes_the_same_bytes(tmp_path):
     args = ["capture", SAMPLES / "tiny_target", "--prompts", SAMPLES / "prompts.jsonl", "--regenerate",
             "--max-new-tokens", "6", "--batch-size", "3", "--device", "cpu", "--json"]
-    one = _run(*args, "-o", tmp_path / "one")
+    one = _one(*args, "-o", tmp_path / "one")
     two = _run(*args, "-o", tmp_path / "two", ranks=2)
     assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
     assert json.loads(one.stdout)["written"] == json.loads(two.stdout)["written"] == 32
@@ -114,7 +121,7 @@ def _without_times(d):
 def test_speculate_two_ranks_equals_one_process(extra):
     args = ["speculate", SAMPLES / "tiny_draft_sglang", "--draft-tokens", "3", "--max-new-tokens", "12",
             "--max-prompts", "6", "--reading", "all", "--device", "cpu", "--json", *extra]
-    one, two = _run(*args), _run(*args, ranks=2)
+    one, two = _one(*args), _run(*args, ranks=2)
     assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
     a, b = json.loads(one.stdout), json.loads(two.stdout)
     assert _without_times(a) == _without_times(b)
