@@ -36,10 +36,10 @@ demo: $(STAMP)
 	@echo "Open $(DEMO_OUT)/summary.md first; executed notebooks, HTML and figures are beside it."
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow and not browser"
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not slow and not browser"
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

@@ -27,6 +27,31 @@ SAMPLES = ROOT / "data_samples"
 NOTEBOOKS = ROOT / "notebooks"
 
 
+# How `make test` spreads tests over its workers (`-n auto --dist loadgroup`): one test at a time,
+# except that the tests of a file that share a module-scoped fixture (a report bundle, loaded
+# models, a built corpus) form one group and run on one worker, so the fixture is built once.
+# Files whose tests take the longest (real reports, torchrun, notebook runs, a wheel build) go
+# first, so no worker is left running a long group alone at the end. Only the order changes.
+LONGEST_FIRST = ["test_report_truth.py", "test_torchrun.py", "test_notebooks.py", "test_speculate.py",
+                 "test_wheel.py", "test_hostile_inputs.py", "test_metrics.py", "test_kimi_pair.py",
+                 "test_speculate_sliding.py", "test_browser.py", "test_primer.py", "test_capture.py",
+                 "test_hostile_commands.py"]
+
+
+def _uses_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    for item in items:
+        if _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
@@ -101,6 +126,17 @@ def run_notebook():
     return execute_notebook
 
 
+def script_module(name: str):
+    """scripts/NAME.py imported as a module (its `__main__` block not run), to call its functions in
+    this process rather than pay an interpreter start."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def check_executed(executed, out: Path | None) -> None:
     """An executed notebook ran clean: no error output, no stray `<Axes ...>` repr, and (when it was
     given an output folder `out`) every figure it showed inline was saved there once."""
@@ -127,36 +163,45 @@ def chromium_path() -> str | None:
     return None
 
 
-def open_offline(path: Path) -> dict:
+def open_offline(path: Path | list[Path]) -> dict | list[dict]:
     """Open a local HTML file in headless Chromium with the network off (every request that is not
     a file: or data: URL is aborted and counted). Returns img widths (0 = not rendered), the
-    blocked URLs, the page errors and the page's text."""
+    blocked URLs, the page errors and the page's text. Given a list of files, one browser opens
+    each in its own offline context and a list of those dicts comes back."""
     from playwright.sync_api import sync_playwright
 
-    blocked: list[str] = []
+    def visit(browser, page_path: Path) -> dict:
+        blocked: list[str] = []
 
-    def only_files(route):
-        if route.request.url.startswith(("file:", "data:")):
-            route.continue_()
-        else:
-            blocked.append(route.request.url)
-            route.abort()
+        def only_files(route):
+            if route.request.url.startswith(("file:", "data:")):
+                route.continue_()
+            else:
+                blocked.append(route.request.url)
+                route.abort()
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
+        context = browser.new_context(offline=True)
         try:
-            context = browser.new_context(offline=True)
             context.route("**/*", only_files)
             page = context.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(Path(path).as_uri(), wait_until="load", timeout=30_000)
+            page.goto(Path(page_path).as_uri(), wait_until="load", timeout=30_000)
             page.wait_for_load_state("networkidle", timeout=30_000)
             widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
             text = page.inner_text("body")
         finally:
+            context.close()
+        return {"widths": widths, "blocked": blocked, "errors": errors, "text": text}
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            if isinstance(path, (list, tuple)):
+                return [visit(browser, p) for p in path]
+            return visit(browser, path)
+        finally:
             browser.close()
-    return {"widths": widths, "blocked": blocked, "errors": errors, "text": text}
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,10 +24,10 @@ NEW_CODES = {"eagle3-as-eagle", "lm-head-borrowed", "embed-mismatch", "context-l
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory) -> dict:
+    from conftest import script_module
+
     out = tmp_path_factory.mktemp("broken")
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_broken_drafts.py"), str(out)],
-                       capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
+    script_module("make_broken_drafts").build(out)  # in this process: the script's own build()
     return json.loads((out / "cases.json").read_text())
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -67,15 +65,14 @@ def test_engine_values_name_a_release():
             engines_at(bad)
 
 
-def test_cli_takes_a_version_and_refuses_a_bad_one_in_one_line():
-    run = [sys.executable, "-m", "helpers", "doctor", str(PRODUCERS / "specforge_fc_norm"), "--no-weights"]
-    ok = subprocess.run(run + ["--engine", "sglang==0.5.11", "--json"], capture_output=True, text=True, cwd=ROOT,
-                        timeout=300)
+def test_cli_takes_a_version_and_refuses_a_bad_one_in_one_line(cli):
+    run = ["doctor", str(PRODUCERS / "specforge_fc_norm"), "--no-weights"]
+    ok = cli(*run, "--engine", "sglang==0.5.11", "--json")
     data = json.loads(ok.stdout)
     assert ok.returncode == 1 and data["engine"] == "sglang==0.5.11"
     assert data["engine_versions"] == [{"engine": "sglang", "version": "0.5.11", "assumed": False, "asked": "==0.5.11",
                                         "note": None}]
-    bad = subprocess.run(run + ["--engine", "sglang~0.5"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    bad = cli(*run, "--engine", "sglang~0.5")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert [ln for ln in bad.stderr.splitlines() if ln.startswith("d2t-lab doctor: error:") or "error:" in ln]
 
@@ -239,10 +236,10 @@ def test_sglang_shifts_deepseek_family_aux_ids_only_when_the_first_is_1_from_0_5
 
 @pytest.fixture(scope="module")
 def broken(tmp_path_factory) -> dict:
+    from conftest import script_module
+
     out = tmp_path_factory.mktemp("broken")
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_broken_drafts.py"), str(out)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert r.returncode == 0, r.stderr
+    script_module("make_broken_drafts").build(out)
     return json.loads((out / "cases.json").read_text())
 
 

@@ -82,6 +82,7 @@ def test_no_d2t_is_refused_naming_the_error(sample, tmp_path, capsys):
     assert _hashes(src) == before
 
 
+@pytest.mark.slow  # a real interpreter start
 def test_refusal_through_a_real_subprocess(sample, tmp_path, cli_subprocess):
     src, before = sample("tiny_draft_no_d2t")
     r = cli_subprocess("fix", src, tmp_path / "dst", "--engine", "sglang")

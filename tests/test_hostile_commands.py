@@ -267,6 +267,7 @@ def test_notebook_setup_checks_the_parameters():
         setup(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), max_prompts=0)
 
 
+@pytest.mark.slow  # a real interpreter start
 def test_progress_off_a_terminal_is_plain_lines_only_for_long_waits(tmp_path):
     """Off a terminal (a log, a pipe) a long wait prints one plain line per interval, a short one
     nothing; with --json never. (The interval is shortened here to 1 s.)"""

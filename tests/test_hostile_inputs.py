@@ -750,6 +750,7 @@ def test_too_big_draft_is_refused_before_reading(tmp_path):
     assert grew < 512 * 2**20, f"peak memory grew by {grew / 2**20:.0f} MiB: tensors were read"
 
 
+@pytest.mark.slow  # a real interpreter start
 def test_cli_never_prints_a_traceback_for_bad_input(cli_subprocess):
     """The dispatcher turns a BadInputError raised deep inside any command into one line, exit 2."""
     r = cli_subprocess("inspect", str(ROOT / "does" / "not" / "exist"))

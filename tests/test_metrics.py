@@ -367,8 +367,9 @@ def test_notebook_04_reads_metrics_and_says_not_given_without(tmp_path, run_note
     nb = notebooks_dir / "04_accept_length_simulation.ipynb"
     out = tmp_path / "out"
     metrics = ROOT / "data_samples" / "metrics" / "vllm_metrics.txt"
+    quick = {"max_samples": 8, "trials": 20_000}  # the sections under test read metrics, not samples
     executed = run_notebook(nb, tmp_path / "a", {"output_dir": str(out), "metrics": str(metrics),
-                                                 "speculate_per_position": [0.74, 0.53, 0.36]})
+                                                 "speculate_per_position": [0.74, 0.53, 0.36], **quick})
     text = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "accept length (bonus token counted): 2.6600" in text
     assert "Published reference values (from their publishers, not your data)" in text
@@ -380,7 +381,7 @@ def test_notebook_04_reads_metrics_and_says_not_given_without(tmp_path, run_note
     # tests/test_notebooks.py)
     # metrics but no log: the conclusion measures with the metrics' accept length
     out_c = tmp_path / "out_c"
-    run_notebook(nb, tmp_path / "c", {"output_dir": str(out_c), "metrics": str(metrics), "logs": []})
+    run_notebook(nb, tmp_path / "c", {"output_dir": str(out_c), "metrics": str(metrics), "logs": [], **quick})
     conclusion = json.loads((out_c / "numbers.json").read_text())["conclusion"]
     assert "Measured 2.66" in conclusion, conclusion  # the metrics accept length, as no log was given
 

@@ -2,8 +2,9 @@
 
 Notebooks run on their default parameters (the bundled samples). A notebook that declares an
 `output_dir` parameter gets a temporary folder, so tests never write into the repository.
-Notebook 07 runs on 3 of its 12 default prompts (the same code runs per prompt; the report test
-runs it on more), and the primer's default run lives with its other checks in tests/test_primer.py.
+Notebooks 03, 04 and 07 run on fewer sample files, trials and prompts than their defaults (`SMALLER`:
+the same code runs per file or prompt; the report tests run them on more), and the primer's default
+run lives with its other checks in tests/test_primer.py.
 """
 from __future__ import annotations
 
@@ -75,7 +76,10 @@ def _check_04(out, executed):
 CHECKS = {"02_d2t_offset_histograms": _check_02, "04_accept_length_simulation": _check_04,
           "08_debug_a_checkpoint": _check_08}
 # parameters beyond the defaults, and why
-SMALLER = {"07_speculative_decoding": {"max_prompts": 3}}  # each prompt runs the same cells' code
+# (each prompt, sample file or trial runs the same cells' code; the report tests run on more)
+SMALLER = {"03_accuracy_with_and_without_mapping": {"max_samples": 16},
+           "04_accept_length_simulation": {"max_samples": 16, "trials": 20_000},
+           "07_speculative_decoding": {"max_prompts": 3}}
 # notebooks whose default run is tested, with its own checks and check_executed, in another file
 ELSEWHERE = {"00_offset_encoding_primer": "tests/test_primer.py"}
 RUN = [p for p in ALL if p.stem not in ELSEWHERE]
@@ -105,6 +109,7 @@ def test_every_notebook_is_executed_somewhere(root):
     assert {p.stem for p in RUN} | set(ELSEWHERE) == {p.stem for p in ALL}
 
 
+@pytest.mark.slow
 def test_bad_parameter_shows_one_line_not_a_traceback(tmp_path, run_notebook):
     """A wrong path in a parameters cell fails the run with one readable line."""
     import papermill as pm

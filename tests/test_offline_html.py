@@ -16,11 +16,10 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from helpers.ui.html_export import OFFLINE_WIDGET_NOTE, notebook_html, write_notebook_html
+# nbformat and the exporter are imported by the tests that use them: importing nbformat costs
+# seconds (jsonschema's format checkers), which `make test-fast` does not run this module to pay
 
 CELLS = [
     "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('first')\nplt.show()",
@@ -29,6 +28,7 @@ CELLS = [
     "from tqdm.auto import tqdm\nfor _ in tqdm(range(16), desc='steps'):\n    pass",
     "for _ in tqdm(range(4), desc='hidden', leave=False):\n    pass",
 ]
+pytestmark = pytest.mark.slow  # every test reads a notebook executed in a real kernel
 REMOTE = re.compile(r"^\s*(https?:)?//", re.I)  # http(s) or protocol-relative
 
 
@@ -36,6 +36,8 @@ REMOTE = re.compile(r"^\s*(https?:)?//", re.I)  # http(s) or protocol-relative
 def executed():
     """The test notebook, executed top to bottom in a fresh kernel (widget state saved)."""
     from nbclient import NotebookClient
+
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
     nb = new_notebook(cells=[new_markdown_cell("# Offline export")] + [new_code_cell(c) for c in CELLS])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -86,6 +88,8 @@ def remote_references(page: str) -> list[str]:
 
 
 def test_offline_export_names_no_remote_url(executed):
+    from helpers.ui.html_export import OFFLINE_WIDGET_NOTE, notebook_html
+
     page = notebook_html(executed)
     assert remote_references(page) == []
     refs = _Refs()
@@ -113,6 +117,10 @@ def test_stock_export_names_remote_urls(executed):
 
 
 def test_without_widgets_there_is_no_note_and_without_state_a_bar_is_dropped(executed):
+    import nbformat
+
+    from helpers.ui.html_export import notebook_html
+
     plain = nbformat.from_dict({**executed, "cells": executed.cells[:3]})
     assert "d2t-offline-note" not in notebook_html(plain)
     stateless = nbformat.from_dict(executed)
@@ -125,6 +133,8 @@ def test_without_widgets_there_is_no_note_and_without_state_a_bar_is_dropped(exe
 
 @pytest.mark.browser
 def test_offline_export_renders_in_chromium_without_network(executed, tmp_path, offline_browser):
+    from helpers.ui.html_export import OFFLINE_WIDGET_NOTE, write_notebook_html
+
     path = write_notebook_html(executed, tmp_path / "offline.html")
     seen = offline_browser(path)
     assert seen["blocked"] == [], f"the page tried the network: {seen['blocked']}"

@@ -281,7 +281,7 @@ def test_the_bundle_notebooks_run_again_from_their_injected_values(healthy_bundl
 @pytest.mark.browser
 def test_the_bundle_html_renders_offline(healthy_bundle, offline_browser):
     """Every notebook page of a user's bundle shows every figure with the network off."""
-    for run in json.loads((healthy_bundle / "summary.json").read_text())["notebooks"]:
-        seen = offline_browser(Path(run["html"]))
+    runs = json.loads((healthy_bundle / "summary.json").read_text())["notebooks"]
+    for run, seen in zip(runs, offline_browser([Path(r["html"]) for r in runs]), strict=True):
         assert seen["blocked"] == [], (run["name"], seen["blocked"])
         assert len(seen["widths"]) == len(run["figures"]) and all(w > 0 for w in seen["widths"]), (run["name"], seen)

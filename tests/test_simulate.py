@@ -440,6 +440,7 @@ def test_cli_simulate_bad_rate_is_one_line(cli):
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a real interpreter start
 def test_benchmark_script_runs_and_checks_its_estimates():
     # a small run of benchmarks/bench_simulate.py: both simulations timed, estimates within 3 s.e.
     import subprocess
