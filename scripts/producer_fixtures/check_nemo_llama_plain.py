@@ -1,51 +1,22 @@
 """Plain-torch check of the NeMo Automodel Llama EAGLE-3 draft as documented in docs/producer-variants.md
 (SpecForge alignment and masks; fc_norm per aux chunk; norm_output feeds norm(out) back):
-    python check_nemo_llama_plain.py data_samples/producers/pending/nemo_llama_fc_norm_norm_output _ single
+    python check_nemo_llama_plain.py data_samples/producers/nemo_llama_fc_norm_norm_output _ single
 (the second argument is unused; 'single' = the carried hidden goes through hidden_norm only, as NeMo does).
 Compares positions 0..T-1-k of each step (those whose step-k input ids are real tokens or the final pad).
 """
-import json, sys, torch
-from safetensors.torch import load_file
-d, tgt = sys.argv[1], sys.argv[2]
-cfg = json.load(open(f"{d}/config.json")); ref = torch.load(f"{d}/reference.pt")
-W = {(k[len("model."):] if k.startswith("model.") else k): v.float() for k, v in load_file(f"{d}/model-00001-of-00001.safetensors").items()}
-E = W["embed_tokens.weight"]
-eps = cfg["rms_norm_eps"]; nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-rms = lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-inv = 1.0 / (cfg["rope_parameters"]["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
-def rope(x, pos):
-    ang = pos[:, None].float() * inv[None]; emb = torch.cat([ang, ang], -1)
-    c, s = emb.cos()[:, None], emb.sin()[:, None]
-    x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
-    return x * c + torch.cat([-x2, x1], -1) * s
-double = "single" not in sys.argv
-p = "layers.0."; T = ref["input_ids"].shape[1]
-nxt = ref["next_ids"][0]; g = ref["aux_hidden"][0]
+import sys
+
+import torch
+
+from plain import inv_freqs, llama_steps, load, rms_norm, rope_half
+
+d = sys.argv[1]
+cfg, ref, W = load(d, "model-00001-of-00001.safetensors", lambda k: k.removeprefix("model."))
+rms = rms_norm(cfg["rms_norm_eps"])
+hd = cfg["head_dim"]
+g = ref["aux_hidden"][0]
 if cfg.get("fc_norm"):
     g = torch.cat([rms(c, W[f"fc_norm.{i}.weight"]) for i, c in enumerate(g.chunk(3, -1))], -1)
-h = g @ W["fc.weight"].T
-Ks, Vs = [], []
-for k in range(3):
-    ids = torch.cat([nxt[k:], torch.zeros(k, dtype=torch.long)])
-    e = E[ids]
-    u = rms(h, W[p+"input_layernorm.weight"]) if double else h
-    x = torch.cat([rms(e, W[p+"input_layernorm.weight"]), rms(u, W[p+"hidden_norm.weight"])], -1)
-    pos = torch.arange(T) + k
-    q = rope((x @ W[p+"self_attn.q_proj.weight"].T).view(T, nh, hd), pos)
-    K = rope((x @ W[p+"self_attn.k_proj.weight"].T).view(T, nkv, hd), pos).repeat_interleave(nh // nkv, 1)
-    V = (x @ W[p+"self_attn.v_proj.weight"].T).view(T, nkv, hd).repeat_interleave(nh // nkv, 1)
-    Ks.append(K); Vs.append(V); sc = hd ** -0.5
-    s0 = torch.einsum("thd,shd->hts", q, Ks[0]) * sc
-    s0 = s0.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-    diag = [(torch.einsum("thd,thd->ht", q, Kj) * sc)[..., None] for Kj in Ks[1:]]
-    pr = torch.softmax(torch.cat([s0] + diag, -1), -1)
-    o = torch.einsum("hts,shd->thd", pr[..., :T], Vs[0])
-    for j, Vj in enumerate(Vs[1:]): o = o + pr[..., T + j].T[..., None] * Vj
-    a = h + o.reshape(T, -1) @ W[p+"self_attn.o_proj.weight"].T
-    m = rms(a, W[p+"post_attention_layernorm.weight"])
-    out = a + (torch.nn.functional.silu(m @ W[p+"mlp.gate_proj.weight"].T) * (m @ W[p+"mlp.up_proj.weight"].T)) @ W[p+"mlp.down_proj.weight"].T
-    lg = rms(out, W["norm.weight"]) @ W["lm_head.weight"].T
-    if cfg.get("norm_output"): out = rms(out, W["norm.weight"])
-    r = ref[f"logits_fp32_step{k}"][0][: T - k]
-    print("step", k, "max|diff| anchors 0..T-1-k:", (lg[: T - k] - r).abs().max().item())
-    h = out
+llama_steps(cfg, ref, W, W["embed_tokens.weight"], g @ W["fc.weight"].T,
+            rope_half(inv_freqs(cfg["rope_parameters"]["rope_theta"], hd), hd),
+            double="single" not in sys.argv, ref_key="logits_fp32_step{}", norm_output=bool(cfg.get("norm_output")))

@@ -1,65 +1,28 @@
 """Plain-torch re-implementation of TorchSpec's MLA EAGLE-3 draft step (Eagle3DeepseekV2ForCausalLM) as
 documented in docs/producer-variants.md. Checks the fixture against its recorded fp32 logits:
-    python check_torchspec_plain.py data_samples/producers/pending/torchspec_mla_pruned [base=50000] [nomscale]
+    python check_torchspec_plain.py data_samples/producers/torchspec_mla_pruned [base=50000] [nomscale]
 Yarn as TorchSpec runs it: rope base 10000 whatever rope_theta says (LlamaYarnRotaryEmbedding is built
 without base=), ramp always applied, softmax scale * mscale(factor, mscale_all_dim)^2.
 """
-import json, math, sys, torch
-from safetensors.torch import load_file
-d = sys.argv[1]; cfg = json.load(open(f"{d}/config.json")); ref = torch.load(f"{d}/reference.pt")
-def _nemo_name(k):  # TorchSpec keys -> the names the shared code below uses
+import math
+import sys
+
+from plain import inv_freqs, load, mla_steps, rope_adjacent, yarn
+
+
+def _nemo_name(k):  # TorchSpec keys -> the names the shared step uses
     if k.startswith("midlayer."):
         return "model.layers.0." + k[len("midlayer."):]
     return "model." + k if k in ("embed_tokens.weight", "fc.weight", "norm.weight") else k
-W = {_nemo_name(k): v.float() for k, v in load_file(f"{d}/model.safetensors").items()}
-eps = cfg["rms_norm_eps"]; nh = cfg["num_attention_heads"]; dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
-rms = lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-rp = dict(cfg["rope_scaling"]); args = sys.argv[2:]
+
+
+d, args = sys.argv[1], sys.argv[2:]
+cfg, ref, W = load(d, "model.safetensors", _nemo_name)
+dn, dr = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
+rp = dict(cfg["rope_scaling"])
 base = next((float(a.split("=")[1]) for a in args if a.startswith("base=")), 10000.0)
-freqs = 1.0 / (base ** (torch.arange(0, dr, 2).float() / dr))
-yarn = rp.get("type", rp.get("rope_type")) == "yarn"
-if yarn:
-    f, bf, bs, L = rp["factor"], rp["beta_fast"], rp["beta_slow"], rp["original_max_position_embeddings"]
-    cd = lambda r: dr * math.log(L / (r * 2 * math.pi)) / (2 * math.log(base))
-    lo, hi = max(math.floor(cd(bf)), 0), min(math.ceil(cd(bs)), dr - 1)
-    if lo == hi: hi += 0.001
-    ramp = ((torch.arange(dr // 2).float() - lo) / (hi - lo)).clamp(0, 1)
-    freqs = freqs / f * ramp + freqs * (1 - ramp)
-def rope(x, pos):  # adjacent pairs
-    ang = pos[:, None].float() * freqs[None]
-    c, s = torch.cos(ang), torch.sin(ang)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    if x.dim() == 3: c, s = c[:, None], s[:, None]
-    return torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], -1).flatten(-2)
-p = "model.layers.0."; T = ref["input_ids"].shape[1]
-g = ref["aux_hidden"][0]; h = g @ W["model.fc.weight"].T
-Ks, Vs = [], []
-for k in range(3):
-    e = W["model.embed_tokens.weight"][ref[f"ids_step{k}"][0]]
-    x = torch.cat([rms(e, W[p+"input_layernorm.weight"]), rms(h, W[p+"hidden_norm.weight"])], -1)
-    if p+"self_attn.q_a_proj.weight" in W:
-        q = rms(x @ W[p+"self_attn.q_a_proj.weight"].T, W[p+"self_attn.q_a_layernorm.weight"]) @ W[p+"self_attn.q_b_proj.weight"].T
-    else:
-        q = x @ W[p+"self_attn.q_proj.weight"].T
-    q = q.view(T, nh, dn + dr); kv = x @ W[p+"self_attn.kv_a_proj_with_mqa.weight"].T
-    lat, kpe = kv[:, :-dr], kv[:, -dr:]
-    pos = torch.arange(T) + k
-    qpe = rope(q[..., dn:], pos); kpe = rope(kpe, pos)
-    kvb = (rms(lat, W[p+"self_attn.kv_a_layernorm.weight"]) @ W[p+"self_attn.kv_b_proj.weight"].T).view(T, nh, dn + dv)
-    K = torch.cat([kvb[..., :dn], kpe[:, None].expand(T, nh, dr)], -1); V = kvb[..., dn:]
-    Q = torch.cat([q[..., :dn], qpe], -1)
-    Ks.append(K); Vs.append(V)
-    msc = 0.1 * rp["mscale_all_dim"] * math.log(rp["factor"]) + 1.0 if "nomscale" not in args else 1.0
-    sc = msc * msc * (dn + dr) ** -0.5
-    s0 = torch.einsum("thd,shd->hts", Q, Ks[0]) * sc
-    s0 = s0.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-    diag = [torch.einsum("thd,thd->ht", Q, Kj)[..., None] * sc for Kj in Ks[1:]]
-    pr = torch.softmax(torch.cat([s0] + diag, -1), -1)
-    o = torch.einsum("hts,shd->thd", pr[..., :T], Vs[0])
-    for j, Vj in enumerate(Vs[1:]): o = o + pr[..., T + j].T[..., None] * Vj
-    a = h + o.reshape(T, -1) @ W[p+"self_attn.o_proj.weight"].T
-    m = rms(a, W[p+"post_attention_layernorm.weight"])
-    out = a + (torch.nn.functional.silu(m @ W[p+"mlp.gate_proj.weight"].T) * (m @ W[p+"mlp.up_proj.weight"].T)) @ W[p+"mlp.down_proj.weight"].T
-    lg = rms(out, W["model.norm.weight"]) @ W["lm_head.weight"].T
-    print(d.split("/")[-1], "step", k, "max|diff|", (lg - ref[f"logits_fp32_step{k}"][0]).abs().max().item())
-    h = out
+freqs = inv_freqs(base, dr)
+if rp.get("type", rp.get("rope_type")) == "yarn":
+    freqs = yarn(freqs, rp, dr, base)
+msc = 0.1 * rp["mscale_all_dim"] * math.log(rp["factor"]) + 1.0 if "nomscale" not in args else 1.0
+mla_steps(d.split("/")[-1], cfg, ref, W, rope_adjacent(freqs), msc * msc * (dn + dr) ** -0.5)
