@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from teaching_text import answers_in_prose_above, check_cells, printed, printed_text, prose_numbers
 
 from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import load_mapping
@@ -111,17 +112,6 @@ def test_checker_says_what_is_wrong(n, answer, says):
 
 
 # -- the notebook --------------------------------------------------------------------------------
-def _outputs(cell) -> str:
-    out = []
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream":
-            out.append("".join(o.get("text", "")))
-        elif o.get("output_type") in ("execute_result", "display_data"):
-            data = o.get("data", {})
-            out.append("".join(data.get("text/plain", "")) + "".join(data.get("text/html", "")))
-    return "".join(out)
-
-
 WHITELIST = [
     (r"^# 08 ", "the notebook's own number in its title"),
     (r"^#+ \d+\.", "section numbers in headings"),
@@ -132,49 +122,6 @@ WHITELIST = [
     (r"EAGLE-3", "the model family's name"),
     (r"\b\d+\.\d+\.\d+\b", "engine releases (the quoted lines name theirs)"),
 ]
-NUMBER = re.compile(r"(?<![\w.\-])\d+(?:,\d{3})*(?:\.\d+)?")
-
-
-def prose_numbers(nb, whitelist=WHITELIST) -> set[str]:
-    found = set()
-    for c in nb.cells:
-        if c.cell_type != "markdown":
-            continue
-        for line in c.source.splitlines():
-            for pattern, _why in whitelist:
-                line = re.sub(pattern, " ", line)
-            found |= set(NUMBER.findall(line))
-    return found
-
-
-def printed(number: str, text: str) -> bool:
-    return re.search(rf"(?<![\d,])(?<!\d\.){re.escape(number)}(?![\d]|[.,]\d)", text) is not None
-
-
-def check_cells(nb, module: str) -> list[str]:
-    return [_outputs(c) for c in nb.cells if c.cell_type == "code" and f"{module}.check(" in c.source]
-
-
-def answers_in_prose_above(nb, module: str, solutions: dict) -> list:
-    """(exercise, answer) pairs whose answer is written in the markdown between the previous check and the exercise."""
-    found, prose = [], []
-    for c in nb.cells:
-        if c.cell_type == "markdown":
-            text = c.source
-            for pattern, _why in WHITELIST:
-                text = re.sub(pattern, " ", text, flags=re.M)
-            prose.append(text)
-        elif f"{module}.check(" in c.source:
-            n = int(re.search(rf"{module}\.check\((\d+)", c.source).group(1))
-            answer = solutions[n]
-            above = "\n".join(prose)
-            hit = (f"'{answer}'" in above or f" {answer} " in above or f"`{answer}`" in above) \
-                if isinstance(answer, str) else (str(answer) in above if isinstance(answer, list)
-                                                 else bool({str(answer), f"{answer:,}"} & set(NUMBER.findall(above))))
-            if hit:
-                found.append((n, answer))
-            prose = []
-    return found
 
 
 def test_no_answer_of_notebook_08_is_in_the_prose_above_it():
@@ -182,7 +129,7 @@ def test_no_answer_of_notebook_08_is_in_the_prose_above_it():
 
     nb = nbformat.read(NB08, as_version=4)
     assert len(check_cells(nb, "checkpoint_exercises")) == len(ex.EXERCISES)
-    assert answers_in_prose_above(nb, "checkpoint_exercises", ex.solutions()) == []
+    assert answers_in_prose_above(nb, "checkpoint_exercises", ex.solutions(), WHITELIST) == []
 
 
 @pytest.mark.slow
@@ -192,8 +139,8 @@ def test_notebook_08_with_solutions_every_check_is_right_and_every_prose_number_
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     checks = check_cells(nb, "checkpoint_exercises")
     assert len(checks) == len(ex.EXERCISES) and all(c.startswith("✓ right") for c in checks), checks
-    text = "\n".join(_outputs(c) for c in nb.cells if c.cell_type == "code")
-    missing = [x for x in prose_numbers(nb) if not printed(x, text)]
+    text = printed_text(nb)
+    missing = [x for x in prose_numbers(nb, WHITELIST) if not printed(x, text)]
     assert not missing, f"numbers in the prose that no cell prints: {missing}"
     # before/after come from the notebook's own runs: the fix moves the served reading's accuracy and accept length
     assert "verdict after the fix: offset" in text and "the two agree: True" in text

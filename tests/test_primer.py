@@ -6,13 +6,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from conftest import check_executed
+from teaching_text import answers_in_prose_above, check_cells, printed, printed_text, prose_numbers
 
 from helpers.ui import primer
 from helpers.ui import primer_exercises as ex
@@ -272,22 +272,6 @@ def test_decode_table_shows_both_readings():
 
 
 # -- the notebook -------------------------------------------------------------------------------
-def _outputs(cell) -> str:
-    out = []
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream":
-            out.append("".join(o.get("text", "")))
-        elif o.get("output_type") in ("execute_result", "display_data"):
-            data = o.get("data", {})
-            out.append("".join(data.get("text/plain", "")) + "".join(data.get("text/html", "")))
-    return "".join(out)
-
-
-def _check_cells(nb) -> list[str]:
-    """The outputs of the cells that check an exercise."""
-    return [_outputs(c) for c in nb.cells if c.cell_type == "code" and "primer_exercises.check(" in c.source]
-
-
 # Numbers in the prose that are not claims to compute: why each may stand unprinted.
 WHITELIST = [
     (r"^# 00 ", "the notebook's own number in its title"),
@@ -298,24 +282,6 @@ WHITELIST = [
     (r"EAGLE-3", "the model family's name"),
     (r"\b\d+\.\d+\.\d+\b", "engine releases (section 3's table names the release of each quoted line)"),
 ]
-NUMBER = re.compile(r"(?<![\w.\-])\d+(?:,\d{3})*(?:\.\d+)?")
-
-
-def prose_numbers(nb) -> set[str]:
-    found = set()
-    for c in nb.cells:
-        if c.cell_type != "markdown":
-            continue
-        for line in c.source.splitlines():
-            for pattern, _why in WHITELIST:
-                line = re.sub(pattern, " ", line)
-            found |= set(NUMBER.findall(line))
-    return found
-
-
-def printed(number: str, text: str) -> bool:
-    """`number` appears in `text` as a whole number (not inside 1,234 or 0.5; `0..123` counts)."""
-    return re.search(rf"(?<![\d,])(?<!\d\.){re.escape(number)}(?![\d]|[.,]\d)", text) is not None
 
 
 def test_prose_number_extraction_and_matching():
@@ -323,35 +289,10 @@ def test_prose_number_extraction_and_matching():
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
         "## 3. Title\nExercise 4 in section 2 of EAGLE-3: 20,954 of 32,000, ids 0 to 123, 81.6 %, `d2t[i + 1]`")])
-    assert prose_numbers(nb) == {"20,954", "32,000", "0", "123", "81.6", "1"}
+    assert prose_numbers(nb, WHITELIST) == {"20,954", "32,000", "0", "123", "81.6", "1"}
     assert printed("123", "ids 0..123 kept") and printed("81.6", "offset 81.6 %") and printed("20,954", "x: 20,954")
     assert not printed("954", "20,954") and not printed("81", "81.6") and not printed("12", "123")
     assert not printed("6", "0.6") and not printed("20", "20,954")
-
-
-def answers_in_prose_above(nb, solutions: dict) -> list:
-    """(exercise, answer) pairs whose answer is written in the markdown since the previous check cell."""
-    found, prose = [], []
-    for c in nb.cells:
-        if c.cell_type == "markdown":
-            text = c.source
-            for pattern, _why in WHITELIST:
-                text = re.sub(pattern, " ", text, flags=re.M)
-            prose.append(text)
-        elif "primer_exercises.check(" in c.source:
-            n = int(re.search(r"primer_exercises\.check\((\d+)", c.source).group(1))
-            answer, above = solutions[n], "\n".join(prose)
-            if isinstance(answer, list):
-                hit = str(answer) in above or ", ".join(map(str, answer)) in above
-            elif isinstance(answer, str):
-                hit = f"'{answer}'" in above or f" {answer} " in above or f"`{answer}`" in above
-            else:
-                numbers = set(NUMBER.findall(above))  # whole numbers of the prose (not the 2 of `d2t`)
-                hit = str(answer) in numbers or f"{answer:,}" in numbers
-            if hit:
-                found.append((n, answer))
-            prose = []
-    return found
 
 
 def test_no_exercise_answer_is_in_the_prose_above_it():
@@ -359,21 +300,21 @@ def test_no_exercise_answer_is_in_the_prose_above_it():
 
     nb = nbformat.read(PRIMER, as_version=4)
     assert len([c for c in nb.cells if "primer_exercises.check(" in c.source]) == len(ex.EXERCISES)
-    assert answers_in_prose_above(nb, ex.solutions()) == []
+    assert answers_in_prose_above(nb, "primer_exercises", ex.solutions(), WHITELIST) == []
     # the search finds an answer that is there
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(f"the kept ids are {ex.solutions()[1]}"))
-    assert (1, ex.solutions()[1]) in answers_in_prose_above(nb, ex.solutions())
+    assert (1, ex.solutions()[1]) in answers_in_prose_above(nb, "primer_exercises", ex.solutions(), WHITELIST)
 
 
 @pytest.mark.slow
 def test_primer_with_solutions_every_check_is_right_and_every_prose_number_is_computed(tmp_path, run_notebook):
     nb = run_notebook(PRIMER, tmp_path, {"solutions": True, "output_dir": str(tmp_path / "out")})
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    checks = _check_cells(nb)
+    checks = check_cells(nb, "primer_exercises")
     assert len(checks) == len(ex.EXERCISES)
     assert all(c.startswith("✓ right") for c in checks), checks
-    text = "\n".join(_outputs(c) for c in nb.cells if c.cell_type == "code")
-    numbers = prose_numbers(nb)
+    text = printed_text(nb)
+    numbers = prose_numbers(nb, WHITELIST)
     assert {"20,954", "11,046", "32,000", "124", "123"} <= numbers  # the test sees the prose's claims
     missing = [x for x in numbers if not printed(x, text)]
     assert not missing, f"numbers in the prose that no cell prints: {missing}"
@@ -386,10 +327,10 @@ def test_primer_by_default_reports_nothing_right_and_prints_no_answer(tmp_path, 
     """Notebook 00 on its defaults (tests/test_notebooks.py leaves this run to this test)."""
     nb = run_notebook(PRIMER, tmp_path, {"output_dir": str(tmp_path / "out")})
     check_executed(nb, tmp_path / "out")
-    checks = _check_cells(nb)
+    checks = check_cells(nb, "primer_exercises")
     assert len(checks) == len(ex.EXERCISES)
     assert all(c.startswith("✗ not answered yet") for c in checks), checks
-    text = "\n".join(_outputs(c) for c in nb.cells if c.cell_type == "code")
+    text = printed_text(nb)
     assert "✓" not in text
     for n, answer in ex.solutions().items():
         if isinstance(answer, list):
