@@ -17,19 +17,11 @@ pytestmark = pytest.mark.slow
 ENV = os.environ | {"PYTHONPATH": os.fspath(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def _one(*args) -> subprocess.CompletedProcess:
-    """The same command in one process: `main` in this one (what `python -m helpers` runs)."""
-    from conftest import run_main
-
-    return run_main(*args)
-
-
-def _run(*args, ranks: int = 1, timeout: float = 600) -> subprocess.CompletedProcess:
-    if ranks == 1:
-        cmd = [sys.executable, "-m", "helpers", *map(str, args)]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--standalone",
-               "-m", "helpers", *map(str, args)]
+def _run(*args, ranks: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node RANKS --standalone -m helpers ARGS` (the one-process side runs `main` in
+    this process: the `cli` fixture)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--standalone",
+           "-m", "helpers", *map(str, args)]
     return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
@@ -37,20 +29,20 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {os.fspath(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_evaluate_two_ranks_equals_one_process():
+def test_evaluate_two_ranks_equals_one_process(cli):  # one process: `main` in this one
     args = ["evaluate", SAMPLES / "tiny_draft_sglang", "--samples", SAMPLES / "tiny_hidden_states", "--steps", "2",
             "--device", "cpu", "--json"]
-    one, two = _one(*args), _run(*args, ranks=2)
+    one, two = cli(*args), _run(*args, ranks=2)
     assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
     a, b = json.loads(one.stdout), json.loads(two.stdout)  # only rank 0 printed: one JSON object
     assert a == b
     assert a["splits"]["train"]["samples_scored"] == 320 and a["splits"]["val"]["samples_scored"] == 64
 
 
-def test_capture_two_ranks_writes_the_same_bytes(tmp_path):
+def test_capture_two_ranks_writes_the_same_bytes(tmp_path, cli):
     args = ["capture", SAMPLES / "tiny_target", "--prompts", SAMPLES / "prompts.jsonl", "--regenerate",
             "--max-new-tokens", "6", "--batch-size", "3", "--device", "cpu", "--json"]
-    one = _one(*args, "-o", tmp_path / "one")
+    one = cli(*args, "-o", tmp_path / "one")
     two = _run(*args, "-o", tmp_path / "two", ranks=2)
     assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
     assert json.loads(one.stdout)["written"] == json.loads(two.stdout)["written"] == 32
@@ -118,10 +110,10 @@ def _without_times(d):
 
 
 @pytest.mark.parametrize("extra", [[], ["--temperature", "0.8", "--seed", "3"]])
-def test_speculate_two_ranks_equals_one_process(extra):
+def test_speculate_two_ranks_equals_one_process(extra, cli):
     args = ["speculate", SAMPLES / "tiny_draft_sglang", "--draft-tokens", "3", "--max-new-tokens", "12",
             "--max-prompts", "6", "--reading", "all", "--device", "cpu", "--json", *extra]
-    one, two = _one(*args), _run(*args, ranks=2)
+    one, two = cli(*args), _run(*args, ranks=2)
     assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
     a, b = json.loads(one.stdout), json.loads(two.stdout)
     assert _without_times(a) == _without_times(b)
