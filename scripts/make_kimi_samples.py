@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -38,9 +37,7 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_samples as ms  # noqa: E402  (the Llama pair's text, prompts and stacking)
@@ -70,33 +67,13 @@ def target_config():
 
 
 def train_target(units: torch.Tensor, steps: int, batch: int = 16, lr: float = 3e-3):
-    """transformers' DeepseekV3ForCausalLM trained on the repeat units (weights as make_samples)."""
+    """transformers' DeepseekV3ForCausalLM trained on the repeat units by make_samples' loop."""
     from transformers import DeepseekV3ForCausalLM
 
     torch.manual_seed(SEED)
     model = DeepseekV3ForCausalLM(target_config())
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    g = torch.Generator().manual_seed(SEED)
-    n = ms.PROMPT + 2
-    unit_w = torch.tensor([0.2] * (n - 1) + [1.0] * n + [0.2])
-    weight = torch.cat([unit_w, unit_w])[None][:, : 2 * units.shape[1] - 1]
-    model.train()
-    bar = tqdm(range(steps), desc="kimi target", mininterval=5)
-    for step in bar:
-        for pg in opt.param_groups:
-            pg["lr"] = lr * min(1.0, (step + 1) / 30) * 0.5 * (1 + math.cos(math.pi * step / steps))
-        rows = torch.randint(0, units.shape[0] - 1, (batch,), generator=g)
-        x = torch.cat([units[rows], units[rows + 1]], dim=1)
-        logits = model(input_ids=x[:, :-1]).logits
-        ce = F.cross_entropy(logits.reshape(-1, VOCAB), x[:, 1:].reshape(-1), reduction="none").view(batch, -1)
-        loss = (ce * weight).sum() / (weight.sum() * batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-    print(f"kimi target: final train loss {loss.item():.3f} after {steps} steps")
-    return model.eval()
+    return ms.fit_target(model, lambda x: model(input_ids=x).logits, units, steps, batch, lr, "kimi target",
+                         seed=SEED)
 
 
 def save_target(out: Path, model) -> Path:

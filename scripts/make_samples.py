@@ -213,20 +213,28 @@ class TinyTarget(nn.Module):
 
 def train_target(units: torch.Tensor, steps: int, batch: int = 16, lr: float = 3e-3) -> TinyTarget:
     model = TinyTarget()
+    return fit_target(model, lambda x: model(x)[0], units, steps, batch, lr, "target")
+
+
+def fit_target(model: torch.nn.Module, logits_of, units: torch.Tensor, steps: int, batch: int, lr: float,
+               label: str, seed: int = SEED) -> torch.nn.Module:
+    """Train `model` (`logits_of(ids)` -> [batch, T, VOCAB]) on pairs of repeat units, batches drawn
+    with `seed`; the Llama and the Kimi-shaped targets are both trained by this loop."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
-    g = torch.Generator().manual_seed(SEED)
+    g = torch.Generator().manual_seed(seed)
     n = PROMPT + 2
     # predicting the repeated half counts fully, the first (plain text) half at 0.2
     unit_w = torch.tensor([0.2] * (n - 1) + [1.0] * n + [0.2])  # targets x[1:] of one unit
     weight = torch.cat([unit_w, unit_w])[None]  # [1, 2 units - 1]
     weight = weight[:, : 2 * units.shape[1] - 1]
-    bar = tqdm(range(steps), desc="target", mininterval=5)
+    model.train()
+    bar = tqdm(range(steps), desc=label, mininterval=5)
     for step in bar:
         for pg in opt.param_groups:
             pg["lr"] = lr * min(1.0, (step + 1) / 30) * 0.5 * (1 + math.cos(math.pi * step / steps))
         rows = torch.randint(0, units.shape[0] - 1, (batch,), generator=g)
         x = torch.cat([units[rows], units[rows + 1]], dim=1)  # [batch, 2 units]
-        logits, _, _ = model(x[:, :-1])
+        logits = logits_of(x[:, :-1])
         ce = F.cross_entropy(logits.reshape(-1, VOCAB), x[:, 1:].reshape(-1), reduction="none").view(batch, -1)
         loss = (ce * weight).sum() / (weight.sum() * batch)
         opt.zero_grad(set_to_none=True)
@@ -234,7 +242,7 @@ def train_target(units: torch.Tensor, steps: int, batch: int = 16, lr: float = 3
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         bar.set_postfix(loss=f"{loss.item():.3f}")
-    print(f"target: final train loss {loss.item():.3f} after {steps} steps")
+    print(f"{label}: final train loss {loss.item():.3f} after {steps} steps")
     return model.eval()
 
 
