@@ -153,6 +153,20 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 
 
+def same_up_to_rounding(a, b, where) -> None:
+    """Equal, except where a CPU's fp32 summation order moved a value across one bf16 rounding
+    boundary: then it differs by one bf16 step, and only in a handful of elements. The bundled
+    samples were made on another machine; on one with the same CPU kernels they are torch.equal."""
+    import torch
+
+    if torch.equal(a, b):
+        return
+    diff = (a.float() - b.float()).abs()
+    step = torch.maximum(a.float().abs(), b.float().abs()) * 2.0 ** -7  # one bf16 step at that size (upper bound)
+    assert bool((diff <= step + 1e-5).all()), f"{where}: differs by more than one bf16 step ({diff.max():.3g})"
+    assert (diff > 0).float().mean().item() < 1e-2, f"{where}: {(diff > 0).float().mean():.2%} of the values differ"
+
+
 def chromium_path() -> str | None:
     """Debian's Chromium (or $D2T_CHROMIUM); browser tests skip, saying why, when there is none."""
     import shutil

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import same_up_to_rounding
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
@@ -29,18 +30,6 @@ def tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(TARGET)
-
-
-def _same_up_to_rounding(a, b, where):
-    """Equal, except where a CPU's fp32 summation order moved a value across one bf16 rounding
-    boundary: then it differs by one bf16 step, and only in a handful of elements (the bundled
-    samples were made on another machine; on the one that made them they are torch.equal)."""
-    if torch.equal(a, b):
-        return
-    diff = (a.float() - b.float()).abs()
-    step = torch.maximum(a.float().abs(), b.float().abs()) * 2.0 ** -7  # one bf16 step at that size (upper bound)
-    assert bool((diff <= step + 1e-5).all()), f"{where}: differs by more than one bf16 step ({diff.max():.3g})"
-    assert (diff > 0).float().mean().item() < 1e-2, f"{where}: {(diff > 0).float().mean():.2%} of the values differ"
 
 
 # -- the bundled samples are what `capture` makes from the bundled target ---------------------------
@@ -70,8 +59,8 @@ def test_capture_reproduces_the_bundled_samples(cli, tmp_path, split, first):
     for a, b in pairs:
         assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask), a.path
         assert a.aux_hidden_state.dtype == b.aux_hidden_state.dtype == torch.bfloat16
-        _same_up_to_rounding(a.aux_hidden_state, b.aux_hidden_state, a.path)
-        _same_up_to_rounding(a.hidden_state, b.hidden_state, a.path)
+        same_up_to_rounding(a.aux_hidden_state, b.aux_hidden_state, a.path)
+        same_up_to_rounding(a.hidden_state, b.hidden_state, a.path)
     if first:
         return  # the scores below are over the whole split
     kw = dict(device="cpu", steps=2, readings=["offset"])
