@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,28 +29,55 @@ NOTEBOOKS = ROOT / "notebooks"
 
 
 # How `make test` spreads tests over its workers (`-n auto --dist loadgroup`): one test at a time,
-# except that the tests of a file that share a module-scoped fixture (a report bundle, loaded
-# models, a built corpus) form one group and run on one worker, so the fixture is built once.
+# except that the tests of a file that defines a module-scoped fixture (a report bundle, loaded
+# models, a built corpus) form one unit and run on one worker, so the fixture is built once.
 # Files whose tests take the longest (real reports, torchrun, notebook runs, a wheel build) go
-# first, so no worker is left running a long group alone at the end. Only the order changes.
+# first, so no worker is left running a long unit alone at the end.
+#
+# The units come from our own scheduler (below), not from `xdist_group` marks: pytest 9.2 stores
+# node ids in a structure that pytest-xdist 3.8's loadgroup no longer renames, so marks added at
+# collection are silently ignored there (pytest-dev/pytest-xdist#1386) and each worker rebuilt the
+# report bundle. The scheduler sees only node ids, so it decides by file.
 LONGEST_FIRST = ["test_report_truth.py", "test_torchrun.py", "test_notebooks.py", "test_speculate.py",
                  "test_wheel.py", "test_hostile_inputs.py", "test_metrics.py", "test_kimi_pair.py",
                  "test_speculate_sliding.py", "test_browser.py", "test_primer.py", "test_capture.py",
                  "test_hostile_commands.py"]
+_MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\([^)]*scope\s*=\s*["']module["']""")
 
 
-def _uses_module_fixture(item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+def shared_fixture_files(folder: Path = Path(__file__).parent) -> set[str]:
+    """The test files (by name) that define a module-scoped fixture."""
+    return {p.name for p in folder.glob("test_*.py") if _MODULE_FIXTURE.search(p.read_text(encoding="utf-8"))}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def work_unit(nodeid: str, shared: set[str]) -> str:
+    """The unit a test is scheduled in: its file when the file shares a module fixture, an explicit
+    `@group` suffix when pytest-xdist managed to add one, else the test alone."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):
+        return nodeid.rsplit("@", 1)[1]
+    path = nodeid.split("::", 1)[0]
+    return path if Path(path).name in shared else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        shared = shared_fixture_files()
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid, self.shared)
+
+    config.option.loadscopereorder = False  # keep the order below: longest files first
+    return SharedFixtureScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-    for item in items:
-        if _uses_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 @pytest.fixture(scope="session")
