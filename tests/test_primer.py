@@ -220,7 +220,7 @@ def test_accuracy_numbers_tie_top1_to_coverage_and_accept_length_to_the_step_rat
 
 
 # The quoted lines are checked against the engines' released wheels, read as zip files and never
-# installed or imported. They come from the package index (`pip download --no-deps`, about 400 MB
+# installed or imported. They come from the package index (`pip download --no-deps`, about 660 MB
 # for the three releases quoted, kept in D2T_ENGINE_WHEELS or ~/.cache/d2t-lab/engine-wheels); with no
 # index to reach, the tests are skipped and say so.
 WHEELS = Path(os.environ.get("D2T_ENGINE_WHEELS", Path.home() / ".cache" / "d2t-lab" / "engine-wheels"))
