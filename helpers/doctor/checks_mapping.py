@@ -86,6 +86,7 @@ def check_mapping(c: CheckContext, n: int | None, v: int | None, d2t, t2d, used:
             "d2t holds absolute target ids, but every engine reads offsets (target = i + d2t[i]): "
             + verdict.evidence[-1],
             "convert to offsets (d2t - arange(N)): d2t-lab fix SRC DST",
+            effect=_served_ids(off),
         )
     elif verdict.encoding == "inconsistent":
         _d2t_inconsistent(c, m, v, verdict, off)
@@ -153,8 +154,14 @@ def _d2t_is_arange(c: CheckContext, m: VocabMapping) -> bool:
         + (f", up to {_fmt(2 * (m.draft_vocab_size - 1))} (out of range)" if m.reading("offset").in_range is False else "")
         + "; someone stored draft ids, not the mapping",
         "re-export d2t from the producer's vocab mapping (offsets: d2t = sorted_kept_ids - arange(N))",
+        effect=_served_ids(m.reading("offset")),
     )
     return True
+
+
+def _served_ids(off) -> str:
+    """The effect of a misencoded d2t as engines read it (offsets): ids past the target vocab, or the wrong ids."""
+    return "d2t.past-vocab" if off.in_range is False else "d2t.wrong-ids"
 
 
 def _d2t_inconsistent(c: CheckContext, m: VocabMapping, v: int | None, verdict, off) -> None:

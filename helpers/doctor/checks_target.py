@@ -100,10 +100,11 @@ def check_aux_config(c: CheckContext, target_cfg: dict | None) -> None:
             c.add("aux-layers", "error",
                   f"{ENGINE_NAMES[e]} reads {n} aux layer ids {ids[e]}, but fc takes {k} x {_fmt(h)} inputs "
                   f"({k} hidden states): the captured states do not fit fc",
-                  f"name the {k} aux layers the draft was trained on")
+                  f"name the {k} aux layers the draft was trained on", effect="aux.fc-width", engine=e)
         elif n is not None and n != 3 and k is None and target_cfg is None:
             c.add("aux-layers", "error", f"{ENGINE_NAMES[e]} reads {n} aux layer ids {ids[e]}; EAGLE-3 feeds fc 3 "
-                  "hidden states", "name exactly three aux layers (those the draft was trained on)")
+                  "hidden states", "name exactly three aux layers (those the draft was trained on)",
+                  effect="aux.fc-width", engine=e)
     if k is not None and k != 3 and any(ids.get(e) is not None and len(ids[e]) == k for e in c.engines):
         for at in c.engine_list:
             if at.value("aux.count") != "three":

@@ -57,7 +57,11 @@ def _speculators(cfg: dict) -> bool:
 
 
 def _layer(cfg: dict) -> dict:
-    return cfg.get("transformer_layer_config") if _speculators(cfg) else cfg
+    """The decoder layer's config: speculators' nested one (empty when it is missing), else the flat config."""
+    if not _speculators(cfg):
+        return cfg
+    nested = cfg.get("transformer_layer_config")
+    return nested if isinstance(nested, dict) else {}
 
 
 def _switch(cfg: dict, name: str):
@@ -220,6 +224,17 @@ def _modelopt(at: EngineAt, r: _Rules, cfg: dict) -> list:
                     "writes it by default (eagle_export_rope_scaling) while training used the plain RoPE: attention "
                     "positions differ from training", None))
     return out
+
+
+def check_speculators_config(c: CheckContext) -> None:
+    """config-incomplete: a speculators config (`speculators_model_type`) without the nested layer
+    config every engine builds the draft layer from."""
+    cfg = c.ck.config or {}
+    if "speculators_model_type" in cfg and not isinstance(cfg.get("transformer_layer_config"), dict):
+        c.add("config-incomplete", "error",
+              "config.json is a speculators config (speculators_model_type) without transformer_layer_config: "
+              "the engines build the draft layer (sizes, heads, RoPE) from that section and cannot start without it",
+              "export the config again with speculators, or copy transformer_layer_config from the run's config")
 
 
 def check_draft_class(c: CheckContext) -> None:

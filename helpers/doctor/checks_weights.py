@@ -23,7 +23,7 @@ from helpers.core.engines import (
     parse_key,
 )
 from helpers.doctor.checks_variants import variant_of_key
-from helpers.doctor.findings import CheckContext
+from helpers.doctor.findings import NO_EFFECT, CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
 from helpers.io.checkpoint import Checkpoint
 from helpers.io.tensor_files import torch_load
@@ -240,23 +240,44 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
         bad = [i for i in got if i < 0 or i >= n_layers]
         if ids[e] is not None and len(ids[e]) != 3:
             c.add("aux-layers", "error", f"{name}: {len(ids[e])} aux layer ids {ids[e]}, but fc takes 3 hidden states",
-                  "name exactly three aux layers")
+                  "name exactly three aux layers", effect="aux.fc-width", engine=e)
         if bad:
             c.add("aux-layers", "error",
                   f"{name}: {src} capture the input of target layers {got}; {bad} is outside the target's "
                   f"{n_layers} layers (0..{n_layers - 1}), so fewer hidden states arrive than fc expects",
                   "use ids the target has (SGLang adds 1 to each configured id)")
         else:
+            place = _aux_place(got, n_layers)
             c.add("aux-layers", "info",
                   f"{name}: {src} -> captures the input of target layers {got} (outputs of layers "
-                  f"{[i - 1 for i in got]}) of {n_layers}", "nothing to do if the draft was trained on these")
+                  f"{[i - 1 for i in got]}) of {n_layers}" + _PLACE_WORDS[place],
+                  "nothing to do if the draft was trained on these", effect=f"aux.{place}", engine=e)
     if "sglang" in captured and "vllm" in captured and captured["sglang"] != captured["vllm"]:
         only_top = ids["vllm"] is not None and ids["sglang"] is None
         c.add("aux-layers", "warning",
               f"SGLang and vLLM capture different target layers ({captured['sglang']} vs {captured['vllm']})"
               + (": only the top-level eagle_aux_hidden_state_layer_ids is set, which SGLang does not read (it "
                  "uses its default)" if only_top else ": SGLang adds 1 to each configured id, vLLM uses them as given"),
-              "serve with the engine whose capture matches the training data, or adjust the ids for the other")
+              "serve with the engine whose capture matches the training data, or adjust the ids for the other",
+              effect=NO_EFFECT)
+
+
+_PLACE_WORDS = {
+    "default-layers": ": the default capture (inputs of layers 2, L//2, L-3), which SpecForge and EAGLE train on",
+    "shifted": ": one layer off the default capture (2, L//2, L-3) - the other engine's id convention - so a "
+               "draft trained on the default capture is fed other states",
+    "places": "",
+}
+
+
+def _aux_place(got: list[int], n_layers: int) -> str:
+    """Where captured layers stand against the default capture: `default-layers`, `shifted` by one, or other `places`."""
+    default = [2, n_layers // 2, n_layers - 3]
+    if list(got) == default:
+        return "default-layers"
+    if list(got) in ([d - 1 for d in default], [d + 1 for d in default]):
+        return "shifted"
+    return "places"
 
 
 def _any_ids(cfg) -> bool:

@@ -49,7 +49,12 @@ from helpers.doctor.checks_target import (
     check_head_borrow,
     check_target,
 )
-from helpers.doctor.checks_variants import check_draft_class, check_layer_count, check_variants
+from helpers.doctor.checks_variants import (
+    check_draft_class,
+    check_layer_count,
+    check_speculators_config,
+    check_variants,
+)
 from helpers.doctor.checks_weights import (
     check_aux,
     check_finite,
@@ -154,6 +159,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         t2d = torch.as_tensor(np.asarray(t2d))
     n, v = check_vocab(c, d2t, t2d, tcfg)
     check_mapping(c, n, v, d2t, t2d, used)
+    check_speculators_config(c)
     check_draft_class(c)
     if ck.tensors.keys():
         check_key_layout(c)
@@ -171,7 +177,8 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
             check_drift(c, previous)
         if check_weights:
             check_finite(c, progress)
-    return Findings(c.findings, path=path if not isinstance(path, Checkpoint) else ck.path, engine=engine, versions=ats)
+    return Findings([f.with_outcomes(ats) for f in c.findings], path=path if not isinstance(path, Checkpoint) else ck.path,
+                    engine=engine, versions=ats)
 
 
 def _trainer_files(c: CheckContext) -> None:

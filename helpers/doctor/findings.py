@@ -7,12 +7,15 @@ rules apply, `helpers.core.engines.EngineAt`), the flat config and the findings 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from helpers.core.engines import EngineAt, engine_at
+from helpers.core.engines import EngineAt, engine_at, worst_outcome
 from helpers.io.checkpoint import Checkpoint
 
 SEVERITIES = ("error", "warning", "info")
+# The effect of a finding that changes nothing by itself in how an engine serves (what it points at is
+# said per engine by another finding): it never leaves a prediction incomplete.
+NO_EFFECT = "none"
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,12 @@ class Finding:
     severity: str  # error / warning / info
     message: str
     fix: str
+    # What serving the checkpoint does because of this finding, in the engine-truth terms: the key
+    # into each engine's outcome table (default `code.severity`), and per engine key the outcome at
+    # the release checked (`EngineAt.outcome`), filled in by `with_outcomes`.
+    effect: str | None = None
+    outcome: dict | None = None
+    engine: str | None = None  # the engine key a per-engine finding speaks of (None: every engine)
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
@@ -31,7 +40,20 @@ class Finding:
         object.__setattr__(self, "fix", " ".join(self.fix.split()))
 
     def as_dict(self) -> dict:
-        return {"code": self.code, "severity": self.severity, "message": self.message, "fix": self.fix}
+        d = {"code": self.code, "severity": self.severity, "message": self.message, "fix": self.fix}
+        if self.outcome is not None:
+            d["outcome"] = self.outcome
+        return d
+
+    @property
+    def effect_key(self) -> str:
+        return self.effect or f"{self.code}.{self.severity}"
+
+    def with_outcomes(self, ats) -> "Finding":
+        """This finding with the outcome of its effect at each engine release in `ats`, where known."""
+        found = {a.key: o for a in ats
+                 if self.engine in (None, a.key) and (o := a.outcome(self.effect_key)) is not None}
+        return replace(self, outcome=found or None)
 
 
 class Findings(list):
@@ -47,11 +69,28 @@ class Findings(list):
     def counts(self) -> dict:
         return {s: sum(f.severity == s for f in self) for s in SEVERITIES}
 
+    def predicted_outcome(self) -> dict:
+        """Per engine key: what serving this checkpoint does, the worst outcome of its findings (a
+        checkpoint with none: the engine's healthy outcome), and under `unknown_for` the error and
+        warning codes whose outcome the engine table does not hold (the prediction leaves them out).
+        Engines without an outcome table are left out."""
+        out = {}
+        for a in self.versions:
+            healthy = a.outcome("healthy")
+            if healthy is None:
+                continue
+            worst = worst_outcome([healthy] + [f.outcome.get(a.key) for f in self if f.outcome])
+            unknown = sorted({f.code for f in self if f.severity != "info" and f.effect != NO_EFFECT
+                              and f.engine in (None, a.key) and not (f.outcome or {}).get(a.key)})
+            out[a.key] = worst | {"unknown_for": unknown}
+        return out
+
     def to_dict(self) -> dict:
         counts = self.counts
         return {"path": None if self.path is None else str(self.path), "engine": self.engine, "counts": counts,
                 "ok": counts["error"] == 0, "findings": [f.as_dict() for f in self],
-                "engine_versions": [a.as_dict() for a in self.versions]}
+                "engine_versions": [a.as_dict() for a in self.versions],
+                "predicted_outcome": self.predicted_outcome()}
 
     def report(self) -> str:
         lines = [f"{self.path} (engine: {self.engine})"]
@@ -62,7 +101,28 @@ class Findings(list):
                 lines.append(f"  {'':<8}{'':<28}fix: {f.fix}")
         c = self.counts
         lines.append(f"  {c['error']} error(s), {c['warning']} warning(s), {c['info']} note(s)")
+        names = {a.key: a.label for a in self.versions}
+        for key, o in self.predicted_outcome().items():
+            lines.append(f"  served by {names[key]}: {outcome_words(o)}")
         return "\n".join(lines)
+
+
+_ACCEPT_WORDS = {"as-trained": "at the accept length it was trained for", "at-most": "at or below the accept "
+                 "length it was trained for (how far below, the files cannot tell)", "about-1": "at accept length about 1 (almost no draft token accepted)",
+                 "unknown": "at an accept length the files cannot tell (see the findings)"}
+
+
+def outcome_words(o: dict) -> str:
+    """One predicted outcome in words: 'refuses to start (its error names IndexError) [run in vLLM 0.32.0]'."""
+    if o["result"] == "serves":
+        text = "starts and serves " + _ACCEPT_WORDS.get(o["accept"], "")
+    else:
+        text = "refuses to start" if o["result"] == "refuses" else "starts, then crashes on the first request"
+        if o.get("says"):
+            text += f" (its error names {o['says']})"
+    if o.get("unknown_for"):
+        text += f"; the outcome of {', '.join(o['unknown_for'])} is not in the engine table"
+    return text + (" [checked by running this release]" if o.get("checked") else " [not run: read from its code]")
 
 
 def has_error(findings) -> bool:
@@ -86,8 +146,10 @@ class CheckContext:
         """Each engine asked about at the release whose rules apply."""
         return [self.at.get(e) or engine_at(e) for e in self.engines]
 
-    def add(self, code, severity, message, fix):
-        self.findings.append(Finding(code, severity, message, fix))
+    def add(self, code, severity, message, fix, effect: str | None = None, engine: str | None = None):
+        """Append a finding; `effect` names its outcome row when `code.severity` is too coarse, `engine`
+        the one engine a per-engine finding is about."""
+        self.findings.append(Finding(code, severity, message, fix, effect=effect, engine=engine))
 
     def key(self, name: str) -> str | None:
         """The stored key for a top-level name (with or without `model.`)."""
