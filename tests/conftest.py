@@ -159,8 +159,11 @@ def script_module(name: str):
     this process rather than pay an interpreter start."""
     import importlib.util
 
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(ROOT / "scripts" / f"{name}.py"):
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there while the script runs
     spec.loader.exec_module(mod)
     return mod
 

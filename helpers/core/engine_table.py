@@ -157,6 +157,16 @@ VLLM_OUTCOMES = {
     "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), RUN),),
     "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),  # a draft trained on the default capture
     "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
+    # the head and the embedding: a missing lm_head stays at its random init; the target's embedding is shared
+    "lm-head-missing.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
+    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses", says="Attempted to load weight"), RUN),),
+    "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # NaN logits never match
+    "config-incomplete.error": (s(*ALWAYS, Serve("refuses", says="ValidationError"), RUN),),
+    # producer options: a stored module the config does not switch on is an unknown name; a switch
+    # without its weights builds the module at its init
+    "variant-fc-norm.error": (s(*ALWAYS, Serve("refuses", says="There is no module or parameter named"), RUN),),
+    "variant-fc-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
+    "variant-norm-output.warning": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
     "aux.fc-width": (s(*ALWAYS, Serve("refuses", says="Tried to load weights of size"), RUN),),  # fc sized from the ids
 }
 

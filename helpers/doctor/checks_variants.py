@@ -100,6 +100,9 @@ def _weights_option(at, r, rule, keys, switch_on, what, does):
     if v is None:
         return "info", f"the kit has not read how it handles {what}", rn
     if v == "reads":
+        if switch_on and not keys:
+            return ("warning", f"{does}, but the weights hold no {what}: it is built from the config switch and left "
+                    "at its init (weight 1), which is not what the draft was trained with", rn)
         if switch_on or not keys:
             return "info", f"{does}", rn
         return (*_missing_module(at, fate, f"{what} without the config switch"), rn)
@@ -159,7 +162,7 @@ def check_variants(c: CheckContext) -> None:
             change = at.change(rn) if rn else ""
             where = f"{at.label} ({r.file(at)})" if r.file(at) else at.label
             c.add(code, sev, f"{where}{f' ({shown})' if shown else ''}: {msg}" + (f" [{change}]" if change else ""),
-                  _FIX[sev])
+                  _FIX[sev], effect="variant.loads-unused" if msg.startswith("loads ") else None, engine=at.key)
 
 
 def _norm_output(at: EngineAt, r: _Rules, cfg: dict) -> list:
