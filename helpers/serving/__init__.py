@@ -8,6 +8,9 @@ Modules (import them by name; this file imports nothing):
 - `metrics`
 - `records`
 - `measured`: the serving accept length as one figure (mean, stderr, drafting) for the evidence ladder
+- `probe_client`: `probe`'s HTTP side: what a server is, one request, the answers' shapes
+- `probe`: a live server measured with the user's prompts (per request, or /metrics differenced)
+- `probe_verdict`: what `probe` concludes: the target's tokens, engine-free, reproduce; the result
 """
 
-__all__ = ["log_lines", "logs", "startup", "metrics", "records", "measured"]
+__all__ = ["log_lines", "logs", "startup", "metrics", "records", "measured", "probe_client", "probe", "probe_verdict"]

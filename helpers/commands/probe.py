@@ -1,0 +1,195 @@
+"""`probe URL [--target DIR [--checkpoint DRAFT]]`: measure a running speculative-decoding server."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from helpers.commands import _options
+from helpers.core.errors import BadInputError
+
+HELP = "measure a running vLLM / SGLang speculative-decoding server with your prompts, and compare it with the checkpoint"
+BUNDLED = Path(__file__).resolve().parents[2] / "data_samples"
+DESCRIPTION = """\
+Sends your prompts to a running OpenAI-compatible speculative-decoding server, one request at a
+time, greedy (temperature 0), and measures the accept length it achieved on them.
+
+What the server is: GET /v1/models (the served model: --model, default the first listed),
+/metrics (vLLM vllm:spec_decode_* counters, SGLang sglang:*), SGLang /get_server_info (drafting
+settings). Drafting settings: SGLang's server info; vLLM's num_spec_tokens in the answers, else
+--num-speculative-tokens K, else a start-up log (--log FILE), else the positions /metrics counts.
+
+What is sent: with --target DIR each prompt is rendered with the target's tokenizer and chat
+template exactly as `speculate` does (--chat-template) and sent as token ids: vLLM
+/v1/completions ("prompt": [ids], "return_token_ids": true), SGLang /generate ("input_ids").
+Without --target: /v1/chat/completions with the prompt's messages (no token check then).
+
+Accept length: per request where the engine reports it (vLLM 0.32+ with
+--per-request-spec-decode-metrics summary: 1 + accepted / verify steps; SGLang meta_info:
+completion_tokens / spec_verify_ct), pooled over the requests, with a standard error over
+requests (ratio estimator); else /metrics scraped before and after the run and differenced
+(1 + accepted / drafts; per position accepted at j / drafts). With both, both are printed and
+whether they agree (they do exactly unless the server had other traffic).
+
+--target DIR: the target decodes each prompt greedily on its own and the served tokens are compared
+with it: per prompt identical, or the first differing position, a near tie or not (a lossy verify,
+a finding). --checkpoint DRAFT as well: the kit's engine-free loop (`speculate`: a chain of the
+server's num_spec_tokens or SGLang's tree, reading offset, --engine's aux-layer convention, default
+the server's engine) runs on the same token ids; served and engine-free accept lengths are compared
+prompt by prompt (mean paired difference and its standard error), and `reproduce` ranks the
+emulated wirings against the served number. Conclusion: "the served draft behaves as the
+checkpoint does" (agree within 0.05 or 2 standard errors), "the served draft behaves like WIRING",
+or "neither". Give --dtype as the server runs (bfloat16 for a bf16 server).
+
+Exit 2 with one line naming the URL: nothing answers (connection refused), no answer within
+--timeout SECONDS (every call: connect and between reads, default 30), not OpenAI-compatible (no
+/v1/models and no /generate), not speculating (no per-request figures and no spec_decode
+counters, or counters that did not move).
+
+JSON (--json, also written to -o FILE): url, engine, model, endpoint, max_new_tokens, drafting{shape,
+steps, topk, num_draft_tokens, source}, prompts_source{path, bundled_default, requests},
+requests[{index, prompt_tokens, output_ids, text, completion_tokens, finish_reason, accept_length,
+verify_steps, accepted, drafted, histogram}], accept_length, stderr, source (per-request or
+metrics), accept_length_definition, stderr_method, metrics_accept_length, counters, agreement,
+per_position, per_position_conditional, target_check, engine_free, reproduce, conclusion,
+findings, notes, seconds."""
+
+
+def add_arguments(p) -> None:
+    p.add_argument("url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help="the served model name (default: the first id GET /v1/models lists)")
+    p.add_argument("--prompts", metavar="FILE", default=None,
+                   help="JSONL prompt file (default: the bundled data_samples/prompts.jsonl)")
+    p.add_argument("--max-prompts", type=int, default=16, metavar="N",
+                   help="send at most the first N prompt records (default 16)")
+    p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens to generate per prompt (default 32)")
+    p.add_argument("--target", metavar="DIR", default=None,
+                   help="the served target's Hugging Face folder: send token ids and check the served tokens")
+    p.add_argument("--checkpoint", metavar="DRAFT", default=None,
+                   help="the served draft's checkpoint (needs --target): compare with the engine-free loop")
+    p.add_argument("--num-speculative-tokens", type=int, default=None, metavar="K",
+                   help="vLLM's num_speculative_tokens when the server does not report it")
+    p.add_argument("--log", metavar="FILE", default=None, help="the server's start-up log (its drafting settings)")
+    p.add_argument("--engine", type=_options.aux_engine_value, default=None, metavar="ENGINE[==VERSION]",
+                   help="whose aux-layer convention the engine-free loop uses: sglang or vllm (default: the server's)")
+    p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
+                   help="auto: the target tokenizer's chat template when it has one (default); none: plain text")
+    _options.device_dtype(p)
+    _options.embed_from(p)
+    _options.json_flag(p)
+    _options.out(p, "also write the JSON object to this file", metavar="FILE")
+
+
+def run(args) -> int:
+    from helpers.core.outputs import output_file
+    from helpers.io import remote_access
+
+    for flag, value in (("--max-prompts", args.max_prompts), ("--max-new-tokens", args.max_new_tokens),
+                        ("--num-speculative-tokens", args.num_speculative_tokens)):
+        if value is not None and value < 1:
+            raise BadInputError(None, f"{flag} must be at least 1, got {value}")
+    if args.checkpoint and not args.target:
+        raise BadInputError(None, "--checkpoint needs --target DIR: the engine-free loop runs the draft with its target")
+    out = output_file(args.out, "probe JSON") if args.out else None
+    bundled = args.prompts is None
+    prompts = Path(args.prompts) if args.prompts else BUNDLED / "prompts.jsonl"
+    from helpers.io.inputs import input_path
+    from helpers.io.prompts import read_prompts
+
+    input_path(args.log, "log file", kind="file", text=True, flag="--log")
+    checked = None
+    if args.target:  # the door: paths, prompt records, the draft's weights and its fit, before anything loads
+        from helpers.model.preflight import preflight
+
+        checked = preflight(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
+                            max_prompts=args.max_prompts, embed_from=args.embed_from, need_weights=bool(args.checkpoint),
+                            what="probe", checkpoint_flag="--checkpoint")
+    records = list(read_prompts(prompts, args.max_prompts))
+    if not records:
+        raise BadInputError(prompts, "holds no prompt records")
+    ids = None
+    if args.target:
+        from transformers import AutoTokenizer
+
+        from helpers.io.chat import prompt_ids, uses_template
+
+        tok = AutoTokenizer.from_pretrained(args.target)
+        template = uses_template(tok, args.chat_template)
+        ids = [prompt_ids(tok, r.prompt_messages(), template) for r in records]
+    from helpers.serving.probe import drafting_of, measure
+    from helpers.serving.probe_client import discover
+    from helpers.serving.probe_verdict import ProbeResult, conclude
+
+    server = discover(args.url, remote_access.timeout())
+    model = args.model or (server.models[0] if server.models else None)
+    if model is None and not (ids is not None and server.engine == "sglang"):
+        raise BadInputError(server.url, "lists no model under /v1/models: pass --model NAME")
+    sent = [(r.index, None if ids is None else ids[k], r.prompt_messages()) for k, r in enumerate(records)]
+    measured = measure(server, sent, max_new_tokens=args.max_new_tokens, model=model,
+                       progress=_options.show_progress(args))
+    drafting, drafting_source, notes = drafting_of(server, measured, num_speculative_tokens=args.num_speculative_tokens,
+                                                   log=args.log)
+    result = ProbeResult(measured, model, drafting, drafting_source, str(prompts), bundled, args.max_new_tokens,
+                         notes=notes)
+    if ids is None:
+        result.notes.append("the served tokens are not checked: sent as chat messages without --target (pass --target "
+                            "DIR: the prompts then go as the target's token ids and the served text is compared with "
+                            "the target's own greedy output)")
+    else:
+        _compare(args, checked, ids, result)
+    result.conclusion = conclude(measured.accept_length, measured.stderr, result.engine_free, result.reproduce)
+    obj = result.to_dict()
+    if out is not None:
+        try:
+            out.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+        except OSError as e:
+            raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
+    print(json.dumps(obj, indent=2, allow_nan=False) if args.json else result.report(), file=sys.stdout)
+    return 0
+
+
+def _compare(args, checked, ids, result) -> None:
+    """The target's own greedy output and, with --checkpoint, the engine-free loop and `reproduce`."""
+    from helpers.core.devices import parse_dtype
+
+    try:
+        dtype = parse_dtype(args.dtype)
+    except ValueError as e:
+        raise BadInputError(None, f"--dtype: {e}") from None
+    from helpers.model.target import check_speculation_target, load_target
+    from helpers.serving.probe_verdict import check_target, compare_engine_free
+
+    m = result.measured
+    if args.checkpoint:
+        check_speculation_target(args.target)  # a family the loop cannot run: one line, before loading
+    target = load_target(args.target, device=args.device, dtype=dtype)
+    result.target_check = check_target(target, ids, m.requests)
+    if not args.checkpoint:
+        return
+    if result.drafting is None:
+        raise BadInputError(m.server.url, "does not say how it drafts: pass --num-speculative-tokens K (vLLM) or "
+                            "--log FILE (its start-up log) for the engine-free comparison")
+    import torch
+
+    from helpers.model.pair import load_pair
+    from helpers.speculate.loop import speculate
+    from helpers.speculate.reproduce import reproduce
+    from helpers.speculate.result import SpecSettings
+
+    _, draft = load_pair(target, checked.opened or args.checkpoint, device=args.device, dtype=dtype,
+                         embed_from=args.embed_from)
+    engine = args.engine or ("sglang" if m.server.engine == "sglang" else "vllm")
+    settings = SpecSettings(reading="offset" if draft.d2t is not None else "none", drafting=result.drafting,
+                            max_new_tokens=args.max_new_tokens, engine=engine, chat_template=args.chat_template)
+    try:
+        settings.check()
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None
+    progress = _options.show_progress(args)
+    with torch.inference_mode():
+        run = speculate(target, draft, ids, settings, progress=progress)
+        result.engine_free = compare_engine_free(run, m.requests, "sglang" if m.server.engine == "sglang" else "vllm",
+                                                 m.accept_length, m.stderr)
+        result.reproduce = reproduce(target, draft, ids, settings, accept_length=max(1.0, m.accept_length),
+                                     stderr=m.stderr, known={"correct": run}, progress=progress)

@@ -1,0 +1,275 @@
+"""The HTTP side of `d2t-lab probe`: what a server is, one request to it, and its answers' shapes.
+
+Standard library only (`urllib`): every call waits at most `--timeout` seconds to connect and
+between reads (`helpers.io.remote_access.timeout`), and every way a server can fail to answer is
+one `BadInputError` naming the URL: connection refused, a timeout, a closed connection, an
+HTTP error with the server's own message.
+
+- `discover(url)`: GET `/v1/models` (OpenAI-compatible), SGLang's `/get_server_info` (or
+  `/server_info`), `/metrics` (Prometheus text: `vllm:spec_decode_*` or `sglang:*`), and, when
+  there is no `/v1/models`, whether SGLang's `/generate` exists. The engine is SGLang when server
+  info answers or the metrics are `sglang:`, vLLM when the metrics are `vllm:` or the models are
+  owned by vllm.
+- `send(server, ...)`: one greedy request. Token ids in: vLLM (or any OpenAI server)
+  `/v1/completions` with `"prompt": [ids]`, `"return_token_ids": true`; SGLang `/generate` with
+  `"input_ids"` and `"sampling_params"`. Messages in: `/v1/chat/completions`.
+- `Reply`: one answer - output ids (where the server returns them), text, completion tokens and the
+  per-request speculative counts: vLLM 0.32+'s `metrics.speculative_decoding`
+  (`--per-request-spec-decode-metrics summary|detailed`) or SGLang's `meta_info` (read by
+  `helpers.serving.records.read_records`).
+"""
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass, field
+from urllib.error import HTTPError, URLError
+from urllib.parse import urlsplit, urlunsplit
+from urllib.request import Request, urlopen
+
+from helpers.core.errors import BadInputError, clip
+from helpers.serving.records import _row, read_records
+
+_SUFFIXES = ("/v1/models", "/v1", "/metrics", "/get_server_info", "/server_info", "/generate", "/health")
+
+
+@dataclass
+class Server:
+    """What a URL is: its base, engine, served models, SGLang's server info and its first /metrics page."""
+
+    url: str  # base URL: scheme://host:port[/prefix]
+    engine: str  # "vllm", "sglang" or "openai" (an OpenAI-compatible server of no known engine)
+    models: list[str] = field(default_factory=list)
+    server_info: dict | None = None  # SGLang /get_server_info
+    metrics: str | None = None  # the /metrics text at discovery (None: no /metrics)
+    generate: bool = False  # SGLang's /generate answers
+    timeout: float = 30.0
+
+    @property
+    def speculative_algorithm(self) -> str | None:
+        return None if self.server_info is None else self.server_info.get("speculative_algorithm")
+
+
+@dataclass
+class Reply:
+    """One answer: what came back and the request's speculative counts (None: the server gave none)."""
+
+    output_ids: list[int] | None
+    text: str
+    completion_tokens: int | None
+    finish_reason: str | None
+    kind: str | None = None  # "vllm" (metrics.speculative_decoding) or "sglang" (meta_info); None: no counts
+    steps: int | None = None  # verify steps (vLLM num_spec_steps, SGLang spec_verify_ct)
+    accepted: int | None = None  # accepted draft tokens, the bonus not counted
+    drafted: int | None = None  # draft tokens proposed
+    histogram: list[int] | None = None  # [j]: verify steps that accepted exactly j draft tokens
+    num_spec_tokens: int | None = None  # vLLM: the chain length the server drafts
+
+
+def base_url(url: str) -> str:
+    """The server's base URL (a trailing /v1, /metrics, ... dropped); one line for what is not http(s)."""
+    text = str(url).strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise BadInputError(text, "is not a server URL: expected http://HOST:PORT (the server's base address)")
+    path = parts.path.rstrip("/")
+    for suffix in _SUFFIXES:
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+            break
+    return urlunsplit((parts.scheme, parts.netloc, path.rstrip("/"), "", ""))
+
+
+def call(url: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int, bytes]:
+    """GET (or POST `body` as JSON) -> (HTTP status, body). An HTTP error status is returned, not
+    raised; a server that cannot be reached, does not answer in time or hangs up is one line."""
+    data = None if body is None else json.dumps(body).encode()
+    req = Request(url, data=data, method="GET" if body is None else "POST",
+                  headers={"Content-Type": "application/json", "Accept": "application/json, text/plain"})
+    late = f"the server did not answer within {timeout:g} s (--timeout SECONDS)"
+    try:
+        with urlopen(req, timeout=timeout) as r:  # noqa: S310 (the URL the user gave)
+            return r.status, r.read()
+    except HTTPError as e:
+        try:
+            return e.code, e.read()
+        except (OSError, ValueError):
+            return e.code, b""
+    except (TimeoutError, socket.timeout):
+        raise BadInputError(url, late) from None
+    except URLError as e:
+        reason = e.reason
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            raise BadInputError(url, late) from None
+        if isinstance(reason, ConnectionRefusedError):
+            raise BadInputError(url, "nothing answers there (connection refused): is the server up, on this host "
+                                "and port?") from None
+        raise BadInputError(url, f"cannot reach the server: {clip(str(reason), 160)}") from None
+    except (ConnectionError, OSError) as e:  # RemoteDisconnected, a reset
+        raise BadInputError(url, f"the server closed the connection without answering ({type(e).__name__})") from None
+    except ValueError as e:
+        raise BadInputError(url, f"not a URL urllib can open: {clip(str(e), 120)}") from None
+
+
+def _json(status: int, body: bytes):
+    if status != 200:
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def discover(url: str, timeout: float) -> Server:
+    """Find out what answers at `url` (see the module docstring); one line when it is not an
+    OpenAI-compatible server (no /v1/models and no /generate)."""
+    base = base_url(url)
+    status, body = call(base + "/v1/models", timeout=timeout)  # a server that is down ends here
+    models = _json(status, body)
+    ids, owners = [], set()
+    if isinstance(models, dict) and isinstance(models.get("data"), list):
+        for m in models["data"]:
+            if isinstance(m, dict) and isinstance(m.get("id"), str):
+                ids.append(m["id"])
+                owners.add(str(m.get("owned_by", "")).lower())
+    has_models = isinstance(models, dict) and isinstance(models.get("data"), list)
+    if status in (401, 403):
+        raise BadInputError(base + "/v1/models", f"HTTP {status}: the server wants credentials (an API key), which "
+                            "probe does not send; probe a server started without --api-key")
+    info = None
+    for path in ("/get_server_info", "/server_info"):
+        got = _json(*call(base + path, timeout=timeout))
+        if isinstance(got, dict):
+            info = got
+            break
+    st, text = call(base + "/metrics", timeout=timeout)
+    metrics = text.decode("utf-8", errors="replace") if st == 200 else None
+    generate = info is not None
+    if not has_models and not generate:
+        gst, _ = call(base + "/generate", timeout=timeout)  # SGLang: POST only (405 to a GET)
+        generate = gst in (200, 400, 405, 422)
+        if not generate:
+            raise BadInputError(base, f"is not an OpenAI-compatible server: GET /v1/models answered HTTP {status} "
+                                f"and there is no SGLang /generate (HTTP {gst}); give the server's base URL, "
+                                "e.g. http://HOST:PORT")
+    metrics_text = metrics or ""
+    if info is not None or "sglang:" in metrics_text or "sglang" in owners:
+        engine = "sglang"
+    elif "vllm:" in metrics_text or "vllm" in owners:
+        engine = "vllm"
+    else:
+        engine = "openai"
+    return Server(base, engine, ids, info, metrics, generate, timeout)
+
+
+def _post(server: Server, path: str, body: dict) -> dict:
+    url = server.url + path
+    status, raw = call(url, body, timeout=server.timeout)
+    if status != 200:
+        msg = raw.decode("utf-8", errors="replace")
+        try:
+            err = json.loads(msg)
+            err = err.get("error", err) if isinstance(err, dict) else err
+            msg = err.get("message", msg) if isinstance(err, dict) else str(err)
+        except ValueError:
+            pass
+        raise BadInputError(url, f"HTTP {status}: {clip(msg, 200) or 'no message'}")
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        head = clip(raw[:200].decode("utf-8", "replace"), 80)
+        raise BadInputError(url, f"answered something that is not JSON: {head!r}") from None
+    if not isinstance(obj, dict):
+        raise BadInputError(url, f"answered a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def send(server: Server, *, ids: list[int] | None = None, messages: list[dict] | None = None,
+         max_new_tokens: int, model: str | None) -> tuple[str, Reply]:
+    """One greedy request (temperature 0): (the endpoint used, its `Reply`)."""
+    if ids is not None and server.engine == "sglang" and server.generate:
+        path = "/generate"
+        obj = _post(server, path, {"input_ids": list(ids), "sampling_params": {
+            "temperature": 0, "max_new_tokens": int(max_new_tokens)}})
+        return path, sglang_reply(obj, server.url + path)
+    if ids is not None:
+        path = "/v1/completions"
+        obj = _post(server, path, {"model": model, "prompt": list(ids), "max_tokens": int(max_new_tokens),
+                                   "temperature": 0, "return_token_ids": True})
+    else:
+        path = "/v1/chat/completions"
+        obj = _post(server, path, {"model": model, "messages": list(messages), "max_tokens": int(max_new_tokens),
+                                   "temperature": 0})
+    return path, openai_reply(obj, server.url + path)
+
+
+def _int(v, what: str, url: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not float(v).is_integer():
+        raise BadInputError(url, f"{what} = {v!r} in the answer is not a count")
+    return int(v)
+
+
+def openai_reply(obj: dict, url: str) -> Reply:
+    """A /v1/completions or /v1/chat/completions answer (vLLM's per-request metrics read when present)."""
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise BadInputError(url, f"answered without choices (keys {sorted(obj)[:6]}): not an OpenAI completion")
+    c = choices[0]
+    text = c.get("text")
+    if text is None and isinstance(c.get("message"), dict):
+        text = c["message"].get("content")
+    ids = c.get("token_ids")
+    ids = [int(t) for t in ids] if isinstance(ids, list) else None
+    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    reply = Reply(ids, text or "", _int(usage.get("completion_tokens"), "usage.completion_tokens", url),
+                  c.get("finish_reason"))
+    metrics = obj.get("metrics")
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if isinstance(spec, dict):
+        hist = spec.get("acceptance_histogram")
+        if not isinstance(hist, list):
+            raise BadInputError(url, f"metrics.speculative_decoding.acceptance_histogram = {hist!r}: not a list")
+        hist = [_int(h, "acceptance_histogram", url) for h in hist]
+        steps = _int(spec.get("num_spec_steps"), "num_spec_steps", url)
+        accepted = _int(spec.get("num_accepted_draft_tokens"), "num_accepted_draft_tokens", url)
+        reply.kind, reply.histogram = "vllm", hist
+        reply.steps = sum(hist) if steps is None else steps
+        reply.accepted = sum(j * h for j, h in enumerate(hist)) if accepted is None else accepted
+        reply.drafted = _int(spec.get("num_draft_tokens"), "num_draft_tokens", url)
+        reply.num_spec_tokens = _int(spec.get("num_spec_tokens"), "num_spec_tokens", url)
+    return reply
+
+
+def sglang_reply(obj: dict, url: str) -> Reply:
+    """An SGLang /generate answer: `meta_info` read by `helpers.serving.records.read_records`."""
+    if not isinstance(obj.get("meta_info"), dict):
+        raise BadInputError(url, f"answered without meta_info (keys {sorted(obj)[:6]}): not an SGLang /generate answer")
+    got = read_records([json.dumps({"meta_info": obj["meta_info"]})])
+    if got["garbled_lines"]:
+        raise BadInputError(url, f"meta_info does not read: {got['garbled_lines'][0][1]}")
+    meta = obj["meta_info"]
+    ids = obj.get("output_ids")
+    reply = Reply([int(t) for t in ids] if isinstance(ids, list) else None, obj.get("text") or "",
+                  _int(meta.get("completion_tokens"), "meta_info.completion_tokens", url),
+                  (meta.get("finish_reason") or {}).get("type") if isinstance(meta.get("finish_reason"), dict)
+                  else meta.get("finish_reason"))
+    row = got["rows"][0] if got["rows"] else None
+    if row is not None and row.get("verify_ct"):
+        reply.kind, reply.steps = "sglang", row["verify_ct"]
+        reply.accepted, reply.drafted, reply.histogram = row["accepted"], row["draft_tokens"], row["histogram"]
+    return reply
+
+
+def request_row(reply: Reply, index: int) -> dict:
+    """A reply's counts as a `helpers.serving.metrics.MetricsTable` row (kind vllm-requests or
+    sglang-requests), so `helpers.acceptance.sources.normalise` pools them as it pools a JSONL."""
+    if reply.kind == "sglang":
+        return _row("request", index, verify_ct=reply.steps, completion_tokens=reply.completion_tokens,
+                    accepted=reply.accepted, draft_tokens=reply.drafted, histogram=reply.histogram)
+    per_pos = None
+    if reply.histogram:  # position j is reached by the steps that accepted more than j
+        per_pos = [sum(reply.histogram[j + 1:]) for j in range(len(reply.histogram) - 1)]
+    return _row("request", index, drafts=reply.steps, accepted=reply.accepted, draft_tokens=reply.drafted,
+                accepted_per_pos=per_pos, histogram=reply.histogram)
