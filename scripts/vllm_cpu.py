@@ -58,7 +58,8 @@ def engine_env(threads: int = 1) -> dict:
     env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                 "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
                 "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
+                "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+                "VLLM_LOG_STATS_INTERVAL": os.environ.get("VLLM_LOG_STATS_INTERVAL", "2")})
     return env
 
 
@@ -143,7 +144,7 @@ class Server:
         cmd[0] = "python"
         rel = [os.path.relpath(c, relative_to) if os.path.isabs(c) and Path(c).exists() else c for c in cmd]
         rel = [c.replace(str(relative_to) + "/", "") for c in rel]
-        env = "VLLM_CPU_KVCACHE_SPACE=1 "
+        env = "VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOG_STATS_INTERVAL=2 "
         return env + " ".join(shlex.quote(c) for c in rel)
 
     def start(self, timeout: float = 600) -> Outcome:
@@ -249,6 +250,22 @@ def wait_for_log(server: Server, needle: str, timeout: float = 20) -> bool:
     t0 = time.time()
     while time.time() - t0 < timeout:
         if needle in server.log():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def logged_draft_tokens(log: str) -> int:
+    """Draft tokens the log's `SpecDecoding metrics` lines count so far (their `Drafted: N tokens`)."""
+    return sum(int(m) for m in re.findall(r"SpecDecoding metrics:.*?Drafted: (\d+) tokens", log))
+
+
+def wait_until_logged(server: Server, draft_tokens: int, timeout: float = 30) -> bool:
+    """Wait until the log's stats lines account for every draft token the run made (vLLM logs an
+    interval's counts every VLLM_LOG_STATS_INTERVAL s), so the log and the counters cover the same run."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if logged_draft_tokens(server.log()) >= draft_tokens:
             return True
         time.sleep(0.5)
     return False

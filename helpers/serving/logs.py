@@ -93,7 +93,9 @@ class LogTable:
             + (f"; {s['cut']:,} cut short (kept what reads)" if s["cut"] else "")
             + (f"; {s['empty_intervals']:,} intervals without drafts" if s["empty_intervals"] else "")
             + (f"; {s['variable_length_lines']:,} variable-length drafter lines" if s["variable_length_lines"] else ""),
-            f"  accept length: mean {f(s['mean_accept_length'], '.3f')}, last {f(s['last_accept_length'], '.2f')}",
+            f"  accept length: mean {f(s['mean_accept_length'], '.3f')}, last {f(s['last_accept_length'], '.2f')}"
+            + (f", pooled {s['pooled_accept_length']:.4f} (1 + accepted / drafts over the lines: the engine's "
+               "counters)" if s["pooled_accept_length"] is not None else ""),
             f"  accept rate:   mean {f(s['mean_accept_rate'], '.3f')}",
             f"  throughput:    mean {f(s['mean_throughput'], '.1f')} tok/s",
             f"  time:          {s['first_time'] or '-'} .. {s['last_time'] or '-'}",
@@ -104,6 +106,15 @@ class LogTable:
                          f"{d.get('draft_tokens', '-')} (from the log's {d['source']} line)")
         lines += [f"  garbled line {g['line']}: {g['reason']}" for g in s["garbled_lines"][:10]]
         return "\n".join(lines)
+
+    def pooled_accept_length(self) -> float | None:
+        """1 + accepted / drafts summed over the lines that count both (vLLM's `SpecDecoding metrics`):
+        the run's accept length, each interval weighted by its drafts, as the engine's own counters
+        give it. `mean_accept_length` is the plain mean of the printed per-interval figures. None when
+        no line counts drafts (SGLang's decode lines print only the interval's accept length)."""
+        rows = [r for r in self.rows if r.get("accepted") is not None and r.get("drafts")]
+        drafts = sum(r["drafts"] for r in rows)
+        return 1 + sum(r["accepted"] for r in rows) / drafts if drafts else None
 
     def summary(self) -> dict:
         """Counts and the mean / last accept length, rate and throughput (JSON-ready)."""
@@ -127,6 +138,7 @@ class LogTable:
             "empty_intervals": sum(1 for r in self.rows if r.get("drafts") == 0),
             "variable_length_lines": sum(1 for r in self.rows if r.get("variable")),
             "mean_accept_length": mean("accept_length"),
+            "pooled_accept_length": self.pooled_accept_length(),
             "last_accept_length": float(lengths[-1]) if lengths else None,
             "mean_accept_rate": mean("accept_rate"),
             "mean_throughput": mean("throughput"),
