@@ -68,7 +68,7 @@ def record(name: str, draft: Path, ids: list[list[int]], out: Path) -> dict:
             except Exception:  # the crash is what this run records
                 time.sleep(2)
                 info["crashed"] = True
-        info["error"] = vllm_cpu.last_error(server.log())
+        info["error"] = et.short(vllm_cpu.last_error(server.log()))
     time.sleep(1)
     (out / "server.log").write_text(scrub(server.log(), draft))
     (out / "run.json").write_text(json.dumps(info, indent=1) + "\n")

@@ -52,3 +52,14 @@ def test_the_unserved_runs_hold_the_errors_the_doctor_predicts(tmp_path):
         pred = diagnose(copies[run], "vllm==0.32.0", et.TARGET / "config.json").predicted_outcome()["vllm"]
         assert pred["result"] == result and pred["says"] in info["error"]
         assert pred["says"] in (RUNS / run / "server.log").read_text()
+
+
+def test_notebook_08s_table_of_the_real_runs():
+    from helpers.ui.checkpoint_debug import engine_runs_table
+
+    t = engine_runs_table(RUNS).set_index("run")
+    assert list(t.index) == ["d2t-absolute", "d2t-missing", "healthy", "prefix-model"]
+    assert t.loc["healthy", "log (pooled)"] == pytest.approx(t.loc["healthy", "/metrics"], abs=1e-9)
+    assert t.loc["healthy", "answers"] == pytest.approx(t.loc["healthy", "/metrics"], abs=1e-9) and t.loc["healthy", "answers"] > 2
+    assert t.loc["d2t-missing", "answers"] == pytest.approx(1.0, abs=0.01)
+    assert not t.loc["prefix-model", "started"] and "IndexError" in t.loc["d2t-absolute", "engine's error"]

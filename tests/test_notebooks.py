@@ -65,6 +65,9 @@ def _check_08(out, executed):
         else:
             assert re.search(rf"(?<![\d,.]){answer}(?![\d]|[.,]\d)", text) is None, answer
     assert "verdict after the fix: offset" in text
+    # the real vLLM runs: each row named, the refusal and the crash with the engine's own words
+    assert all(run in text for run in ("healthy", "d2t-missing", "prefix-model", "d2t-absolute"))
+    assert "vllm 0.32.0" in text and "IndexError" in text and "There is no module or parameter named" in text
 
 
 def _check_04(out, executed):

@@ -14,7 +14,9 @@ and reads only what that question needs:
 - `rebuild_offsets`: the two hand fixes (`d2t_abs - arange(N)`, `nonzero(t2d) - arange(N)`);
 - `speculate_once`: one engine-free speculative decoding run, its accept length;
 - `accept_fingerprints`: the accept length each reading of d2t predicts from offline step accuracies,
-  the fingerprint a running engine's accept length is matched against.
+  the fingerprint a running engine's accept length is matched against;
+- `engine_runs_table`: recorded real engine runs (`scripts/record_engine_runs.py`), one row each: did
+  it start, the accept length its log, its `/metrics` page and its answers give, its own error line.
 """
 from __future__ import annotations
 
@@ -271,3 +273,29 @@ def work_folder(path=None) -> Path:
 def as_json(rows) -> str:
     """Rows as indented JSON (for a printout)."""
     return json.dumps(rows, indent=2)
+
+
+def engine_runs_table(folder) -> "pd.DataFrame":
+    """One row per recorded engine run under `folder` (each a `run.json` with `server.log` and, when it
+    served, `metrics.txt` and `responses.jsonl`): the engine and release, what was changed in the draft,
+    whether it started, the accept length three ways (the log's lines pooled, the `/metrics` counters,
+    the per-request answers) and the engine's own error line."""
+    import pandas as pd
+
+    from helpers.acceptance.sources import normalise
+    from helpers.serving.logs import read_log
+    from helpers.serving.metrics import read_metrics
+
+    rows = []
+    for run in sorted(Path(folder).glob("*/run.json")):
+        info, d = json.loads(run.read_text()), run.parent
+        row = {"run": info["run"], "engine": f"{info['engine']} {info['release']}", "draft changed": info["change"],
+               "started": info["started"], "log (pooled)": None, "/metrics": None, "answers": None,
+               "engine's error": info.get("error")}
+        if (d / "metrics.txt").exists():
+            row["log (pooled)"] = read_log(d / "server.log").summary()["pooled_accept_length"]
+            row["/metrics"] = normalise(read_metrics(str(d / "metrics.txt"))).accept_length
+            spec = [json.loads(x)["metrics"]["speculative_decoding"] for x in (d / "responses.jsonl").read_text().splitlines()]
+            row["answers"] = 1 + sum(s["num_accepted_draft_tokens"] for s in spec) / sum(s["num_spec_steps"] for s in spec)
+        rows.append(row)
+    return pd.DataFrame(rows)
