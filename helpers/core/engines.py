@@ -387,6 +387,7 @@ RULE_WORDS = {
     "mla.norm_output": "MLA draft `norm_output`", "mla.norm_before_fc": "MLA draft `norm_before_fc`",
     "mla.prefix.model": "MLA draft `model.*` keys", "mla.unknown": "MLA draft: names it has no parameter for",
     "mla.requires_q_lora": "MLA draft needs `q_lora_rank`", "mla.layers.count": "MLA draft `num_hidden_layers` != 1",
+    "mla.mtp-rewrite": "`deepseek_v3` draft turned into the MTP model",
 }
 
 

@@ -264,12 +264,21 @@ def check_draft_class(c: CheckContext) -> None:
         c.add("mla-draft", "info", f"{at.label}: MLA draft ({mt}), served by {file}{tail}", "nothing to do")
         if at.value("mla.detect") == "misses" and fam["model_type"] == "kimi_k2":
             sp = at.span("mla.detect")
-            c.add("mla-draft", "error",
+            c.add("mla-draft", "warning",
                   f"{at.label} ({at.engine.files.get('mla.detect', '')}): an EAGLE draft's MLA is detected from a "
-                  f"short list of model types that lacks kimi_k2 ({sp.pr}, up to {at.engine.newest}): the draft is set up as non-MLA "
-                  "(wrong attention backend and KV-cache layout) without a word",
-                  "serve with a release that includes #45764, or set the draft's model_type to deepseek_v3 "
-                  "(the same MLA layer)")
+                  f"short list of model types that lacks kimi_k2 ({sp.pr}, up to {at.engine.newest}): the draft's "
+                  "model config says it is not MLA (head size 64, not the latent's 576), though its layer is built "
+                  "as MLA; vLLM's CPU build 0.32.0 served such a draft exactly as the same draft typed deepseek_v2 "
+                  "(checked); paths that read the draft's MLA flag (context parallelism, DSpark/DFlash) were not run",
+                  "set the draft's model_type to deepseek_v2 (the same MLA layer, detected as MLA); not deepseek_v3, "
+                  "which vLLM turns into its MTP model", effect="mla.kimi-undetected", engine=at.key)
+        if at.value("mla.mtp-rewrite") == "refuses" and fam["model_type"] == "deepseek_v3":
+            c.add("mla-draft", "error",
+                  f"{at.label} (config/speculative.py hf_config_override): every draft config of model_type "
+                  "deepseek_v3 is rewritten into DeepSeek's MTP model, so start-up fails with \"Model architectures "
+                  "['Eagle3DeepSeekMTPModel'] are not supported\"",
+                  "set the draft's model_type to deepseek_v2 (the same MLA layer)", effect="mla.mtp-rewrite",
+                  engine=at.key)
         if at.value("mla.requires_q_lora") and not layer.get("q_lora_rank"):
             c.add("mla-draft", "error", f"{at.label} ({file}): its MLA draft layer needs q_lora_rank in the config and "
                   "raises at start-up without it", "serve with an engine whose MLA draft takes q_proj (vLLM), or "
