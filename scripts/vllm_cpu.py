@@ -75,14 +75,17 @@ _WRAPPERS = ("EngineDeadError", "Worker failed with error", "EngineCore encounte
 def root_error(log: str) -> tuple[str | None, str | None]:
     """(the root-cause exception line, `vllm/file.py:line in function` where it was raised)."""
     frame = None
-    for raw in log.splitlines():
-        line = _PREFIX.sub("", raw)
+    lines = [_PREFIX.sub("", raw) for raw in log.splitlines()]
+    for i, line in enumerate(lines):
         f = _FRAME.match(line)
         if f:
             frame = f"{f.group(1)}:{f.group(2)} in {f.group(3)}"
             continue
         m = _EXC.match(line.strip())
         if m and not any(w in line for w in _WRAPPERS):
+            if "validation error" in line and i + 1 < len(lines):  # pydantic puts the reason on the next line
+                why = re.split(r"\. Supported architectures| \[type=", lines[i + 1].strip())[0]
+                return f"{line.strip()}: {why}", frame
             return line.strip(), frame
     errs = [_PREFIX.sub("", ln).strip() for ln in log.splitlines() if " ERROR " in ln]
     return (errs[-1] if errs else None), None

@@ -41,7 +41,8 @@ def both(request, vllm_cpu, cli, tmp_path_factory):
         responses = vllm_cpu.complete(server, ids, TOKENS)
         metrics = vllm_cpu.get_text(server.url + "/metrics")
     r = cli("speculate", str(draft), "--target", str(target), "--engine", "vllm", "--draft-tokens", str(K),
-            "--max-new-tokens", str(TOKENS), "--max-prompts", str(N), "--readings", "offset", "--dtype", dtype, "--json")
+            "--max-new-tokens", str(TOKENS), "--max-prompts", str(N), "--readings", "offset", "--dtype", dtype,
+            "--embed-from", str(target), "--json")  # the Kimi-shaped draft has no embed_tokens: vLLM shares the target's
     assert r.returncode == 0, r.stderr
     kit = json.loads(r.stdout)["readings"]["offset"]
     return {"pair": pair, "dtype": dtype, "ids": ids, "responses": responses, "metrics": metrics, "kit": kit}

