@@ -34,6 +34,7 @@ N, TOKENS, K = 16, 32, 3
 def harness():
     spec = importlib.util.spec_from_file_location("vllm_cpu", ROOT / "scripts" / "vllm_cpu.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["vllm_cpu"] = mod  # its dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -52,10 +53,9 @@ def engine_free(ids: list[list[int]]) -> tuple[float, float, int]:
     run = SpecRun.empty(settings)
     speculate_prompt(target, draft, ids[0], settings, SpecRun.empty(settings), index=0)  # warm-up, not counted
     t0 = time.perf_counter()
-    for i, p in enumerate(ids):
-        speculate_prompt(target, draft, p, settings, run, index=i)
+    outputs = [speculate_prompt(target, draft, p, settings, run, index=i) for i, p in enumerate(ids)]
     dt = time.perf_counter() - t0
-    tokens = run.generated_tokens
+    tokens = sum(len(o.output_ids) for o in outputs)
     return tokens / dt, run.mean, tokens
 
 
