@@ -90,16 +90,6 @@ def target_config():
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0, **MLA)
 
 
-def train_target(units: torch.Tensor, steps: int, batch: int = 16, lr: float = 3e-3):
-    """transformers' DeepseekV3ForCausalLM trained on the repeat units by make_samples' loop."""
-    from transformers import DeepseekV3ForCausalLM
-
-    torch.manual_seed(SEED)
-    model = DeepseekV3ForCausalLM(target_config())
-    return ms.fit_target(model, lambda x: model(input_ids=x).logits, units, steps, batch, lr, "kimi engine target",
-                         seed=SEED)
-
-
 def save_target(folder: Path, model) -> Path:
     """The target in bf16 with data_samples/tiny_target's tokenizer and chat template."""
     if folder.exists():
@@ -167,7 +157,7 @@ def main() -> None:
     chunks = [e[s : s + P] for e in encoded for s in range(0, len(e) - P + 1, P)]
     units = torch.tensor([c + sep + c + sep for c in chunks], dtype=torch.int64)
     print(f"kimi engine target trains on {len(chunks):,} repeat units of {units.shape[1]} tokens")
-    target = train_target(units, args.target_steps)
+    target = mk.train_target(units, args.target_steps, config=target_config(), label="kimi engine target")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         target_dir = save_target(tmp / "target", target)

@@ -66,14 +66,15 @@ def target_config():
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0, **MLA)
 
 
-def train_target(units: torch.Tensor, steps: int, batch: int = 16, lr: float = 3e-3):
-    """transformers' DeepseekV3ForCausalLM trained on the repeat units by make_samples' loop."""
+def train_target(units: torch.Tensor, steps: int, batch: int = 16, lr: float = 3e-3, config=None,
+                 label: str = "kimi target"):
+    """transformers' DeepseekV3ForCausalLM (`config`, default this pair's) trained on the repeat units by
+    make_samples' loop (scripts/make_kimi_engine_pair.py trains its own config with it)."""
     from transformers import DeepseekV3ForCausalLM
 
     torch.manual_seed(SEED)
-    model = DeepseekV3ForCausalLM(target_config())
-    return ms.fit_target(model, lambda x: model(input_ids=x).logits, units, steps, batch, lr, "kimi target",
-                         seed=SEED)
+    model = DeepseekV3ForCausalLM(config or target_config())
+    return ms.fit_target(model, lambda x: model(input_ids=x).logits, units, steps, batch, lr, label, seed=SEED)
 
 
 def save_target(out: Path, model) -> Path:

@@ -64,6 +64,11 @@ def embed_from(p) -> None:
                    help="where embed_tokens.weight lives when the draft has none (the target's folder or file)")
 
 
+def chat_template(p, none: str = "plain text") -> None:
+    p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
+                   help=f"auto: the tokenizer's chat template when it has one (default); none: {none}")
+
+
 def device_dtype(p) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: the best present)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on a GPU, fp32 on CPU)")

@@ -53,8 +53,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=256, help="with --regenerate: tokens to generate (default 256)")
     p.add_argument("--regenerate", action="store_true",
                    help="let the target answer each prompt greedily instead of teacher-forcing the dataset's answer")
-    p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
-                   help="auto: the tokenizer's chat template when it has one (default); none: texts joined as they are")
+    _options.chat_template(p, "texts joined as they are")
     _options.device_dtype(p)
     p.add_argument("--batch-size", type=int, default=8, help="records per forward pass (default 8)")
     p.add_argument("--max-prompts", "--max-samples", dest="max_samples", type=int, default=None,

@@ -73,8 +73,7 @@ def add_arguments(p) -> None:
     p.add_argument("--log", metavar="FILE", default=None, help="the server's start-up log (its drafting settings)")
     p.add_argument("--engine", type=_options.aux_engine_value, default=None, metavar="ENGINE[==VERSION]",
                    help="whose aux-layer convention the engine-free loop uses: sglang or vllm (default: the server's)")
-    p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
-                   help="auto: the target tokenizer's chat template when it has one (default); none: plain text")
+    _options.chat_template(p)
     _options.device_dtype(p)
     _options.embed_from(p)
     _options.json_flag(p)

@@ -44,8 +44,7 @@ def add_arguments(p) -> None:
                    help="the engine serving the draft: whose aux-layer convention is the correct one (default sglang)")
     p.add_argument("--window", type=int, default=None,
                    help="the wrong window to emulate for a full-attention draft (default 8 tokens)")
-    p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
-                   help="auto: the tokenizer's chat template when it has one (default); none: plain text")
+    _options.chat_template(p)
     _options.device_dtype(p)
     _options.embed_from(p)
     _options.json_flag(p)

@@ -68,8 +68,7 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     _options.aux_engine(p, "whose aux-layer convention feeds the draft: sglang or vllm, optionally ==VERSION "
                         "(default sglang)")
-    p.add_argument("--chat-template", choices=("auto", "none"), default="auto",
-                   help="auto: the tokenizer's chat template when it has one (default); none: plain text")
+    _options.chat_template(p)
     _options.device_dtype(p)
     _options.embed_from(p)
     _options.dist_timeout(p)
