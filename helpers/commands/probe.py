@@ -122,7 +122,7 @@ def run(args) -> int:
 
     server = discover(args.url, remote_access.timeout())
     model = args.model or (server.models[0] if server.models else None)
-    if model is None and not (ids is not None and server.engine == "sglang"):
+    if model is None and server.needs_model(ids is not None):
         raise BadInputError(server.url, "lists no model under /v1/models: pass --model NAME")
     sent = [(r.index, None if ids is None else ids[k], r.prompt_messages()) for k, r in enumerate(records)]
     measured = measure(server, sent, max_new_tokens=args.max_new_tokens, model=model,
@@ -178,7 +178,7 @@ def _compare(args, checked, ids, result) -> None:
 
     _, draft = load_pair(target, checked.opened or args.checkpoint, device=args.device, dtype=dtype,
                          embed_from=args.embed_from)
-    engine = args.engine or ("sglang" if m.server.engine == "sglang" else "vllm")
+    engine = args.engine or m.server.convention
     settings = SpecSettings(reading="offset" if draft.d2t is not None else "none", drafting=result.drafting,
                             max_new_tokens=args.max_new_tokens, engine=engine, chat_template=args.chat_template)
     try:
@@ -188,7 +188,7 @@ def _compare(args, checked, ids, result) -> None:
     progress = _options.show_progress(args)
     with torch.inference_mode():
         run = speculate(target, draft, ids, settings, progress=progress)
-        result.engine_free = compare_engine_free(run, m.requests, "sglang" if m.server.engine == "sglang" else "vllm",
+        result.engine_free = compare_engine_free(run, m.requests, m.server.convention,
                                                  m.accept_length, m.stderr)
         result.reproduce = reproduce(target, draft, ids, settings, accept_length=max(1.0, m.accept_length),
                                      stderr=m.stderr, known={"correct": run}, progress=progress)

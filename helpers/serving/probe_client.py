@@ -46,6 +46,15 @@ class Server:
     timeout: float = 30.0
 
     @property
+    def convention(self) -> str:
+        """Whose aux-layer convention the engine-free comparison uses: SGLang's for SGLang, else vLLM's."""
+        return "sglang" if self.engine == "sglang" else "vllm"
+
+    def needs_model(self, token_ids: bool) -> bool:
+        """Whether a request names the served model: not for token ids sent to SGLang's /generate."""
+        return not (token_ids and self.engine == "sglang")
+
+    @property
     def speculative_algorithm(self) -> str | None:
         return None if self.server_info is None else self.server_info.get("speculative_algorithm")
 
