@@ -303,8 +303,10 @@ def test_ctrl_c_on_capture_says_how_to_resume(tmp_path):
     import sys
 
     out = tmp_path / "o"
+    # enough work after the first sample lands (32 prompts x 64 tokens) that the signal always arrives
+    # mid-capture: with 12 x 16 a fast or idle machine finished before it
     args = [sys.executable, "-m", "helpers", "capture", str(TARGET), "--prompts", str(PROMPTS), "--regenerate",
-            "--max-new-tokens", "16", "--batch-size", "1", "--max-prompts", "12", "--device", "cpu", "--json",
+            "--max-new-tokens", "64", "--batch-size", "1", "--max-prompts", "32", "--device", "cpu", "--json",
             "-o", str(out)]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)

