@@ -63,8 +63,12 @@ samples: $(STAMP)
 	$(BIN)/python scripts/make_kimi_mapping.py
 	$(BIN)/python scripts/make_samples.py
 	$(BIN)/python scripts/make_kimi_samples.py
+	$(BIN)/python scripts/make_engine_pair.py
+	$(BIN)/python scripts/make_kimi_engine_pair.py
 	$(BIN)/python scripts/make_logs.py
 	$(BIN)/python scripts/make_metrics_samples.py
+	@echo "the real engine runs (data_samples/engine_runs, engine_truth) need make engine-env, then:"
+	@echo "  $(BIN)/python scripts/record_engine_runs.py && $(BIN)/python scripts/engine_truth.py run"
 
 clean:
 	rm -rf $(VENV) reports .pytest_cache
