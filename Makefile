@@ -71,4 +71,4 @@ samples: $(STAMP)
 	@echo "  $(BIN)/python scripts/record_engine_runs.py && $(BIN)/python scripts/engine_truth.py run"
 
 clean:
-	rm -rf $(VENV) reports .pytest_cache
+	rm -rf $(VENV) $(ENGINE_VENV) reports .pytest_cache
