@@ -118,7 +118,7 @@ class EngineAt:
         sp = self._pick(spans)
         serve: Serve = sp.value
         return {"result": serve.result, "accept": serve.accept, "says": serve.says, "release": self.version,
-                "checked": self.version in self.engine.run}
+                "checked": self.version in self.engine.run, "run_in": list(self.engine.run)}
 
     def _pick(self, spans) -> Span:
         if self.version is None:

@@ -107,9 +107,12 @@ class Findings(list):
         return "\n".join(lines)
 
 
-_ACCEPT_WORDS = {"as-trained": "at the accept length it was trained for", "at-most": "at or below the accept "
-                 "length it was trained for (how far below, the files cannot tell)", "about-1": "at accept length about 1 (almost no draft token accepted)",
-                 "unknown": "at an accept length the files cannot tell (see the findings)"}
+_ACCEPT_WORDS = {
+    "as-trained": "at the accept length it was trained for",
+    "at-most": "at or below the accept length it was trained for (how far below, the files cannot tell)",
+    "about-1": "at accept length about 1 (almost no draft token accepted)",
+    "unknown": "at an accept length the files cannot tell (see the findings)",
+}
 
 
 def outcome_words(o: dict) -> str:
@@ -122,7 +125,9 @@ def outcome_words(o: dict) -> str:
             text += f" (its error names {o['says']})"
     if o.get("unknown_for"):
         text += f"; the outcome of {', '.join(o['unknown_for'])} is not in the engine table"
-    return text + (" [checked by running this release]" if o.get("checked") else " [not run: read from its code]")
+    if o.get("checked"):
+        return text + " [checked by running this release]"
+    return text + f" [as run in {', '.join(o.get('run_in') or ['no release'])}; {o.get('release')} was not run]"
 
 
 def has_error(findings) -> bool:
