@@ -59,7 +59,6 @@ import make_samples as ms  # noqa: E402  (text, training loops, stacking, scorin
 
 from helpers.io.checkpoint import open_checkpoint  # noqa: E402
 from helpers.io.mapping import build_from_frequencies  # noqa: E402
-from helpers.model.config import DraftConfig  # noqa: E402
 from helpers.model.draft import Eagle3Draft  # noqa: E402
 
 SEED = mk.SEED
@@ -113,18 +112,6 @@ def draft_config() -> dict:
     return cfg
 
 
-def train_draft(embed: torch.Tensor, head: torch.Tensor, train: dict, kept: torch.Tensor, epochs: int,
-                steps: int = 3) -> Eagle3Draft:
-    """The MLA draft, trained as make_kimi_samples trains its own (frozen borrowed embedding, soft targets)."""
-    torch.manual_seed(SEED + 1)
-    draft = Eagle3Draft(DraftConfig.from_dict(draft_config()))
-    with torch.no_grad():
-        draft.embed_tokens.weight.copy_(embed)
-        draft.lm_head.weight.copy_(head[kept])
-    draft.embed_tokens.weight.requires_grad_(False)
-    return ms.fit_draft(draft, train, head, kept, epochs, steps, seed=SEED + 2, desc="kimi engine draft")
-
-
 def save_draft(folder: Path, draft: Eagle3Draft, mapping, with_embed: bool) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
@@ -173,7 +160,7 @@ def main() -> None:
         ck = open_checkpoint(target_dir)
         head = ck.tensors.get("lm_head.weight", "cpu", torch.float32)
         embed = ck.tensors.get("model.embed_tokens.weight", "cpu", torch.float32)
-        draft = train_draft(embed, head, train, kept, args.draft_epochs)
+        draft = mk.train_draft(embed, head, train, kept, args.draft_epochs, config=draft_config(), desc="kimi engine draft")
         scored = save_draft(tmp / "draft_with_embed", draft, mapping, with_embed=True)  # ms.quick_accuracy loads it
         for split in ("train", "val"):
             acc = ms.quick_accuracy(scored, samples / split, target_dir)

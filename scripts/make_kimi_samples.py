@@ -117,15 +117,16 @@ def draft_config_dict() -> dict:
 
 
 def train_draft(embed: torch.Tensor, head: torch.Tensor, train: dict, kept: torch.Tensor, epochs: int,
-                steps: int = 3) -> Eagle3Draft:
-    """The MLA draft, trained as make_samples trains the Llama one (soft targets from `head`)."""
+                steps: int = 3, config: dict | None = None, desc: str = "kimi draft") -> Eagle3Draft:
+    """The MLA draft (`config`, default this pair's), trained as make_samples trains the Llama one
+    (frozen borrowed embedding, soft targets from `head`); make_kimi_engine_pair.py passes its own config."""
     torch.manual_seed(SEED + 1)
-    draft = Eagle3Draft(DraftConfig.from_dict(draft_config_dict()))
+    draft = Eagle3Draft(DraftConfig.from_dict(config or draft_config_dict()))
     with torch.no_grad():
         draft.embed_tokens.weight.copy_(embed)
         draft.lm_head.weight.copy_(head[kept])
     draft.embed_tokens.weight.requires_grad_(False)
-    return ms.fit_draft(draft, train, head, kept, epochs, steps, seed=SEED + 2, desc="kimi draft")
+    return ms.fit_draft(draft, train, head, kept, epochs, steps, seed=SEED + 2, desc=desc)
 
 
 def save_draft(out: Path, draft: Eagle3Draft, mapping) -> Path:
