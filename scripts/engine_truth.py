@@ -5,10 +5,11 @@ broken copy the kit can make of it.
     python scripts/engine_truth.py run [--out F.json]  # run every copy in real vLLM, write the table
     python scripts/engine_truth.py docs                # the table of docs/engine-truth.md (no engine)
 
-Each case is the healthy draft of data_samples/engine_llama/ with one file-level change (the
-mapping, the keys, the config's aux ids, a missing tensor, EAGLE-3.1 keys or flags, ...). `run`
-starts vLLM's CPU build (`make engine-env`) on each copy with the bundled target, greedy, a chain
-of 3 (`num_speculative_tokens` 3), bf16, and records what the engine did:
+Each case is the healthy draft of a bundled engine pair (data_samples/engine_llama/, or
+data_samples/engine_kimi/ for the `kimi-` cases) with one file-level change (the mapping, the keys,
+the config's aux ids or model type, a missing tensor, EAGLE-3.1 keys or flags, ...). `run` starts
+vLLM's CPU build (`make engine-env`) on each copy with its pair's target, greedy, a chain of 3
+(`num_speculative_tokens` 3), bf16, and records what the engine did:
 
 - `refuses`: the server did not start; `error` is the engine's own last error line;
 - `crashes`: it started and failed while serving the prompts; `error` as above;
@@ -38,7 +39,7 @@ import vllm_cpu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "data_samples" / "engine_llama"
-DRAFT, TARGET = PAIR / "draft", PAIR / "target"
+TARGET = PAIR / "target"
 # the Kimi-shaped engine pair (scripts/make_kimi_engine_pair.py): MLA target and draft, model_type deepseek_v2
 PAIRS = {"llama": PAIR, "kimi": ROOT / "data_samples" / "engine_kimi"}
 TABLE = ROOT / "data_samples" / "engine_truth" / f"vllm-{vllm_cpu.RELEASE}.json"

@@ -178,9 +178,6 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
@@ -247,15 +244,6 @@ def served_accept_length(responses: list[dict]) -> tuple[float, int, int]:
     acc = sum(s["num_accepted_draft_tokens"] for s in spec)
     return 1 + acc / steps, steps, acc
 
-
-def wait_for_log(server: Server, needle: str, timeout: float = 20) -> bool:
-    """Wait until the server's log holds `needle` (vLLM logs its stats every VLLM_LOG_STATS_INTERVAL s)."""
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if needle in server.log():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def logged_draft_tokens(log: str) -> int:

@@ -293,7 +293,7 @@ def key_fate(at: EngineAt, key: str, mla: bool = False) -> str:
 
 def worst_outcome(outcomes) -> dict | None:
     """The outcome that decides a checkpoint's fate: refuses, then crashes, then serves with the
-    lowest accept class (about-1, lower, unknown, as-trained). None when none is known."""
+    lowest accept class (about-1, at-most, unknown, as-trained). None when none is known."""
     known = [o for o in outcomes if o]
     if not known:
         return None

@@ -116,7 +116,8 @@ _ACCEPT_WORDS = {
 
 
 def outcome_words(o: dict) -> str:
-    """One predicted outcome in words: 'refuses to start (its error names IndexError) [run in vLLM 0.32.0]'."""
+    """One predicted outcome in words, e.g. 'starts, then crashes on the first request (its error names
+    IndexError) [checked by running this release]'."""
     if o["result"] == "serves":
         text = "starts and serves " + _ACCEPT_WORDS.get(o["accept"], "")
     else:
