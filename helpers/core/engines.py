@@ -91,7 +91,7 @@ class EngineAt:
     @property
     def label(self) -> str:
         """'SGLang 0.5.23' / 'TensorRT-LLM @ 00679c66': the release the findings are about."""
-        return f"{self.name} {self.version}" if self.version else f"{self.name} @ {self.engine.snapshot}"
+        return f"{self.name} {self.engine.tag}{self.version}" if self.version else f"{self.name} @ {self.engine.snapshot}"
 
     @property
     def assumed(self) -> bool:
@@ -111,14 +111,20 @@ class EngineAt:
 
     def outcome(self, effect: str) -> dict | None:
         """What serving a checkpoint with this effect does at this release, in the engine-truth terms
-        (`result`, `accept`, `says`), with whether that release was run (`checked`); None: not known."""
+        (`result`, `accept`, `says`), with whether that release was run (`checked`) and what the outcome
+        rests on (`source`: the run, or for an engine never run here the code read); None: not known."""
         spans = self.engine.outcomes.get(effect)
         if not spans:
             return None
         sp = self._pick(spans)
-        serve: Serve = sp.value
-        return {"result": serve.result, "accept": serve.accept, "says": serve.says, "release": self.version,
-                "checked": self.version in self.engine.run, "run_in": list(self.engine.run)}
+        serve: Serve | None = sp.value
+        if serve is None:  # a range of releases whose outcome was not read
+            return None
+        release = f"{self.engine.tag}{self.version}" if self.version else None  # as the engine names it: b10470
+        # checked: this release was run, and this row is one of the runs (not a row read in the code)
+        checked = self.version in self.engine.run and (sp.pr or "").startswith("run in")
+        return {"result": serve.result, "accept": serve.accept, "says": serve.says, "release": release,
+                "checked": checked, "run_in": list(self.engine.run), "source": sp.pr}
 
     def _pick(self, spans) -> Span:
         if self.version is None:
@@ -136,12 +142,12 @@ class EngineAt:
         if sp is None or len(spans) < 2:
             return ""
         i = spans.index(sp)
-        parts = []
+        parts, t = [], self.engine.tag
         if i > 0:
-            parts.append(f"since {self.name} {sp.since}" + (f" ({sp.pr})" if sp.pr else ""))
+            parts.append(f"since {self.name} {t}{sp.since}" + (f" ({sp.pr})" if sp.pr else ""))
         if i + 1 < len(spans):
             nxt = spans[i + 1]
-            parts.append(f"up to {sp.until or 'before ' + nxt.since}; from {nxt.since}"
+            parts.append(f"up to {t + sp.until if sp.until else 'before ' + t + nxt.since}; from {t}{nxt.since}"
                          + (f" ({nxt.pr})" if nxt.pr else "") + f" it {_WORDS.get(nxt.value, nxt.value)}")
         return "; ".join(parts)
 
@@ -158,7 +164,7 @@ class EngineAt:
 _WORDS = {"reads": "models it", "absent": "has no module for it", "loads": "loads them", "skips": "skips them silently",
           "fails": "fails at start-up", "warns": "warns and skips them", "misses": "misses it",
           "loads-unused": "loads but never applies it"}
-_SPEC = re.compile(r"^\s*([A-Za-z_-]+)\s*((?:==|>=|<=|~=|!=|>|<).*)?$")
+_SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z_.-]*)\s*((?:==|>=|<=|~=|!=|>|<).*)?$")
 
 
 def engines_at(spec: str) -> tuple[EngineAt, ...]:
@@ -200,11 +206,12 @@ def _at(e: Engine, asked: str | None) -> EngineAt:
     if not e.releases:
         note = f"{e.name}'s rules were read at commit {e.snapshot}, not per release"
         return EngineAt(e, None, asked, note + (f": {asked} is not checked against them" if asked else ""))
+    t = e.tag  # shown before a release: b10470
     newest, oldest = e.releases[-1], e.releases[0]
     if asked is None:
-        return EngineAt(e, newest, None, f"no {e.name} version given: the rules of {newest}, the newest release read")
-    try:
-        spec = SpecifierSet(asked)
+        return EngineAt(e, newest, None, f"no {e.name} version given: the rules of {t}{newest}, the newest release read")
+    try:  # a tagged version (==b10158) is its number
+        spec = SpecifierSet(re.sub(rf"(==|>=|<=|~=|!=|>|<)\s*{re.escape(t)}(?=\d)", r"\1", asked) if t else asked)
     except InvalidSpecifier:
         raise ValueError(f"{e.key}{asked}: not a version specifier (use {e.key}==X.Y.Z or {e.key}>=X.Y)") from None
     ops = {sp.operator for sp in spec}
@@ -215,19 +222,19 @@ def _at(e: Engine, asked: str | None) -> EngineAt:
         except InvalidVersion:
             raise ValueError(f"{e.key}{asked}: {text!r} is not a version") from None
         if v > _v(newest):
-            return EngineAt(e, newest, asked, f"{e.name} {text} is newer than every release read: the rules of {newest}, "
-                            "the newest read, are assumed")
+            return EngineAt(e, newest, asked, f"{e.name} {t}{text} is newer than every release read: the rules of "
+                            f"{t}{newest}, the newest read, are assumed")
         if v < _v(oldest):
-            return EngineAt(e, oldest, asked, f"{e.name} {text} is older than every release read: the rules of "
-                            f"{oldest} are assumed")
+            return EngineAt(e, oldest, asked, f"{e.name} {t}{text} is older than every release read: the rules of "
+                            f"{t}{oldest} are assumed")
         return EngineAt(e, text, asked, None if text in e.releases else
-                        f"{e.name} {text} was not read itself: the rules of the releases around it apply")
+                        f"{e.name} {t}{text} was not read itself: the rules of the releases around it apply")
     inside = [r for r in e.releases if spec.contains(r, prereleases=True)]
     if not inside:
-        return EngineAt(e, newest, asked, f"no {e.name} release read matches {asked}: the rules of {newest}, the "
+        return EngineAt(e, newest, asked, f"no {e.name} release read matches {asked}: the rules of {t}{newest}, the "
                         "newest read, are assumed")
     pick = inside[0] if ops & {">=", ">", "~="} else inside[-1]
-    return EngineAt(e, pick, asked, f"{e.name}{asked}: the rules of {pick} apply")
+    return EngineAt(e, pick, asked, f"{e.name}{asked}: the rules of {t}{pick} apply")
 
 
 # -- stored names ----------------------------------------------------------------------------------
@@ -282,12 +289,16 @@ def key_fate(at: EngineAt, key: str, mla: bool = False) -> str:
     if "lm_head" in key:
         return "loads" if key == "lm_head.weight" else unknown
     info = parse_key(key)
-    if info.prefixed and rule("prefix.model") not in (None, "loads"):
-        return rule("prefix.model")
+    # a layout can have its own prefix rule (llama.cpp maps model.layers.0.* but not model.midlayer.*)
+    prefix = f"prefix.model.{info.layout}" if info.layout and at.has(f"prefix.model.{info.layout}") else "prefix.model"
+    if info.prefixed and rule(prefix) not in (None, "loads"):
+        return rule(prefix)
     if info.layout and rule(f"layout.{info.layout}") not in (None, "loads"):
         return rule(f"layout.{info.layout}")
     if info.name == "fc.bias" and not info.layout:
         return "loads" if rule("fc.bias") == "reads" else unknown
+    if info.name.startswith("mask_hidden") and at.has("mask_hidden"):  # P-EAGLE's: loaded or skipped by its rule
+        return "warns" if rule("mask_hidden") == "warns" else "loads"
     return "loads" if is_known_param(info, mla) else unknown
 
 
@@ -314,12 +325,14 @@ def aux_layer_ids(cfg: dict | None, engines=None) -> dict[str, list[int] | None]
     """The aux layer ids each engine reads from a draft config (None: none read, engine default).
 
     Where each engine looks is its `aux.from` rule: SGLang `eagle_config.eagle_aux_hidden_state_layer_ids`
-    ("nested"); vLLM the top-level one (speculators configs), and from 0.22.0 the nested one too.
+    ("nested"); vLLM the top-level one (speculators configs), and from 0.22.0 the nested one too;
+    "top-alone": the top-level one only in a config without `eagle_config` (TokenSpeed).
     `engines`: `EngineAt`s (default: every engine at its newest release).
     """
     cfg = cfg or {}
     eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
     found = {"nested": eagle.get("eagle_aux_hidden_state_layer_ids"), "top": cfg.get("eagle_aux_hidden_state_layer_ids")}
+    found["top-alone"] = found["top"] if cfg.get("eagle_config") is None else None
     found = {k: [int(i) for i in v] if isinstance(v, list) and v else None for k, v in found.items()}
     out = {}
     for at in engines or [engine_at(k) for k in ENGINE_KEYS]:
@@ -371,10 +384,12 @@ def draft_family(cfg: dict | None) -> dict:
 # -- the table in words (docs/doctor-findings.md quotes it) -------------------------------------------
 RULE_WORDS = {
     "layout.write": "layout `fix` writes", "layout.midlayer": "`midlayer.*` keys", "layout.layers.0": "`layers.0.*` keys",
-    "prefix.model": "`model.*` keys", "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
+    "prefix.model": "`model.*` keys", "prefix.model.midlayer": "`model.midlayer.*` keys",
+    "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
     "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
     "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
     "aux.count": "aux hidden states fc takes",
+    "aux.unread": "aux ids named where it does not look",
     "layers.count": "config `num_hidden_layers` != 1",
     "fc_norm": "EAGLE-3.1 `fc_norm`", "norm_output": "EAGLE-3.1 `norm_output`",
     "fc_norm.speculators": "`fc_norm`, speculators config", "norm_output.speculators": "`norm_output`, speculators config",
@@ -388,6 +403,17 @@ RULE_WORDS = {
     "mla.prefix.model": "MLA draft `model.*` keys", "mla.unknown": "MLA draft: names it has no parameter for",
     "mla.requires_q_lora": "MLA draft needs `q_lora_rank`", "mla.layers.count": "MLA draft `num_hidden_layers` != 1",
     "mla.mtp-rewrite": "`deepseek_v3` draft turned into the MTP model",
+    "peagle": "P-EAGLE draft (speculators `peagle`)", "mask_hidden": "P-EAGLE's `mask_hidden` weight",
+    "parallel_drafting": "`parallel_drafting: true` in the speculative config",
+    "use_heterogeneous_vocab": "`use_heterogeneous_vocab` option", "custom_class": "`custom_class` method",
+    "method.checkpoint": "method against a draft class that declares its own",
+    "method.rename": "EAGLE-3 draft served with method `eagle`",
+    "share.packed": "target's packed-quantized embedding / head shared with the draft",
+    "dflash.aux.from": "DFlash / DSpark draft: aux ids read from", "dflash.aux.shift": "DFlash / DSpark: added to its 0-based ids",
+    "dflash.method.detect": "DFlash / DSpark method detected from", "dflash.vocab.map": "DFlash draft: d2t map built when the vocab",
+    "dflash.dspark.vocab.map": "DSpark draft: d2t map built when the vocab is",
+    "dflash.dspark.reduced": "pruned DSpark draft without `lm_head` / d2t", "dflash.xpress.vocab": "XPress draft vocab",
+    "dflash.head.borrow": "DFlash draft: target's `lm_head` used",
 }
 
 
@@ -402,10 +428,10 @@ def _cell(e: Engine, rule: str) -> str:
     if len(spans) == 1:
         sp = spans[0]
         return val(sp.value) + (f" ({sp.pr})" if sp.pr else "")
-    parts = []
+    parts, t = [], e.tag
     for sp in spans:
-        rng = (f"to {sp.until}" if sp.since is None else f"{sp.since}+" if sp.until is None
-               else sp.since if sp.since == sp.until else f"{sp.since}-{sp.until}")
+        rng = (f"to {t}{sp.until}" if sp.since is None else f"{t}{sp.since}+" if sp.until is None
+               else f"{t}{sp.since}" if sp.since == sp.until else f"{t}{sp.since}-{t}{sp.until}")
         parts.append(f"{val(sp.value)} {rng}" + (f" ({sp.pr})" if sp.pr else ""))
     return "; ".join(parts)
 
