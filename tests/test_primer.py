@@ -280,7 +280,7 @@ def test_engines_all_read_offsets_and_agree():
         assert torch.equal(primer.engine_propose(logits, m.d2t, engine, TOY.target_vocab_size), expected), engine
     assert not torch.equal(m.d2t[draft], expected)  # the absolute reading does not
     with pytest.raises(ValueError):
-        primer.engine_propose(logits, m.d2t, "llama.cpp", TOY.target_vocab_size)
+        primer.engine_propose(logits, m.d2t, "tgi", TOY.target_vocab_size)
 
 
 def test_offset_runs_explain_the_20954_distinct_values():

@@ -338,16 +338,23 @@ def engine_propose(draft_logits: torch.Tensor, d2t: torch.Tensor, engine: str, t
       chosen draft id through it;
     - vllm: scatters the draft logits into a target-vocab row of -inf at columns `arange(N) + d2t`,
       then picks in target space (t2d is skipped);
-    - tensorrt-llm: picks the draft id, then adds `d2t[draft_id]` to it.
+    - tensorrt-llm: picks the draft id, then adds `d2t[draft_id]` to it;
+    - tokenspeed: SGLang's way (`hot_token_id = d2t + arange(N)` at load);
+    - llama.cpp: its converter stores `arange(N) + d2t` (absolute ids) in the GGUF, and the draft's
+      logits are set into a target-vocab row of -inf at those ids.
     """
     n = d2t.numel()
     engine = engine_key(engine)  # 'tensorrt-llm' -> 'trtllm'
-    if engine == "sglang":
+    if engine in ("sglang", "tokenspeed"):
         hot_token_id = d2t + torch.arange(n)  # [N]
         return hot_token_id[draft_logits.argmax(-1)]
     if engine == "vllm":
         full = draft_logits.new_full((*draft_logits.shape[:-1], target_vocab_size), float("-inf"))  # [B, V]
         full[..., torch.arange(n) + d2t] = draft_logits
+        return full.argmax(-1)
+    if engine == "llamacpp":
+        full = draft_logits.new_full((*draft_logits.shape[:-1], target_vocab_size), float("-inf"))  # [B, V]
+        full[..., d2t + torch.arange(n)] = draft_logits  # the GGUF's d2t: absolute ids, written at conversion
         return full.argmax(-1)
     if engine == "trtllm":
         draft = draft_logits.argmax(-1)
