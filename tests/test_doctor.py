@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers.__main__ import main
+from helpers.core.engine_table import ENGINE_TABLE
 from helpers.io.checkpoint import open_checkpoint
 from helpers.doctor.checks_weights import row_chunks as _row_chunks
 from helpers.doctor.diagnose import diagnose
@@ -216,8 +217,12 @@ def test_aux_layers_out_of_range_and_engine_capture(good, target_config, tmp_pat
     findings = diagnose(bad, "sglang", target_config)
     errs = [f for f in findings if f.code == "aux-layers" and f.severity == "error"]
     assert errs and str(n_layers) in errs[0].message  # SGLang adds 1: id L-1 -> layer L, outside 0..L-1
-    # vLLM uses the same ids as given: input of layers up to L-1, all in range
-    vllm = diagnose(bad, "vllm", target_config)
+    # vLLM uses the same ids as given: input of layers up to L-1, all in range (from 0.34.0 only the top-level
+    # list is read, so the ids are written there too)
+    def both(cfg):
+        _aux_out_of_range(target_config)(cfg)
+        cfg["eagle_aux_hidden_state_layer_ids"] = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    vllm = diagnose(variant(good, tmp_path / "aux_both", None, both), "vllm", target_config)
     assert not any(f.code == "aux-layers" and f.severity == "error" for f in vllm)
     assert any(f"[1, {n_layers // 2}, {n_layers - 1}]" in f.message for f in vllm if f.code == "aux-layers")
 
@@ -235,13 +240,15 @@ def test_aux_layers_default_when_unset(good, target_config, tmp_path):
 
 
 def test_aux_layers_same_ids_differ_between_engines(good, target_config, tmp_path):
-    def both(cfg):
+    def both(cfg):  # in both places: SGLang reads eagle_config's list, vLLM (0.34.0 on) the top-level one
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
+        cfg["eagle_aux_hidden_state_layer_ids"] = [1, 2, 3]
     bad = variant(good, tmp_path / "aux2", None, both)
     findings = diagnose(bad, "all", target_config)
     msgs = " | ".join(f.message for f in findings if f.code == "aux-layers")
-    assert "SGLang 0.5.23: ids [1, 2, 3] -> captures the input of target layers [2, 3, 4]" in msgs
-    assert "vLLM 0.33.0: ids [1, 2, 3] -> captures the input of target layers [1, 2, 3]" in msgs
+    sglang, vllm = ENGINE_TABLE["sglang"].newest, ENGINE_TABLE["vllm"].newest
+    assert f"SGLang {sglang}: ids [1, 2, 3] -> captures the input of target layers [2, 3, 4]" in msgs
+    assert f"vLLM {vllm}: ids [1, 2, 3] -> captures the input of target layers [1, 2, 3]" in msgs
     assert any(f.code == "aux-layers" and f.severity == "warning" for f in findings)
 
 

@@ -7,6 +7,9 @@ Modules (import them by name; this file imports nothing):
 - `checks_weights`
 - `checks_variants`
 - `checks_target`
+- `checks_capture`
+- `checks_method`
+- `checks_dflash`
 - `diagnose`
 - `diff`
 - `fix_plan`
@@ -14,4 +17,5 @@ Modules (import them by name; this file imports nothing):
 - `inspection`
 """
 
-__all__ = ["findings", "checks_mapping", "checks_weights", "checks_variants", "checks_target", "diagnose", "diff", "fix_plan", "fix", "inspection"]
+__all__ = ["findings", "checks_mapping", "checks_weights", "checks_variants", "checks_target", "checks_capture", "checks_method",
+           "checks_dflash", "diagnose", "diff", "fix_plan", "fix", "inspection"]

@@ -3,6 +3,9 @@
 What each engine does with fc_norm, input_norm / norm_before_fc, norm_output,
 norm_before_residual, q_norm/k_norm, attention biases and sliding windows
 (docs/producer-variants.md), and whether it serves an MLA draft at all (`check_draft_class`).
+EAGLE-3.1's flags and weights are checked against each other: fc_norm weights with no switch (each
+engine's fate for them, and whether the weights are still at their init 1.0, i.e. never trained), and
+fc_norm with norm_before_fc, which normalises twice (`variant-norm-twice`; speculators 0.9.0 refuses it).
 The facts are the release ranges in `helpers.core.engine_table`, looked up at the release the
 doctor was asked about (`CheckContext.at`); every finding names that release (or says it was
 assumed) and, where the behaviour differs by release, from which release it starts or stops.
@@ -15,7 +18,7 @@ from helpers.core.engines import (
     draft_family,
     parse_key,
 )
-from helpers.doctor.findings import CheckContext
+from helpers.doctor.findings import NO_EFFECT, CheckContext
 from helpers.model.config import NEMO_ARCH, modelopt_double_norm
 
 _FIX = {
@@ -122,13 +125,28 @@ def check_variants(c: CheckContext) -> None:
         if code:
             used.setdefault(code, []).append(k)
     r = _Rules(cfg)
+    fc_on = bool(_switch(cfg, "fc_norm") or _switch(cfg, "use_aux_norm"))
+    at_init = {code: _all_ones(c, ks) for code, ks in used.items()
+               if code in ("variant-fc-norm", "variant-norm-before-fc")}
     for at in c.engine_list:
         out = []
+        effect_of, fix_of = {}, {}
         fc = used.get("variant-fc-norm", [])
         if fc or _switch(cfg, "fc_norm"):
-            out.append(("variant-fc-norm", fc, *_weights_option(
-                at, r, "fc_norm", fc, bool(_switch(cfg, "fc_norm") or _switch(cfg, "use_aux_norm")), "fc_norm",
-                "reads fc_norm from the config and applies one norm per aux state before fc")))
+            sev, msg, rn = _weights_option(at, r, "fc_norm", fc, fc_on, "fc_norm",
+                                           "reads fc_norm from the config and applies one norm per aux state before fc")
+            dropped = fc and not (fc_on and at.value(rn) == "reads") and not msg.startswith("loads ") \
+                and at.value(r.name(at, "unknown"), "unknown") in ("skips", "warns")
+            if fc and at_init.get("variant-fc-norm"):
+                msg += ("; every stored fc_norm weight is exactly 1.0, its init value: no training step updated them, "
+                        "so the run most likely never applied them (a plain EAGLE-3 run)")
+                if not fc_on:
+                    fix_of["variant-fc-norm"] = ("drop the fc_norm.* tensors if the run trained plain EAGLE-3 (do not "
+                                                 "switch fc_norm on); switch it on only if training applied them")
+            if dropped:  # the trained norms are lost and fc sees un-normed aux states
+                effect_of["variant-fc-norm"] = ("variant-fc-norm.dropped-init" if at_init.get("variant-fc-norm")
+                                                else "variant-fc-norm.dropped")
+            out.append(("variant-fc-norm", fc, sev, msg, rn))
         nb = used.get("variant-norm-before-fc", [])
         if nb or _switch(cfg, "norm_before_fc"):
             out.append(("variant-norm-before-fc", nb, *_weights_option(
@@ -157,12 +175,50 @@ def check_variants(c: CheckContext) -> None:
             out.append(("variant-attention-bias", bias, sev, msg, rn))
         out += _window(at, r, cfg)
         out += _modelopt(at, r, cfg)
+        twice = _norm_twice(at, r, cfg, fc_on, at_init)
+        if twice:
+            out.append(twice)
+            effect_of["variant-norm-twice"] = NO_EFFECT
+            fix_of["variant-norm-twice"] = ("keep the config as the run trained (both switches, if it applied both); "
+                                            "to load it in speculators 0.9.0, retrain with one of the two")
         for code, ks, sev, msg, rn in out:
             shown = ", ".join(sorted(ks)[:4])
             change = at.change(rn) if rn else ""
             where = f"{at.label} ({r.file(at)})" if r.file(at) else at.label
             c.add(code, sev, f"{where}{f' ({shown})' if shown else ''}: {msg}" + (f" [{change}]" if change else ""),
-                  _FIX[sev], effect="variant.loads-unused" if msg.startswith("loads ") else None, engine=at.key)
+                  fix_of.get(code, _FIX[sev]),
+                  effect=effect_of.get(code) or ("variant.loads-unused" if msg.startswith("loads ") else None),
+                  engine=at.key)
+
+
+def _all_ones(c: CheckContext, keys: list[str]) -> bool:
+    """Every stored tensor of `keys` is exactly 1.0 (an RMSNorm weight at its init: never updated by training)."""
+    if not keys:
+        return False
+    try:
+        return all(bool((c.ck.tensors.get(k).float() == 1.0).all()) for k in keys)
+    except Exception:  # noqa: BLE001 - an unreadable tensor is the NaN/Inf scan's and the loaders' business
+        return False
+
+
+def _norm_twice(at: EngineAt, r: _Rules, cfg: dict, fc_on: bool, at_init: dict):
+    """variant-norm-twice: fc_norm and norm_before_fc both switched on (speculators #670 allowed it; 0.9.0
+    refuses the config). An engine that models both builds both and normalises twice, in the order
+    speculators' Eagle3 forward applied them (input_norm over the concatenation, then fc_norm per chunk)."""
+    if not (fc_on and _switch(cfg, "norm_before_fc")):
+        return None
+    rf, rn = r.name(at, "fc_norm"), r.name(at, "norm_before_fc")
+    if at.value(rf) != "reads" or at.value(rn) != "reads":
+        return None  # the engine lacks one of the two: the per-option findings say what it does
+    idle = [w for code, w in (("variant-fc-norm", "fc_norm"), ("variant-norm-before-fc", "input_norm"))
+            if at_init.get(code)]
+    return ("variant-norm-twice", [], "warning",
+            "fc_norm and norm_before_fc are both switched on: it builds both and normalises the aux states twice - "
+            "input_norm over their concatenation, then fc_norm on each state - the order speculators' Eagle3 forward "
+            "applied them in; served as trained when the run applied both (only speculators releases between #670 "
+            "and 0.9.0 could); speculators 0.9.0 refuses such a config (Eagle3SpeculatorConfig: \"norm_before_fc "
+            "and fc_norm are mutually exclusive\"), so it cannot load, convert or train it further"
+            + (f"; the stored {' and '.join(idle)} weights are all 1.0 (never trained)" if idle else ""), None)
 
 
 def _norm_output(at: EngineAt, r: _Rules, cfg: dict) -> list:
@@ -302,9 +358,11 @@ def check_layer_count(c: CheckContext) -> None:
         if v == "raises" and n != 1:
             c.add("draft-layers", "error", f"{at.label} ({r.file(at)}): config num_hidden_layers is {n}; this release "
                   f"builds exactly one draft layer and raises at start-up otherwise{tail}",
-                  f"set num_hidden_layers to {len(held)} in config.json (the layers the weights hold)")
+                  f"set num_hidden_layers to {len(held)} in config.json (the layers the weights hold)",
+                  effect="layers.raises", engine=at.key)
         elif v == "builds" and n > len(held):
             c.add("draft-layers", "error", f"{at.label} ({r.file(at)}): config num_hidden_layers is {n}, so it builds "
                   f"{n} draft layers, but the weights hold {len(held)}: layers {len(held)}..{n - 1} would serve with "
                   f"random weights without a word{tail}",
-                  f"set num_hidden_layers to {len(held)} in config.json (NeMo Automodel copies the target's count)")
+                  f"set num_hidden_layers to {len(held)} in config.json (NeMo Automodel copies the target's count)",
+                  effect="layers.random", engine=at.key)

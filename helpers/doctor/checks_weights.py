@@ -2,7 +2,9 @@
 
 Each check takes the `CheckContext` and adds findings: `check_key_layout` asks, per engine release,
 which stored names its loader would load, skip (SGLang) or fail on (vLLM), from the engine table; `check_shapes`
-compares lm_head, fc and embed_tokens with the configs' hidden sizes; `check_aux` works out which
+compares lm_head, fc and embed_tokens with the configs' hidden sizes (a missing lm_head per engine
+release: shared from the target or left random, `_head_missing`), and reads a sample of a shipped
+embed_tokens for the signature of a fresh initialisation (`check_embed_init`); `check_aux` works out which
 target layers each engine captures; `check_finite` reads every floating-point tensor once, in
 row chunks (`row_chunks`), for NaN/Inf - the only check that reads weight data.
 """
@@ -27,7 +29,7 @@ from helpers.doctor.findings import NO_EFFECT, CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
 from helpers.io.checkpoint import Checkpoint
 from helpers.io.tensor_files import torch_load
-from helpers.model.fit import text_config
+from helpers.model.fit import init_signature, text_config
 
 CHUNK_BYTES = 32 << 20  # rows read at once by the NaN/Inf scan
 
@@ -62,15 +64,15 @@ def _layer_complete(c: CheckContext, layouts: list[str], present: set[str], mla:
         missing.append("midlayer.self_attn.q_a_proj.weight")
     if not layouts:
         c.add("key-layout", "error", "no decoder-layer weights (neither midlayer.* nor layers.0.*)",
-              "point at the draft checkpoint folder (config.json + model.safetensors)")
+              "point at the draft checkpoint folder (config.json + model.safetensors)", effect="keys.missing")
         return False
     if missing and len(missing) < len(need):
         shown = ", ".join(m.replace("midlayer.", "") for m in missing[:4])
         c.add("key-layout", "error", f"the decoder layer lacks {len(missing)} weight(s): {shown}",
-              "re-export the checkpoint with the whole layer")
+              "re-export the checkpoint with the whole layer", effect="keys.missing")
     if "norm.weight" not in present:
         c.add("key-layout", "error", "no final norm (norm.weight): the engines leave it at its init",
-              "re-export the checkpoint with norm.weight")
+              "re-export the checkpoint with norm.weight", effect="keys.missing")
     return True
 
 
@@ -83,7 +85,8 @@ def _skipped(c: CheckContext, at: EngineAt, lost: list[str], mla: bool) -> None:
     """Names the engine skips (silently, or with a log line it keeps starting after): head, layer, others."""
     infos = {k: parse_key(k) for k in lost}
     prefixed = [k for k in lost if infos[k].prefixed and is_known_param(infos[k], mla) and "lm_head" not in k]
-    layer = [k for k in lost if infos[k].layout and k not in prefixed]
+    # decoder-layer weights the draft class has (an extra tensor under midlayer.* is one of the others)
+    layer = [k for k in lost if infos[k].layout and is_known_param(infos[k], mla) and k not in prefixed]
     head = [k for k in lost if not infos[k].layout and is_known_param(infos[k], mla) and k not in prefixed]
     others = [k for k in lost if k not in prefixed + layer + head]
     how = "without a word" if at.value("mla.unknown" if mla else "unknown") != "warns" else "with one log line each"
@@ -92,12 +95,12 @@ def _skipped(c: CheckContext, at: EngineAt, lost: list[str], mla: bool) -> None:
               f"{at.label}: {len(prefixed)} model.* key(s) (e.g. {prefixed[0]}) would be skipped {how}: its MLA draft "
               "loader puts model. before every name, so model.X is looked up as model.model.X; those weights would "
               "keep their random init" + _why(at, "mla.prefix.model"),
-              "strip the model. prefix: d2t-lab fix SRC DST")
+              "strip the model. prefix: d2t-lab fix SRC DST", effect="keys.skipped", engine=at.key)
     if head:
         c.add("key-layout", "error",
               f"{at.label} would skip {', '.join(head)} {how}: it looks a name up as NAME or model.NAME "
               "and its head is lm_head.weight, so the draft-vocab head would keep random weights",
-              "rename model.lm_head.weight to lm_head.weight: d2t-lab fix SRC DST")
+              "rename model.lm_head.weight to lm_head.weight: d2t-lab fix SRC DST", effect="keys.skipped", engine=at.key)
     if layer:
         lay = infos[layer[0]].layout
         c.add("key-layout", "error",
@@ -105,11 +108,12 @@ def _skipped(c: CheckContext, at: EngineAt, lost: list[str], mla: bool) -> None:
               f"parameter for them and skips them {how}, so the layer would serve with random weights"
               + _why(at, f"layout.{lay}"),
               f"rename {lay}.* to {'midlayer' if lay == 'layers.0' else 'layers.0'}.*: d2t-lab fix SRC DST "
-              f"--engine {at.key}")
+              f"--engine {at.key}", effect="keys.skipped", engine=at.key)
     if others:
         c.add("key-layout", "warning",
               f"{at.label} would skip {len(others)} key(s) it has no parameter for ({how}): " + ", ".join(others[:4]),
-              "check whether these tensors matter; drop or rename them (d2t-lab fix renames known ones)")
+              "check whether these tensors matter; drop or rename them (d2t-lab fix renames known ones)",
+              effect="keys.extra-skipped", engine=at.key)
 
 
 def _refused(c: CheckContext, at: EngineAt, fatal: list[str]) -> None:
@@ -120,7 +124,7 @@ def _refused(c: CheckContext, at: EngineAt, fatal: list[str]) -> None:
         c.add("key-layout", "error",
               f"{at.label}: {len(layer)} decoder-layer keys are {lay}.* (e.g. {layer[0]}), which its loader does not "
               f"map: loading fails at start-up" + _why(at, f"layout.{lay}"),
-              f"rename {lay}.* to midlayer.*: d2t-lab fix SRC DST --engine {at.key}")
+              f"rename {lay}.* to midlayer.*: d2t-lab fix SRC DST --engine {at.key}", engine=at.key)
         return
     prefixed = [k for k in fatal if parse_key(k).prefixed and is_known_param(parse_key(k), True)
                 or parse_key(k).prefixed and is_known_param(parse_key(k))]
@@ -132,7 +136,7 @@ def _refused(c: CheckContext, at: EngineAt, fatal: list[str]) -> None:
         "key-layout", "error",
         f"{at.label}: {len(fatal)} key(s) would make loading fail at start-up (e.g. {fatal[0]}): {why}",
         f"strip the model. prefix / drop unknown keys: d2t-lab fix SRC DST --engine {at.key}"
-        if prefixed else f"drop or rename the unknown keys before serving with {at.name}",
+        if prefixed else f"drop or rename the unknown keys before serving with {at.name}", engine=at.key,
     )
 
 
@@ -165,10 +169,7 @@ def check_shapes(c: CheckContext, target_cfg: dict | None) -> None:
             ht, where = tcfg_h, "target hidden_size"
     lm = c.shape("lm_head.weight")
     if lm is None:
-        c.add("lm-head-missing", "error",
-              "no lm_head.weight: the engines would leave the draft-vocab head at its random init (SGLang: or load "
-              "the target's full-vocab head when draft_vocab_size is absent)",
-              "re-export the checkpoint with lm_head.weight [draft_vocab, hidden]")
+        _head_missing(c)
     elif isinstance(h, int) and lm[-1] != h:
         c.add("lm-head-missing", "error", f"lm_head is {list(lm)}, its width is not hidden_size {_fmt(h)}",
               "re-export the checkpoint with a matching lm_head")
@@ -206,6 +207,130 @@ def check_shapes(c: CheckContext, target_cfg: dict | None) -> None:
                   "no embed_tokens: the engine borrows the target's embedding (fine when the draft was trained with "
                   "the target's frozen embedding; the kit's own commands need --embed-from TARGET)",
                   "nothing to do for serving; pass --embed-from TARGET to d2t-lab evaluate / report")
+    else:
+        check_embed_init(c)
+
+
+# What each engine release does when the draft ships no lm_head (rule `lm_head.borrow`); the SGLang
+# family ("never", "no-draft-vocab") is reported by helpers.doctor.checks_target.check_head_borrow.
+_HEAD_SGLANG_STYLE = ("never", "no-draft-vocab")
+_HEAD_WORDS = {"never": "never takes the target's head", "not-read": "was not read",
+               "no-draft-vocab": "takes the target's head when draft_vocab_size is absent",
+               "no-own-head": "takes the target's head whenever the checkpoint has none",
+               "same-shape": "takes the target's head when the two heads' shapes are equal",
+               "when-absent": "takes the target's head when the draft ships none"}
+
+
+def head_rule_tail(at: EngineAt) -> str:
+    """' [up to vLLM 0.11.0 it takes ...; from 0.11.1 (#28549) it ...]': where the release's lm_head.borrow
+    rule starts and what the next one does ('' when the rule never changed)."""
+    spans = at.engine.rules.get("lm_head.borrow") or ()
+    sp = at.span("lm_head.borrow")
+    if sp is None or len(spans) < 2:
+        return ""
+    i = spans.index(sp)
+    parts = [f"since {at.name} {sp.since}" + (f" ({sp.pr})" if sp.pr else "")] if i > 0 else []
+    if i + 1 < len(spans):
+        nxt = spans[i + 1]
+        parts.append(f"from {nxt.since}" + (f" ({nxt.pr})" if nxt.pr else "")
+                     + f" it {_HEAD_WORDS.get(nxt.value, nxt.value)}")
+    return f" [{'; '.join(parts)}]"
+
+
+def _head_missing(c: CheckContext) -> None:
+    """lm-head-missing, per engine release: whether it shares the target's head or keeps a random one."""
+    cfg = c.cfg
+    v, declared = cfg.get("vocab_size"), cfg.get("draft_vocab_size")
+    dv = declared if isinstance(declared, int) else v
+    full = isinstance(dv, int) and dv == v
+    tied = bool((c.ck.config or {}).get("tie_word_embeddings"))
+    fix = "re-export the checkpoint with lm_head.weight [draft_vocab, hidden]"
+    for at in c.engine_list:
+        rule = at.value("lm_head.borrow")
+        if rule in _HEAD_SGLANG_STYLE and not tied:
+            continue
+        tail = head_rule_tail(at)
+        if rule in ("no-own-head", "when-absent") or (rule == "same-shape" and full):
+            how = ("shares the target model's lm_head (the checkpoint has none: has_own_lm_head stays False)"
+                   if rule == "no-own-head" else "shares the target model's lm_head")
+            if full:
+                c.add("lm-head-missing", "warning",
+                      f"{at.label}: no lm_head.weight, and the draft vocab is the target's ({_fmt(v)}): it {how}, so "
+                      "the draft is served with the target's head - as trained only if the draft was trained on that "
+                      f"head (frozen), as drafts shipped without a head usually are{tail}",
+                      "nothing to do if the draft was trained on the target's head; else re-export lm_head.weight",
+                      effect="lm-head-missing.borrowed", engine=at.key)
+            elif rule == "no-own-head":
+                c.add("lm-head-missing", "error",
+                      f"{at.label}: no lm_head.weight: it {how}, but the draft vocab is {_fmt(dv)} "
+                      f"(draft_vocab_size): its logits processor keeps the first {_fmt(dv)} of the target head's "
+                      f"{_fmt(v)} scores and scatters them through d2t, so draft slot i scores target token i, not the "
+                      f"token d2t names: accept length about 1{tail}", fix, engine=at.key)
+            else:
+                c.add("lm-head-missing", "error",
+                      f"{at.label}: no lm_head.weight: it {how} ({_fmt(v)} rows), but the draft vocab is {_fmt(dv)} "
+                      f"(draft_vocab_size): the target's rows do not line up with the draft's d2t{tail}", fix,
+                      engine=at.key)
+        elif rule in _HEAD_SGLANG_STYLE or rule == "same-shape":
+            c.add("lm-head-missing", "error",
+                  f"{at.label}: no lm_head.weight: the draft-vocab head ({_fmt(dv)} rows) keeps its random init, "
+                  f"and no draft token is ever accepted (accept length about 1){tail}", fix,
+                  effect="lm-head-missing.random", engine=at.key)
+        else:
+            c.add("lm-head-missing", "error",
+                  f"{at.label}: no lm_head.weight; the kit has not read whether this release shares the target's "
+                  "head: without it the draft-vocab head keeps its random init", fix, engine=at.key)
+
+
+EMBED_INIT_ROWS = 2048  # rows of a larger embed_tokens read (in 16 evenly spaced blocks) for its init signature
+
+
+def embed_sample(ck: Checkpoint, key: str, rows: int = EMBED_INIT_ROWS) -> torch.Tensor:
+    """Rows of a stored table: all of them up to 2 x `rows`, else `rows` in 16 evenly spaced blocks."""
+    store = ck.tensors
+    n = store.shape(key)[0]
+    if n <= 2 * rows:
+        return store.get(key)
+    block = rows // 16
+    starts = [int(i * (n - block) / 15) for i in range(16)]
+    return torch.cat([store.get_rows(key, s, s + block) for s in starts])
+
+
+def check_embed_init(c: CheckContext) -> None:
+    """embed-untrained: the draft's own embed_tokens looks like a fresh initialisation (TorchSpec #38: an
+    export that saved the random table of a freshly built model), per engine: an engine that keeps a
+    draft's own copy when it differs from the target's runs on it; one that replaces it does not."""
+    key = c.key("embed_tokens.weight")
+    if key is None or len(c.ck.tensors.shape(key)) != 2:
+        return
+    sig = init_signature(embed_sample(c.ck, key))
+    if sig is None or not sig.untrained:
+        return
+    what = (f"embed_tokens ({_fmt(sig.rows)} rows read) looks untrained: "
+            + sig.words(c.cfg.get("initializer_range")))
+    for at in c.engine_list:
+        rule = at.value("embed.borrow")
+        change = at.change("embed.borrow")
+        tail = f" [{change}]" if change else ""
+        if rule == "keeps":
+            c.add("embed-untrained", "warning",
+                  f"{at.label}: {what}; it keeps a draft's own embed_tokens whenever it is not bit-identical to the "
+                  "target's, so unless the target's embedding is this very table the draft runs on random token "
+                  f"vectors it was never trained with: accept length about 1{tail}",
+                  "drop embed_tokens.weight from the checkpoint (the engine then shares the target's), or copy the "
+                  "target's embed_tokens in; d2t-lab doctor --target TARGET compares the two",
+                  effect="embed.untrained-kept", engine=at.key)
+        elif rule == "replaces":
+            c.add("embed-untrained", "info",
+                  f"{at.label}: {what}; it replaces the draft's embed_tokens with the target's at load, so the "
+                  f"table is never used{tail}",
+                  "nothing to do for this engine; drop embed_tokens.weight for engines that keep a draft's own",
+                  effect="embed.untrained-replaced", engine=at.key)
+        else:
+            c.add("embed-untrained", "warning",
+                  f"{at.label}: {what}; the kit has not read whether this release uses a draft's own embedding",
+                  "drop embed_tokens.weight from the checkpoint, or copy the target's embed_tokens in",
+                  engine=at.key)
 
 
 def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
@@ -238,7 +363,7 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
         if ids[e] is None and at.value("aux.from") == () and _any_ids(c.ck.config):
             src = f"no ids (this release reads none from the config: {at.change('aux.from') or 'never'})"
         bad = [i for i in got if i < 0 or i >= n_layers]
-        if ids[e] is not None and len(ids[e]) != 3:
+        if ids[e] is not None and len(ids[e]) != 3 and c.shape("fc.weight") is None:  # else check_aux_config's
             c.add("aux-layers", "error", f"{name}: {len(ids[e])} aux layer ids {ids[e]}, but fc takes 3 hidden states",
                   "name exactly three aux layers", effect="aux.fc-width", engine=e)
         if bad:
@@ -246,6 +371,16 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
                   f"{name}: {src} capture the input of target layers {got}; {bad} is outside the target's "
                   f"{n_layers} layers (0..{n_layers - 1}), so fewer hidden states arrive than fc expects",
                   "use ids the target has (SGLang adds 1 to each configured id)")
+        elif ids[e] is None and not _any_ids(c.ck.config) and at.value("aux.from"):
+            c.add("aux-layers", "warning",
+                  f"{name}: the config names no aux layer ids, so the engine falls back to the target's default "
+                  f"capture: it captures the input of target layers {got} of {n_layers}, with no error (vLLM logs the layers only "
+                  "at INFO). Served as trained only if the draft was trained on exactly these; a draft trained on "
+                  "other layers serves at an accept length of about 1 (nvidia/Llama-3.3-70B-Instruct-Eagle3, 80 "
+                  "layers: 1.036 this way against 2.77 with its ids stated; vLLM PR #50170)",
+                  "write the ids the draft was trained on into config.json "
+                  "(eagle_config.eagle_aux_hidden_state_layer_ids, and the top-level key for vLLM)",
+                  effect="aux.unstated", engine=e)
         else:
             place = _aux_place(got, n_layers)
             c.add("aux-layers", "info",

@@ -42,7 +42,10 @@ import torch
 
 from helpers.core.engines import ENGINES, engines_at
 from helpers.core.errors import BadInputError
+from helpers.doctor.checks_capture import check_capture
+from helpers.doctor.checks_dflash import diagnose_dflash
 from helpers.doctor.checks_mapping import check_mapping, check_vocab
+from helpers.doctor.checks_method import check_method
 from helpers.doctor.checks_target import (
     check_algorithm,
     check_aux_config,
@@ -61,7 +64,7 @@ from helpers.doctor.checks_weights import (
     check_key_layout,
     check_shapes,
 )
-from helpers.doctor.findings import CheckContext, Findings, has_error
+from helpers.doctor.findings import NO_EFFECT, CheckContext, Findings, has_error
 from helpers.io.checkpoint import (
     Checkpoint,
     flat_config,
@@ -69,6 +72,7 @@ from helpers.io.checkpoint import (
     read_config,
     read_mapping_tensors,
 )
+from helpers.model.dflash import dflash_draft
 
 
 def findings_table(findings):
@@ -140,7 +144,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         ats = engines_at(engine)
     except ValueError as e:
         raise BadInputError(None, f"--engine: {e}") from None
-    ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
+    ck, config_only = _open(path)
     tcfg = None
     if target_config is None and target is not None:
         target_config = target
@@ -152,6 +156,19 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         c.add("config-missing", "warning", "no config.json beside the weights: sizes cannot be checked",
               "copy the draft's config.json into the checkpoint folder")
     _trainer_files(c)
+    check_method(c, tcfg, algorithm)  # vLLM: P-EAGLE, serving options, the method, a packed target
+    if dflash_draft(ck.config, ck.tensors.keys()) is not None:  # DFlash / DSpark / XPress: not EAGLE-3 checks
+        return diagnose_dflash(c, ats, engine, path, tcfg, check_weights=check_weights, progress=progress)
+    if config_only:  # a draft's config.json alone: what the config decides, before any weight is fetched
+        c.add("config-only", "info", f"only {ck.config_path.name} was read: the aux-layer, variant and config checks ran; "
+              "keys, shapes, the mapping and the NaN/Inf scan need the weights",
+              "point at the folder holding the weights for the full check", effect=NO_EFFECT)
+        check_speculators_config(c)
+        check_draft_class(c)
+        check_aux(c, tcfg)
+        check_capture(c, tcfg)
+        check_aux_config(c, tcfg)
+        return Findings([f.with_outcomes(ats) for f in c.findings], path=ck.config_path, engine=engine, versions=ats)
     d2t, t2d, used = read_mapping_tensors(ck)
     if d2t is not None and not isinstance(d2t, torch.Tensor):
         d2t = torch.as_tensor(np.asarray(d2t))
@@ -167,6 +184,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         check_variants(c)
         check_shapes(c, tcfg)
         check_aux(c, tcfg)
+        check_capture(c, tcfg)
         check_algorithm(c, tcfg, algorithm)
         check_head_borrow(c)
         check_aux_config(c, tcfg)
@@ -195,3 +213,34 @@ def _trainer_files(c: CheckContext) -> None:
     for f, why in c.ck.ignored.items():
         c.add("foreign-file", "info", f"{Path(f).name} is not part of the draft and was not read as one: it holds {why}",
               "nothing to do")
+
+
+def _open(path) -> tuple[Checkpoint, bool]:
+    """(the checkpoint, whether it is a draft's config.json alone). A config alone is `DRAFT/config.json`
+    or a local folder holding it and no weights: the doctor then runs the checks the config decides
+    (aux layers against a target config, variants, the draft class), as a user would before fetching
+    gigabytes of weights."""
+    if isinstance(path, Checkpoint):
+        return path, False
+    try:
+        return open_checkpoint(path), False
+    except BadInputError:
+        alone = _config_alone(path)
+        if alone is None:
+            raise
+        return Checkpoint(path=alone.parent, config=read_config(alone), config_path=alone), True
+
+
+def _config_alone(path) -> Path | None:
+    if isinstance(path, str) and "://" in path:
+        return None
+    p = Path(path)
+    if p.is_file() and p.name == "config.json":
+        return p
+    if p.is_dir() and (p / "config.json").is_file() and not any(
+            f.suffix in _WEIGHTS_LIKE or f.name.endswith(".index.json") for f in p.iterdir()):
+        return p / "config.json"
+    return None
+
+
+_WEIGHTS_LIKE = (".safetensors", ".bin", ".pt", ".pth", ".npy", ".gguf")  # a folder with these is not a config alone

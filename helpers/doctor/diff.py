@@ -6,7 +6,10 @@ and removed, ids kept at another draft slot ("moved"), and for the moved ids how
 lm_head rows agree with A's under each mapping: B's row at the id's NEW slot (B's mapping) and
 at its OLD slot (A's mapping). A draft fine-tuned from A whose mapping was rebuilt from new data
 while its lm_head rows kept A's order agrees under A's mapping, not its own: that is mapping
-drift, and `check_drift` (the doctor's `--previous`) reports it as `mapping-drift`.
+drift, and `check_drift` (the doctor's `--previous`) reports it as `mapping-drift`, with how many of
+B's draft slots (`slots_changed`) now name another token than their carried-over head row: half or
+more predicts an accept length about 1 (vLLM 0.32.0 served the engine pair's `d2t-stale` copy at
+1.0), fewer an accept length at or below the trained one (`mapping-drift.partial`).
 
 Each side's encoding verdict is read first (`VocabMapping.verdict`): a draft whose `d2t` is
 stored as absolute ids is compared under the absolute reading (what its table means), and the
@@ -24,6 +27,7 @@ from helpers.doctor.findings import fmt_number as _fmt
 from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint
 
 AGREE = 0.9  # cosine similarity above which two lm_head rows count as the same row
+DRIFT_MOST = 0.5  # share of draft slots naming another token from which drift is predicted at accept length ~1
 SHOWN = 50  # moved ids listed in the text report
 
 
@@ -85,6 +89,9 @@ def diff_drafts(a, b) -> DraftDiff:
         added=sorted(set(slot_b) - set(slot_a)), removed=sorted(set(slot_a) - set(slot_b)),
         moved=[{"target_id": t, "slot_a": slot_a[t], "slot_b": slot_b[t]} for t in moved],
         lm_head=None, encoding_a=ea, encoding_b=eb,
+        # draft slots of B that name another target id than the same slot of A: with A's head rows carried over,
+        # each of them drafts a token its head row was not trained for
+        slots_changed=sum(int(x) != int(y) for x, y in zip(ta.tolist(), tb.tolist())) + abs(len(ta) - len(tb)),
     )
     ha, hb = _head(cka), _head(ckb)
     agree_a = agree_b = None
@@ -161,13 +168,21 @@ def check_drift(c: CheckContext, previous) -> None:
               f"d2t-lab fix {d['b']} FIXED (d2t stored as offsets, what engines read)" if fix_this else "nothing to do")
         return
     if d["verdict"].startswith("mapping drift"):
+        n = max(d["draft_vocab_b"] or 0, 1)
+        share = d["slots_changed"] / n
+        most = share >= DRIFT_MOST
         c.add("mapping-drift", "error",
               f"against {d['a']}: {len(d['moved']):,} target ids moved to other draft slots, but lm_head rows for "
               f"them match the previous draft's rows at the OLD slots ({h['agree_under_a']:.0%}) and not at the new "
               f"ones ({h['agree_under_b']:.0%}): the mapping was rebuilt while lm_head kept the old order, so "
-              "every moved id is drafted as another token",
+              f"every moved id is drafted as another token; {d['slots_changed']:,} of {n:,} draft slots ({share:.0%}) "
+              "now name another token than their head row was trained for"
+              + (", so almost every drafted token is wrong: accept length about 1" if most else
+                 ": accept length at or below the trained one, by how often those tokens come up")
+              + " (training accuracy does not show it: the trainer scores the head against its own mapping; "
+              "SpecForge #534)",
               "ship the previous d2t/t2d with these weights (or permute lm_head rows to the new mapping); "
-              "see d2t-lab diff PREVIOUS CHECKPOINT")
+              "see d2t-lab diff PREVIOUS CHECKPOINT", effect=None if most else "mapping-drift.partial")
     elif d["moved"] or d["added"] or d["removed"]:
         c.add("mapping-drift", "info",
               f"against {d['a']}: {d['verdict']} ({len(d['moved']):,} moved, {len(d['added']):,} added, "

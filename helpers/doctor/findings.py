@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from helpers.core.engine_table import SERVE_RESULTS
 from helpers.core.engines import EngineAt, engine_at, worst_outcome
 from helpers.io.checkpoint import Checkpoint
 
@@ -50,10 +51,26 @@ class Finding:
         return self.effect or f"{self.code}.{self.severity}"
 
     def with_outcomes(self, ats) -> "Finding":
-        """This finding with the outcome of its effect at each engine release in `ats`, where known."""
-        found = {a.key: o for a in ats
-                 if self.engine in (None, a.key) and (o := a.outcome(self.effect_key)) is not None}
+        """This finding with its predicted outcome at each engine release in `ats` it speaks of: the
+        engine table's row for its effect; for a note (info) without a row, the engine's healthy outcome
+        (a note describes what the engine models as the draft was made); `result` "none" for a finding
+        that changes nothing by itself (`NO_EFFECT`); `result` "unknown", with why, where the table has
+        no row (the prediction then names the finding under `unknown_for`)."""
+        found = {a.key: self._outcome_at(a) for a in ats if self.engine in (None, a.key)}
         return replace(self, outcome=found or None)
+
+    def _outcome_at(self, a) -> dict:
+        if self.effect == NO_EFFECT:
+            return {"result": "none", "why": "changes nothing by itself in how the engine serves", "release": a.version}
+        o = a.outcome(self.effect_key)
+        if o is None and self.severity == "info":
+            o = a.outcome("healthy")
+            if o is not None:
+                o = o | {"as": "noted: served as the engine models it"}
+        if o is None:
+            o = {"result": "unknown", "release": a.version,
+                 "why": f"the engine table holds no outcome for {self.effect_key} in {a.label}"}
+        return o
 
 
 class Findings(list):
@@ -75,14 +92,18 @@ class Findings(list):
         warning codes whose outcome the engine table does not hold (the prediction leaves them out).
         Engines without an outcome table are left out."""
         out = {}
+        partial = any(f.code == "config-only" for f in self)
         for a in self.versions:
             healthy = a.outcome("healthy")
             if healthy is None:
                 continue
-            worst = worst_outcome([healthy] + [f.outcome.get(a.key) for f in self if f.outcome])
-            unknown = sorted({f.code for f in self if f.severity != "info" and f.effect != NO_EFFECT
-                              and f.engine in (None, a.key) and not (f.outcome or {}).get(a.key)})
-            out[a.key] = worst | {"unknown_for": unknown}
+            worst = worst_outcome([healthy] + [o for f in self if (o := (f.outcome or {}).get(a.key))
+                                               and o["result"] in SERVE_RESULTS])
+            unknown = sorted({f.code for f in self if f.severity != "info" and f.engine in (None, a.key)
+                              and (f.outcome or {}).get(a.key, {}).get("result") == "unknown"})
+            if partial and worst["result"] == "serves" and worst["accept"] == "as-trained":
+                worst = worst | {"accept": "unknown"}  # the weights were not read: nothing vouches for them
+            out[a.key] = worst | {"unknown_for": unknown} | ({"from_config_only": True} if partial else {})
         return out
 
     def to_dict(self) -> dict:
@@ -124,11 +145,16 @@ def outcome_words(o: dict) -> str:
         text = "refuses to start" if o["result"] == "refuses" else "starts, then crashes on the first request"
         if o.get("says"):
             text += f" (its error names {o['says']})"
+    if o.get("from_config_only"):
+        text += ", judged from config.json alone"
     if o.get("unknown_for"):
         text += f"; the outcome of {', '.join(o['unknown_for'])} is not in the engine table"
     if o.get("checked"):
         return text + " [checked by running this release]"
-    return text + f" [as run in {', '.join(o.get('run_in') or ['no release'])}; {o.get('release')} was not run]"
+    source = o.get("source") or ""
+    if source.startswith("run in"):
+        return text + f" [as {source}; {o.get('release')} was not run]"
+    return text + f" [{source or 'read in the code'}" + ("]" if "not run" in source else "; not run]")
 
 
 def has_error(findings) -> bool:

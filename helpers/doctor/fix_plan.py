@@ -24,6 +24,9 @@ CANNOT_REPAIR = {
     "embed-missing": "needs the draft's own embed_tokens",
     "aux-layers": "needs aux layer ids the target has",
     "nonfinite-weights": "needs finite weights (an earlier training checkpoint)",
+    "lm-head-borrowed": "needs lm_head re-exported, or draft_vocab_size deleted from config.json",
+    "embed-mismatch": "needs the target's embed_tokens (or none) in place of the draft's",
+    "mapping-drift": "needs the d2t/t2d the head was trained with (the previous checkpoint's)",
 }
 
 

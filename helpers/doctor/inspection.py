@@ -4,11 +4,24 @@
 `inspect_path`) whose `report()` is the text the CLI prints and the dashboard shows;
 `mapping_verdict` is the one word figure captions use. Only the d2t/t2d tensors are read (and
 config.json, for the draft's family: MLA or MHA attention, `helpers.core.engines.draft_family`).
+
+A block-diffusion draft (DFlash / DSpark / XPress, `helpers.model.dflash`) adds `draft_kind`, its
+0-based `dflash_layer_ids` and `dflash` (what it is, where vLLM reads its ids and the target layers
+they capture). Such a draft stores no d2t and no lm_head when it keeps the target's vocab; it then
+reads as the identity over `vocab_size`, as vLLM serves it. Its config.json alone (a folder without
+weights) is read the same way, the weights being unread.
 """
 from __future__ import annotations
 
-from helpers.core.engines import draft_family
-from helpers.io.checkpoint import load_mapping, open_checkpoint, read_mapping_tensors
+from pathlib import Path
+
+import torch
+
+from helpers.core.engines import draft_family, engines_at
+from helpers.core.errors import BadInputError
+from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint, read_config, read_mapping_tensors
+from helpers.io.mapping import VocabMapping
+from helpers.model.dflash import capture_per_engine, dflash_draft
 
 
 def _fmt(x) -> str:
@@ -44,6 +57,8 @@ class Inspection(dict):
         if d:
             arch = ", ".join(d["architectures"]) or "no architectures"
             lines.append(f"  draft: {d['attention'].upper()} attention (model_type {d['model_type'] or 'unset'}; {arch})")
+        if r.get("dflash"):
+            lines += _dflash_lines(r)
         lines.append("  read: " + ", ".join(r["sources"]))
         lines += [f"  ignored: {f} ({why})" for f, why in r.get("ignored", {}).items()]
         return "\n".join(lines)
@@ -65,8 +80,10 @@ def mapping_verdict(path) -> str:
 
 def inspect_path(path) -> dict:
     """The `inspect --json` object for a path: the mapping summary, key layout and files read."""
-    ck = open_checkpoint(path)
-    m = load_mapping(ck)
+    ck, alone = _open(path)
+    dflash = dflash_draft(ck.config, ck.tensors.keys()) if ck.config or ck.tensors.keys() else None
+    m = _identity(ck, dflash) if dflash is not None and read_mapping_tensors(ck)[0] is None else None
+    m = m or load_mapping(ck)
     out = m.summary()
     out["key_layout"] = ck.key_layout
     out["sources"] = m.sources
@@ -76,5 +93,63 @@ def inspect_path(path) -> dict:
         out["evidence"] = [f"no d2t: the draft keeps the full target vocab ({m.draft_vocab_size:,} ids), "
                            "so the engines' identity mapping is right"] + list(out["evidence"])
     out["path"] = str(path)
+    out["draft_kind"] = dflash.kind if dflash else None  # set for a block-diffusion draft only
+    out["dflash_layer_ids"] = dflash.trained_ids if dflash else None
+    out["dflash"] = None
+    if dflash:
+        out["dflash"] = dflash.to_dict() | {"capture": capture_per_engine(dflash, engines_at("all")),
+                                             "config_only": alone}
+        if alone:
+            out["evidence"] = [f"config.json alone: the weights were not read; {_fmt(m.draft_vocab_size)} ids and no "
+                               "d2t is what the config says"] + list(out["evidence"])
     return out
+
+
+def _open(path) -> tuple[Checkpoint, bool]:
+    """(the checkpoint, whether it is a block-diffusion draft's config.json alone)."""
+    try:
+        return open_checkpoint(path), False
+    except BadInputError:
+        p = Path(path) if not (isinstance(path, str) and "://" in path) else None
+        cfg = None if p is None else p / "config.json" if p.is_dir() else p if p.name == "config.json" else None
+        if cfg is None or not cfg.is_file():
+            raise
+        config = read_config(cfg)
+        if dflash_draft(config) is None:
+            raise
+        return Checkpoint(path=cfg.parent, config=config, config_path=cfg), True
+
+
+def _identity(ck: Checkpoint, d) -> VocabMapping | None:
+    """A block-diffusion draft without d2t: vLLM's draft vocab is draft_vocab_size, else vocab_size; when it
+    is the config's vocab_size the ids map as they are (None otherwise: `load_mapping` says why not)."""
+    n = d.draft_vocab_size or d.vocab_size
+    if n is None or n != d.vocab_size:
+        return None
+    src = ck.config_path.as_posix() if ck.config_path else str(ck.path)
+    return VocabMapping(torch.zeros(n, dtype=torch.int64), target_vocab_size=d.vocab_size, sources=[src])
+
+
+def _dflash_lines(r: dict) -> list[str]:
+    d = r["dflash"]
+    kind = {"dflash": "DFlash", "dspark": "DSpark", "xpress": "XPress"}[d["kind"]]
+    lines = [f"  draft kind: {d['kind']} ({kind} block-diffusion draft; {d['architecture'] or 'no architectures'}; "
+             f"vLLM method {d['method']})"]
+    ids = d["trained_layer_ids"]
+    said = f"{ids} (0-based target layers, the output of each)" if ids is not None else "none stated"
+    lines.append(f"  layer ids: {said}")
+    for key, cap in (d.get("capture") or {}).items():
+        if cap is None:
+            lines.append(f"  {key}: its DFlash path was not read")
+        elif cap["aux_ids"] is None:
+            lines.append(f"  {key} {cap['release']}: no ids: the target's default capture (2, L // 2, L - 3)")
+        else:
+            lines.append(f"  {key} {cap['release']}: aux ids {cap['aux_ids']} from {cap['from']}, the output of target "
+                         f"layers {cap['output_of_layers']}")
+    extras = [f"block {d['block_size']}" if d["block_size"] is not None else None,
+              f"mask token {d['mask_token_id']}" if d["mask_token_id"] is not None else None,
+              f"trained for {d['num_target_layers']} target layers" if d["num_target_layers"] is not None else None]
+    if any(extras):
+        lines.append("  " + ", ".join(e for e in extras if e))
+    return lines
 

@@ -13,7 +13,8 @@ Modules (import them by name; this file imports nothing):
 - `fit`
 - `preflight`
 - `capture`
+- `dflash`
 """
 
 __all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "preflight",
-           "capture"]
+           "capture", "dflash"]

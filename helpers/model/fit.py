@@ -134,3 +134,67 @@ def _context(d: dict, t: dict) -> list[Mismatch]:
         out.append(Mismatch("rope_scaling", None, ts, f"the target extends its context with rope_scaling ({kind}); "
                             "the draft has none"))
     return out
+
+
+# -- does an embedding look untrained? ---------------------------------------------------------------
+# A fresh initialisation (normal or uniform, any scale) draws every entry independently: its top singular
+# value sits at the edge random-matrix theory gives for i.i.d. entries, (sqrt(rows) + sqrt(hidden)) x the
+# entries' std, and its row norms are all about equal. A trained embedding is strongly anisotropic (a few
+# directions carry much of the variance: the ratio below is 2.4 for the bundled 800-step engine pair's
+# and far larger for real models') and its row norms spread with token frequency.
+INIT_ISOTROPY_MAX = 1.3  # top singular value^2 over the i.i.d. edge: ~1.0 for a fresh init
+INIT_ROW_SPREAD_MAX = 1.5  # row-norm spread over the i.i.d. value 1/sqrt(2 hidden): ~1.0 normal, ~0.63 uniform
+UNCORRELATED_COS = 0.1  # mean cosine of matching rows below which two embeddings share nothing
+
+
+@dataclass(frozen=True)
+class InitSignature:
+    """Statistics of an embedding sample that tell a fresh initialisation from a trained table."""
+
+    rows: int
+    hidden: int
+    std: float  # of all entries
+    isotropy: float  # top singular value^2 of the centred sample / (sqrt(rows) + sqrt(hidden))^2 / variance
+    row_spread: float  # std / mean of the row norms, times sqrt(2 hidden)
+
+    @property
+    def untrained(self) -> bool:
+        return self.isotropy < INIT_ISOTROPY_MAX and self.row_spread < INIT_ROW_SPREAD_MAX
+
+    def words(self, initializer_range: float | None = None) -> str:
+        """'isotropic like a fresh init (top singular value 1.01 x the i.i.d. edge, row norms 0.99 x as even
+        as i.i.d.), std 0.0200 = initializer_range 0.02'."""
+        text = (f"isotropic like a fresh initialisation (top singular value {self.isotropy:.2f} x what independent "
+                f"entries give, row-norm spread {self.row_spread:.2f} x theirs; a trained table is far above 1), "
+                f"entry std {self.std:.4g}")
+        if isinstance(initializer_range, (int, float)) and initializer_range > 0 and \
+                abs(self.std - initializer_range) <= 0.1 * initializer_range:
+            text += f" = the config's initializer_range {initializer_range:g}"
+        elif abs(self.std - 1.0) <= 0.1:
+            text += " (torch's nn.Embedding default init is N(0, 1))"
+        return text
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"untrained": self.untrained}
+
+
+def init_signature(sample: torch.Tensor) -> InitSignature | None:
+    """The `InitSignature` of rows of an embedding (None for fewer than 16 rows or a constant table)."""
+    if sample.dim() != 2 or sample.shape[0] < 16 or sample.shape[1] < 2:
+        return None
+    x = sample.float()
+    n, h = x.shape
+    c = x - x.mean(dim=0, keepdim=True)
+    var = float((c * c).mean())
+    if not math.isfinite(var) or var <= 0:
+        return None
+    top = float(torch.linalg.matrix_norm(c, ord=2)) ** 2
+    rn = x.norm(dim=1)
+    spread = float(rn.std() / rn.mean()) * math.sqrt(2 * h) if float(rn.mean()) > 0 else float("inf")
+    return InitSignature(rows=n, hidden=h, std=float(x.std()), isotropy=top / ((math.sqrt(n) + math.sqrt(h)) ** 2 * var),
+                         row_spread=spread)
+
+
+def row_cosine(draft: torch.Tensor, target: torch.Tensor) -> float:
+    """Mean cosine similarity of the matching rows of two same-shape tables (about 0 when unrelated)."""
+    return float(torch.nn.functional.cosine_similarity(draft.float(), target.float(), dim=-1).nan_to_num(0.0).mean())
