@@ -98,6 +98,32 @@ def _nan_fc(t):
     t["fc.weight"] = fc
 
 
+def _embed_untrained(t):
+    """embed_tokens replaced by a fresh init (normal, std 0.02, as transformers' initializer_range)."""
+    g = torch.Generator().manual_seed(0)
+    e = t["embed_tokens.weight"]
+    t["embed_tokens.weight"] = (torch.randn(e.shape, generator=g) * 0.02).to(e.dtype)
+
+
+def _d2t_stale(t):
+    """The mapping regenerated on other token counts (the last 100 draft tokens swapped for 100 target
+    tokens outside the set) while lm_head is carried over: from the first changed id on, each head row
+    points at another token, as after fine-tuning with a regenerated vocab (SpecForge #534)."""
+    ids = (torch.arange(t["d2t"].numel()) + t["d2t"]).tolist()
+    outside = [i for i in range(t["t2d"].numel()) if not bool(t["t2d"][i])]
+    new = sorted(ids[:-100] + outside[:100])
+    t["d2t"] = torch.tensor(new, dtype=t["d2t"].dtype) - torch.arange(len(new), dtype=t["d2t"].dtype)
+    t2d = torch.zeros_like(t["t2d"])
+    t2d[new] = True
+    t["t2d"] = t2d
+
+
+def _no_ids_top_four(cfg):
+    """vllm#54526's shape: no eagle_config ids, four ids at the top level only, fc still 3 x 64 wide."""
+    cfg.pop("eagle_config", None)
+    cfg["eagle_aux_hidden_state_layer_ids"] = [2, 3, 4, 5]
+
+
 def _vocab(n):
     return mb._set(draft_vocab_size=n)
 
@@ -141,12 +167,30 @@ CASES: dict[str, tuple] = {
     "speculators-no-layer-config": ("an Eagle3Speculator config without transformer_layer_config", None,
                                     _speculators_without_layer_config, None),
     "nan-weights": ("one row of fc.weight is NaN", _nan_fc, None, None),
+    # failure modes of 2026 (doctor wave 3)
+    "aux-ids-top-four": ("no eagle_config; four top-level aux ids [2, 3, 4, 5], fc still 3 x 64 wide (vllm#54526)",
+                         None, _no_ids_top_four, None),
+    "embed-untrained": ("embed_tokens replaced by a fresh init (normal, std 0.02; TorchSpec #38)", _embed_untrained,
+                        None, None),
+    "d2t-stale": ("d2t/t2d regenerated (100 draft tokens swapped), lm_head carried over (SpecForge #534)", _d2t_stale,
+                  None, None),
+    "norm-missing": ("norm.weight (the final norm) left out", _drop("norm.weight"), None, None),
+    "draft-layers-two": ("config num_hidden_layers 2, the weights hold one layer (NeMo Automodel copies the "
+                         "target's count)", None, mb._set(num_hidden_layers=2), None),
+    "method-eagle": ("the healthy draft launched with method \"eagle\" instead of \"eagle3\" (SGLang #21272's "
+                     "mistake, in vLLM)", None, None, None),
     # the Kimi-shaped pair's MLA draft (case names start with "kimi-": their pair is engine_kimi)
     "kimi-healthy": ("the Kimi-shaped pair's MLA draft as made (model_type deepseek_v2)", None, None, None),
     "kimi-model-type-kimi_k2": ("its model_type set to kimi_k2 (Kimi's own)", None, mb._set(model_type="kimi_k2"), None),
     "kimi-model-type-deepseek_v3": ("its model_type set to deepseek_v3", None, mb._set(model_type="deepseek_v3"), None),
     "kimi-d2t-missing": ("its d2t and t2d left out of the weights", _drop("d2t", "t2d"), None, None),
 }
+
+
+# cases that change the launch, not the files: the speculative config's method (the doctor's --algorithm)
+LAUNCH = {"method-eagle": "eagle"}
+# cases the doctor can only see against the checkpoint they came from (its --previous: the pair's draft)
+PREVIOUS = ("d2t-stale",)
 
 
 def pair_of(case: str) -> Path:
@@ -185,8 +229,9 @@ def short(error: str | None) -> str | None:
     return None if error is None else re.sub(r"\. The available parameters .*?\}", ".", error)
 
 
-def run_case(draft: Path, ids: list[list[int]], log: Path, dtype: str = "bfloat16", target: Path = TARGET) -> dict:
-    server = vllm_cpu.Server(target, draft, num_speculative_tokens=K, dtype=dtype, log_path=log,
+def run_case(draft: Path, ids: list[list[int]], log: Path, dtype: str = "bfloat16", target: Path = TARGET,
+             method: str = "eagle3") -> dict:
+    server = vllm_cpu.Server(target, draft, num_speculative_tokens=K, dtype=dtype, log_path=log, method=method,
                              extra=("--enforce-eager",))
     row = {"command": server.command_line().replace(str(draft), "DRAFT")}
     with server:
@@ -214,7 +259,8 @@ def run(out_json: Path, names=None, work: Path | None = None) -> list[dict]:
     for i, (name, folder) in enumerate(copies.items()):
         print(f"[{i + 1}/{len(copies)}] {name}: {CASES[name][0]}", file=sys.stderr, flush=True)
         row = {"case": name, "change": CASES[name][0]} | run_case(folder, ids, work / f"{name}.log",
-                                                                  target=pair_of(name) / "target")
+                                                                  target=pair_of(name) / "target",
+                                                                  method=LAUNCH.get(name, "eagle3"))
         print(f"    {row['outcome']}" + (f" at {row['accept_length']:.3f}" if row["outcome"] == "serves" else
                                         f": {row.get('error')}"), file=sys.stderr, flush=True)
         rows.append(row)
@@ -291,7 +337,8 @@ def doctor_predictions(folders: dict[str, Path]) -> dict[str, dict]:
     """The doctor's predicted vLLM 0.32.0 outcome for each copy, with the bundled target's config."""
     from helpers.doctor.diagnose import diagnose
 
-    return {name: diagnose(folder, f"vllm=={vllm_cpu.RELEASE}", pair_of(name) / "target" / "config.json")
+    return {name: diagnose(folder, f"vllm=={vllm_cpu.RELEASE}", pair_of(name) / "target" / "config.json",
+                           algorithm=LAUNCH.get(name), previous=pair_of(name) / "draft" if name in PREVIOUS else None)
             .predicted_outcome().get("vllm") for name, folder in folders.items()}
 
 

@@ -49,8 +49,10 @@ def test_every_row_agrees_with_the_doctors_prediction(truth):
     # each prediction is a claim: no served Llama-pair copy is left at "unknown", none misses the engine table.
     # The Kimi-shaped target has 4 layers, so the default capture (2, L//2, L-3) = (2, 2, 1) is no guide and
     # the doctor cannot tell from the files whether aux ids [1, 2, 3] are the layers the draft was trained on
+    # the same for a draft whose config names no ids (aux-ids-missing): it serves as trained only if it was
+    # trained on the default capture, which the files do not say (vLLM PR #50170's 1.036 against 2.77)
     unknown = {case for case, p in predicted.items() if p["result"] == "serves" and p["accept"] == "unknown"}
-    assert unknown <= {c for c in predicted if c.startswith("kimi-")}, unknown
+    assert unknown <= {c for c in predicted if c.startswith("kimi-")} | {"aux-ids-missing"}, unknown
     assert all(not p["unknown_for"] for p in predicted.values()), {k: p["unknown_for"] for k, p in predicted.items()}
 
 
