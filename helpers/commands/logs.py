@@ -1,4 +1,7 @@
-"""`logs FILE [--json] [--plot OUT.png]`: SGLang / vLLM speculative-decoding log lines -> table."""
+"""`logs FILE [--json] [--plot OUT.png]`: SGLang / vLLM / llama.cpp speculative-decoding log lines -> table.
+
+`algorithm_findings` is the doctor's `eagle3-as-eagle` for a server's stated algorithm; `probe` and
+`report` use it too."""
 from __future__ import annotations
 
 import json
@@ -9,17 +12,32 @@ from helpers.core.errors import BadInputError
 from helpers.core.outputs import output_file
 from helpers.serving.logs import read_log
 
-HELP = "read SGLang 'Decode batch' / vLLM 'SpecDecoding metrics' lines: accept length over time"
+HELP = "read SGLang 'Decode batch' / vLLM 'SpecDecoding metrics' / llama.cpp 'draft acceptance' lines: accept length over time"
 DESCRIPTION = """\
 Read a server log of SGLang (current 'Decode batch, ... accept len: X, accept rate: Y, ...' and
-older 'Decode batch. ... accept len: X, ...') or vLLM ('SpecDecoding metrics: Mean acceptance
-length: X, ...', with the generation tok/s of the engine stats line before it). Prints counts,
-mean accept length, acceptance rate and throughput; lines it does not recognise are counted and
-skipped, and a recognised line whose numbers do not read is counted as garbled and skipped.
+older 'Decode batch. ... accept len: X, ...'), vLLM ('SpecDecoding metrics: Mean acceptance
+length: X, ...', with the generation tok/s of the engine stats line before it) or llama.cpp's
+llama-server (one 'draft acceptance = R (A accepted / G generated)[, mean acceptance length = L,
+acceptance rate per position = (...)]' line per request). Prints counts, mean accept length,
+acceptance rate and throughput; lines it does not recognise are counted and skipped, a recognised
+line whose numbers do not read is counted as garbled and skipped, and fields an engine fork adds
+to a line are skipped while the known ones still read.
 The drafting settings on the log's start-up line (SGLang's server_args=..., vLLM's
 num_speculative_tokens) are read and used: the per-token rate the mean accept length implies
 under them, and which definition SGLang's accept rate follows in this build.
 
+Forced acceptance: a log whose server was started with a benchmark setting that presets
+acceptance (SGLang SGLANG_SIMULATE_ACC_LEN > 0, vLLM rejection_sample_method "synthetic",
+TensorRT-LLM TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS > 0, ATOM --spec-decode-acceptance-length
+/ -rate, wherever the log shows it: an env dump, the launch command, vLLM's non-default args) is
+never evidence about the draft: one line names the setting and the line it was seen on, no
+figure is concluded (--json: forced_acceptance {setting, engine, means, where, line}; the
+accept-length and rate fields null, rows empty), no plot is written; exit 0.
+
+Algorithm: an EAGLE-3 draft run with the EAGLE (1/2) algorithm (SGLang speculative_algorithm
+'EAGLE', vLLM method 'eagle') is the doctor's eagle3-as-eagle finding. The draft is EAGLE-3 by
+--checkpoint DRAFT (the doctor's own check, `doctor --algorithm eagle`), else by what the log
+names (a draft class such as LlamaForCausalLMEagle3, or a draft path naming eagle3).
 --json: the summary plus every parsed row. --plot OUT.png: accept length over time (the suffix
 picks the format: .png, .svg, .pdf, ...; an existing file is replaced), with a caption line and
 metadata naming the log file (path, size, SHA-256; read a PNG's back with
@@ -29,7 +47,9 @@ be written there (no such folder, a folder in its place, an unknown suffix)."""
 
 
 def add_arguments(p) -> None:
-    p.add_argument("file", metavar="LOG", help="an SGLang or vLLM server log file")
+    p.add_argument("file", metavar="LOG", help="an SGLang, vLLM or llama.cpp server log file")
+    p.add_argument("--checkpoint", metavar="DRAFT", default=None,
+                   help="the served draft: whether the log's speculative algorithm fits it (the doctor's eagle3-as-eagle)")
     p.add_argument("--year", type=int, default=None, metavar="Y",
                    help="year of a vLLM log's times (its lines carry none; default: this year)")
     _options.json_flag(p, "print one JSON object (summary and rows)")
@@ -69,18 +89,58 @@ def save_plot(log, path: Path) -> None:
         plt.close(ax.figure)
 
 
+def algorithm_findings(setup, checkpoint=None, engine: str = "all") -> list[dict]:
+    """The doctor's `eagle3-as-eagle` where `setup` (`helpers.serving.startup.Setup`) says the server
+    ran an EAGLE (1/2) algorithm: with `checkpoint`, the doctor's own finding (`doctor --algorithm
+    eagle`: the draft's fc width decides); without, what the setup shows of the draft
+    (`Setup.wrong_algorithm`). Each: {code, severity, message, fix, algorithm: where it was stated}."""
+    if setup.family != "eagle":
+        return []
+    if not checkpoint:
+        wrong = setup.wrong_algorithm()
+        return [] if wrong is None else [wrong]
+    from helpers.doctor.diagnose import diagnose
+
+    found = [f for f in diagnose(checkpoint, engine, check_weights=False, algorithm="eagle") if f.code == "eagle3-as-eagle"]
+    return [{**f.as_dict(), "algorithm": dict(setup.algorithm)} for f in found[:1]]
+
+
+def finding_lines(findings) -> list[str]:
+    """A finding per line: code, severity, message, where the algorithm was stated, fix."""
+    out = []
+    for f in findings:
+        a = f.get("algorithm") or {}
+        at = "" if not a else f" [algorithm {a['value']!r} at {a.get('where')}" + (
+            f" line {a['line']}]" if a.get("line") is not None else "]")
+        out.append(f"  finding: {f['code']} ({f['severity']}): {f['message']}{at}; fix: {f['fix']}")
+    return out
+
+
 def run(args) -> int:
     plot = plot_path(args.plot) if args.plot else None
     log = read_log(args.file, year=args.year)
+    if log.forced:  # one line, no figure concluded, no plot drawn
+        if args.json:
+            print(json.dumps({**log.to_json(), "conversion": None}, indent=2))
+        else:
+            print(log.report() + ("" if plot is None else f" (no plot written to {plot})"))
+        return 0
+    findings = algorithm_findings(log.setup, args.checkpoint) if args.checkpoint else None
     if plot is not None:
         save_plot(log, plot)
     from helpers.acceptance.sources import log_conversion
 
     conv = log_conversion(log.summary())
     if args.json:
-        print(json.dumps({**log.to_json(), "conversion": conv}, indent=2))
+        d = log.to_json()
+        if findings is not None:
+            d["findings"] = findings
+        print(json.dumps({**d, "conversion": conv}, indent=2))
         return 0
-    print(log.report())
+    text = log.report()
+    if findings is not None:  # the doctor's finding replaces what the log alone shows
+        text = "\n".join([x for x in text.splitlines() if not x.startswith("  finding: ")] + finding_lines(findings))
+    print(text)
     s = log.summary()
     if conv["per_token_rate"] is not None:
         print(f"  per-token rate: {conv['per_token_rate']:.3f} implied by mean accept length "

@@ -17,8 +17,9 @@ SOURCE is a URL or a file:
   http://HOST:PORT[/metrics]     vLLM counters vllm:spec_decode_* or SGLang gauges sglang:spec_accept_*
   http://HOST:PORT/get_server_info   SGLang: internal_states[i].avg_spec_accept_length per DP rank
   FILE  a saved /metrics text, a /get_server_info JSON, a JSONL of SGLang responses (meta_info) or of
-        vLLM per-request counts (num_drafts, num_accepted_tokens, ...), an SGLang/vLLM server log,
-        or a SpecForge training log (acc_i, simulated_acc_len).
+        vLLM answers (0.32+ --per-request-spec-decode-metrics: metrics.speculative_decoding), of
+        vLLM per-request counts (num_drafts, num_accepted_tokens, ...), an SGLang/vLLM/llama.cpp
+        server log, or a SpecForge training log (acc_i, simulated_acc_len).
 --interval S (a URL): scrape twice S seconds apart and use the counters' difference (vLLM's
 counters count from server start; the difference is what the traffic in between did).
 Drafting settings: --steps/--topk/--draft-tokens (SGLang's names: --draft-tokens counts the root,
@@ -28,7 +29,16 @@ and checked by the same code as `rate-for` (a shape SGLang does not run: one lin
 a warning when a chain's length differs from the positions the source reports.
 --year Y: the year of a vLLM log's times (its lines carry none; default this year). Lines or samples that are recognised but do not read are counted and listed
 as garbled, never guessed; counters the source lacks are listed as missing.
--o OUT writes the --json object to OUT. Exit 2 with one line when nothing in SOURCE reads."""
+-o OUT writes the --json object to OUT. Exit 2 with one line when nothing in SOURCE reads.
+
+Forced acceptance: when the source (a log's start-up lines, vLLM's /server_info JSON) or
+--launch-command TEXT (the command line the server was started with, environment assignments
+included: SGLang's and TensorRT-LLM's settings are environment variables no page or log of the
+server reports) shows a benchmark setting that presets acceptance (SGLANG_SIMULATE_ACC_LEN > 0,
+rejection_sample_method "synthetic", TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS > 0,
+--spec-decode-acceptance-length / -rate), one line names it and where it was seen and no figure
+is given (--json: forced_acceptance {setting, engine, means, where, line}, every figure null,
+reading.rows empty); exit 0."""
 
 
 def add_arguments(p) -> None:
@@ -37,6 +47,8 @@ def add_arguments(p) -> None:
                    help="URL only: scrape twice, S seconds apart, and difference the counters")
     _options.drafting(p, "sglang")
     p.add_argument("--year", type=int, default=None, metavar="Y", help="year of a vLLM log's times (default: this year)")
+    p.add_argument("--launch-command", metavar="TEXT", default=None,
+                   help="the command the server was started with (env assignments included), read for forced acceptance")
     _options.json_flag(p, "print one JSON object: the common scale and the rows read")
     _options.out(p, "also write the JSON object to this file")
 
@@ -57,12 +69,33 @@ def run(args) -> int:
     if args.interval is not None and not args.interval > 0:
         raise BadInputError(None, f"--interval must be a positive number of seconds, got {args.interval}")
     table = read_metrics(args.source, interval=args.interval, year=args.year)
+    forced = table.forced
+    if forced is None and args.launch_command:
+        from helpers.serving.startup import setup_from_text
+
+        forced = setup_from_text(args.launch_command, "--launch-command").forced
+    if forced is not None:  # no figure, one line
+        from helpers.acceptance.sources import DEFINITIONS, Acceptance
+        from helpers.serving.startup import forced_line
+
+        table.forced = forced
+        obj = {**Acceptance(str(table.source), table.kind, DEFINITIONS.get(table.kind, table.kind)).to_dict(),
+               "forced_acceptance": dict(forced), "reading": table.to_json()}
+        _write(out, obj)
+        print(json.dumps(obj, indent=2) if args.json else f"{table.source}: {forced_line(forced)}")
+        return 0
     acc = normalise(table, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
-    obj = {**acc.to_dict(), "reading": table.to_json()}
+    obj = {**acc.to_dict(), "forced_acceptance": None, "reading": table.to_json()}
+    _write(out, obj)
+    print(json.dumps(obj, indent=2) if args.json else acc.report())
+    return 0
+
+
+def _write(out, obj) -> None:
+    from helpers.core.errors import BadInputError
+
     if out is not None:
         try:
             out.write_text(json.dumps(obj, indent=2) + "\n")
         except OSError as e:
             raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
-    print(json.dumps(obj, indent=2) if args.json else acc.report())
-    return 0

@@ -41,6 +41,21 @@ emulated wirings against the served number. Conclusion: "the served draft behave
 checkpoint does" (agree within 0.05 or 2 standard errors), "the served draft behaves like WIRING",
 or "neither". Give --dtype as the server runs (bfloat16 for a bf16 server).
 
+Forced acceptance: when the server reports a benchmark setting that presets acceptance (vLLM's
+/server_info, started with VLLM_SERVER_DEV_MODE=1: rejection_sample_method "synthetic"), or the
+start-up log (--log FILE) or --launch-command TEXT (the command the server was started with,
+environment assignments included: SGLang's SGLANG_SIMULATE_ACC_LEN and TensorRT-LLM's
+TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS are environment variables no endpoint reports; ATOM
+--spec-decode-acceptance-length) shows one, no request is sent: one line names the setting and
+where it was seen, no accept length and no conclusion (--json: url, engine, model,
+forced_acceptance {setting, engine, means, where, line}, speculative_algorithm, conclusion null);
+exit 0.
+
+Algorithm: an EAGLE-3 draft served with the EAGLE (1/2) algorithm (SGLang /get_server_info
+speculative_algorithm 'EAGLE', vLLM speculative_config method 'eagle', or the same in --log /
+--launch-command) is the doctor's eagle3-as-eagle finding: with --checkpoint the doctor's own
+check decides (the draft's fc width), else the draft path or class the server names (eagle3).
+
 Exit 2 with one line naming the URL: nothing answers (connection refused), no answer within
 --timeout SECONDS (every call: connect and between reads, default 30), not OpenAI-compatible (no
 /v1/models and no /generate), not speculating (no per-request figures and no spec_decode
@@ -52,7 +67,8 @@ requests[{index, prompt_tokens, output_ids, text, completion_tokens, finish_reas
 verify_steps, accepted, drafted, histogram}], accept_length, stderr, source (per-request or
 metrics), accept_length_definition, stderr_method, metrics_accept_length, counters, agreement,
 per_position, per_position_conditional, target_check, engine_free, reproduce, conclusion,
-findings, notes, seconds."""
+findings, notes, seconds, forced_acceptance (null), speculative_algorithm {algorithm, draft,
+eagle3}, serving_findings [{code, severity, message, fix, algorithm}]."""
 
 
 def add_arguments(p) -> None:
@@ -70,7 +86,11 @@ def add_arguments(p) -> None:
                    help="the served draft's checkpoint (needs --target): compare with the engine-free loop")
     p.add_argument("--num-speculative-tokens", type=int, default=None, metavar="K",
                    help="vLLM's num_speculative_tokens when the server does not report it")
-    p.add_argument("--log", metavar="FILE", default=None, help="the server's start-up log (its drafting settings)")
+    p.add_argument("--log", metavar="FILE", default=None,
+                   help="the server's start-up log (its drafting settings, algorithm, forced acceptance)")
+    p.add_argument("--launch-command", metavar="TEXT", default=None,
+                   help="the command the server was started with (env assignments included): its algorithm, draft "
+                        "and forced acceptance")
     p.add_argument("--engine", type=_options.aux_engine_value, default=None, metavar="ENGINE[==VERSION]",
                    help="whose aux-layer convention the engine-free loop uses: sglang or vllm (default: the server's)")
     _options.chat_template(p)
@@ -122,6 +142,9 @@ def run(args) -> int:
 
     server = discover(args.url, remote_access.timeout())
     model = args.model or (server.models[0] if server.models else None)
+    setup = _setup(server, args)
+    if setup.forced:  # no request is sent, nothing is concluded
+        return _forced(server, model, setup, out, args.json)
     if model is None and server.needs_model(ids is not None):
         raise BadInputError(server.url, "lists no model under /v1/models: pass --model NAME")
     sent = [(r.index, None if ids is None else ids[k], r.prompt_messages()) for k, r in enumerate(records)]
@@ -130,7 +153,10 @@ def run(args) -> int:
     drafting, drafting_source, notes = drafting_of(server, measured, num_speculative_tokens=args.num_speculative_tokens,
                                                    log=args.log)
     result = ProbeResult(measured, model, drafting, drafting_source, str(prompts), bundled, args.max_new_tokens,
-                         notes=notes)
+                         notes=notes, setup=setup)
+    from helpers.commands.logs import algorithm_findings
+
+    result.serving_findings = algorithm_findings(setup, args.checkpoint)
     if ids is None:
         result.notes.append("the served tokens are not checked: sent as chat messages without --target (pass --target "
                             "DIR: the prompts then go as the target's token ids and the served text is compared with "
@@ -145,6 +171,38 @@ def run(args) -> int:
         except OSError as e:
             raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
     print(json.dumps(obj, indent=2, allow_nan=False) if args.json else result.report(), file=sys.stdout)
+    return 0
+
+
+def _setup(server, args):
+    """What the server reports about itself, then the start-up log, then the launch command."""
+    setup = server.setup
+    if args.log:
+        from helpers.serving.startup import read_setup
+
+        setup = setup.merge(read_setup(args.log))
+    if args.launch_command:
+        from helpers.serving.startup import setup_from_text
+
+        setup = setup.merge(setup_from_text(args.launch_command, "--launch-command"))
+    return setup
+
+
+def _forced(server, model, setup, out, as_json: bool) -> int:
+    """The one line (or JSON object) for a server whose acceptance is forced."""
+    from helpers.serving.startup import forced_line
+
+    obj = {"url": server.url, "engine": server.engine, "model": model, "forced_acceptance": dict(setup.forced),
+           "speculative_algorithm": {k: v for k, v in setup.to_dict().items() if k != "forced_acceptance"},
+           "requests": [], "accept_length": None, "stderr": None, "conclusion": None, "findings": [],
+           "serving_findings": [], "notes": []}
+    if out is not None:
+        try:
+            out.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+        except OSError as e:
+            raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
+    print(json.dumps(obj, indent=2, allow_nan=False) if as_json else f"probe: {server.url}: {forced_line(setup.forced)}",
+          file=sys.stdout)
     return 0
 
 

@@ -30,6 +30,12 @@ doctor (06) checks the draft against the target's config. The drafting settings 
 num_speculative_tokens) line, else a 3-token chain; summary.md says which. A shape SGLang does not
 run (--steps 0, --topk 1 with --draft-tokens other than steps + 1, a tree larger than its search
 keeps) is refused before any notebook, one line naming the flag.
+A --log (or --metrics file) whose server forced its acceptance (SGLANG_SIMULATE_ACC_LEN > 0,
+rejection_sample_method "synthetic", TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS > 0, ATOM
+--spec-decode-acceptance-length / -rate, wherever the file shows it) is refused before any
+notebook: one line naming the setting and its line, exit 2 (its accept lengths say nothing about
+the draft). A --log that shows the EAGLE (1/2) algorithm with an EAGLE-3 draft (checked against
+CHECKPOINT by the doctor's eagle3-as-eagle) prints that finding before the notebooks run.
 OUT is created (with missing parents); it must not be a file.
 Exit 0 when every notebook succeeded, 1 when one failed, 2 on bad input or an OUT that cannot
 be written (all checked before any notebook runs)."""
@@ -90,8 +96,41 @@ def settings_from_args(args) -> RunSettings:
         raise BadInputError(None, str(e)) from None
 
 
+def check_serving_inputs(args) -> list[str]:
+    """The --log files and a --metrics file, before any notebook: a forced-acceptance one is refused
+    (BadInputError, one line); the eagle3-as-eagle finding of each log's algorithm against the
+    checkpoint comes back as lines to print."""
+    from pathlib import Path
+
+    from helpers.commands.logs import algorithm_findings, finding_lines
+    from helpers.core.errors import BadInputError
+    from helpers.serving.startup import forced_line, read_setup
+
+    lines = []
+    for log in args.logs:
+        if not Path(log).is_file():
+            continue  # the report's own check names a missing path
+        setup = read_setup(log)
+        if setup.forced:
+            raise BadInputError(log, forced_line(setup.forced) + " (drop this --log)")
+        found = algorithm_findings(setup, args.checkpoint, args.engine or "all")
+        if found:
+            lines += [f"{log}:", *finding_lines(found)]
+    if args.metrics and Path(args.metrics).is_file():
+        from helpers.serving.metrics import read_metrics
+
+        table = read_metrics(args.metrics)
+        if table.forced:
+            raise BadInputError(args.metrics, forced_line(table.forced) + " (drop --metrics)")
+    return lines
+
+
 def run(args) -> int:
     output_dir(args.out, "report folder", create=False)  # before any notebook runs; run_report creates it
+    import sys
+
+    for line in check_serving_inputs(args):
+        print(line, file=sys.stderr if args.json else sys.stdout)
     res = run_report(settings_from_args(args), args.out, progress=None if args.json else print)
     if args.json:
         print(json.dumps(res.summary, indent=2, default=str))

@@ -1,16 +1,17 @@
 """One serving-log line -> one row: the line formats the kit reads (`helpers.serving.logs` turns
 whole logs into tables).
 
-Reads the periodic speculative-decoding lines of two engines (formats checked against their
-public source):
+Reads the speculative-decoding lines of three engines (formats checked against their public
+source):
 
 SGLang (scheduler, every `--decode-log-interval` decode steps), current form:
     [2026-01-05 10:00:00 TP0] Decode batch, #running-req: 1, #token: 2154, token usage: 0.01,
     accept len: 1.90, accept rate: 0.12, cuda graph: True, gen throughput (token/s): 46.70,
     #queue-req: 0
   (one line; hybrid models print `#full token:` / `full token usage:` instead of `#token:`,
-  disaggregated decode adds `pre-allocated usage:` etc., `cpu graph:` / `npu graph:` replace
-  `cuda graph:`, and `Decode batch [N],` carries a forward counter when enabled). Older builds:
+  disaggregated decode adds `pre-allocated usage:` etc., `cpu graph:` / `npu graph:` / `musa graph:`
+  replace `cuda graph:`, 0.5.23 may add `cap len:` / `block accept len:` and MFU figures, and
+  `Decode batch [N],` carries a forward counter when enabled). Older builds:
     [2025-01-05 10:00:00] Decode batch. #running-req: 1, #token: 2154, token usage: 0.01,
     accept len: 1.90, gen throughput (token/s): 46.70, #queue-req: 0
   SGLang's `accept rate` is the accept length divided by the draft tokens per step (the bonus
@@ -38,6 +39,24 @@ vLLM (V1 `SpecDecodingLogging`, every logging interval):
   throughput: X tokens/s, Running: N reqs, Waiting: M reqs, ...`), which is read as context for
   the SpecDecoding row after it.
 
+llama.cpp (`llama-server`, `tools/server/server-context.cpp` `print_timings`, one line per finished
+request, counted over that request only), in the forms its releases printed:
+    slot print_timing: id  0 | task 42 | draft acceptance = 0.64479 (  167 accepted /   259 generated),
+    mean acceptance length =  2.92, acceptance rate per position = (0.805, 0.632, 0.483)
+  ("llamacpp", ggml-org/llama.cpp PR #24536), `..., mean len =  2.92` with the per-position rates on a
+  trace-level line after it (`     acc per pos = (0.805, 0.632, 0.483)`, "llamacpp-mean-len"), and
+  without a mean
+  (`draft acceptance = ...` or, older, `draft acceptance rate = ...`, "llamacpp-old"). `draft
+  acceptance` is accepted / generated draft tokens (the row's accept rate); the mean counts the
+  bonus token (1 + accepted / verify steps) and the per-position rates are accepted at j / verify
+  steps (unconditional). Verify steps are not printed: a row's drafts are the one whole number of
+  steps that reproduces the printed mean (and per-position sum), else accepted / (mean - 1)
+  (`variable` set). Its cumulative `statistics <impl>: #calls(b,g,a) = ...` lines are not rows.
+
+Fields an engine fork adds (`Name: value` on vLLM's line, `name = value` on llama.cpp's, `key:
+value` on SGLang's) are skipped and the known ones still read; a vLLM line whose known fields
+start later (a fork's field first) reads the same.
+
 A line is `parsed` when it is one of these and every number in it reads; `garbled` when it is
 one of these but a number does not read (two dots, letters, cut before its accept length): it
 is skipped and counted, never guessed; anything else is `unrecognised`, counted and skipped. A
@@ -63,6 +82,10 @@ _FIELD_SPLIT = re.compile(r",\s+(?=[A-Za-z#][^:,]*:\s)")
 _SGL_HEAD = re.compile(r"Decode batch(?: \[\d+\])?([.,]) ")
 _VLLM_HEAD = re.compile(r"SpecDecoding metrics: ")
 _VLLM_STATS = re.compile(r"(?:Engine \d+: )?(?=Avg prompt throughput: )")
+_LLAMA_HEAD = re.compile(r"draft acceptance(?: rate)? = ")
+_LLAMA_BODY = re.compile(r"(?P<ratio>\S+) \(\s*(?P<acc>\S+) accepted /\s*(?P<gen>\S+) generated\)(?P<rest>.*)$")
+_LLAMA_SPLIT = re.compile(r",\s+(?=[A-Za-z#][^=,]*=)")  # `, name = ` starts a field
+_LLAMA_POS = re.compile(r"\bacc per pos = \((?P<v>[^)]*)\)")
 _SGL_TIME = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[.,](\d+))?(?: [^\]]*)?\]")
 _VLLM_TIME = re.compile(r"^(?:\([^)]*\)\s+)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(\d+))?\s")
 _CONTAINER = re.compile(r"^[A-Za-z0-9][\w.-]*\s*\|\s?")  # docker compose: `svc-1  | `
@@ -175,11 +198,10 @@ def _sglang(body: str, sep: str) -> dict:
         row["accept_length"] = _num(f["accept len"], "accept len")
     if "accept rate" in f:
         row["accept_rate"] = _num(f["accept rate"], "accept rate")
-    for key in ("cuda graph", "cpu graph", "npu graph"):
-        if key in f:
-            if f[key] not in ("True", "False"):
-                raise Garbled(f"{key}: {f[key]!r}")
-            row["cuda_graph"] = f[key] == "True"
+    for key in [k for k in f if k.endswith(" graph")]:  # cuda, cpu, npu, musa graph: one per line
+        if f[key] not in ("True", "False"):
+            raise Garbled(f"{key}: {f[key]!r}")
+        row["cuda_graph"] = f[key] == "True"
     if "gen throughput (token/s)" in f:
         row["throughput"] = _num(f["gen throughput (token/s)"], "gen throughput")
     elif not row.get("cut"):
@@ -198,12 +220,12 @@ def _vllm(body: str) -> dict:
     row = {"engine": "vllm", "format": "vllm"}
     if "Avg Draft acceptance rate" in f:  # 0.10.2 on: it ends the line
         rate_key, complete = "Avg Draft acceptance rate", "..." not in f
-    elif next(iter(f), None) == "Draft acceptance rate":  # 0.8.5-0.10.1 (with a mean), older V1 (without)
+    elif "Draft acceptance rate" in f:  # 0.8.5-0.10.1 (with a mean), older V1 (without)
         row["format"] = "vllm-0.9" if "Mean acceptance length" in f else "vllm-old"
         rate_key = "Draft acceptance rate"
         last = "Per-position acceptance rate" if row["format"] == "vllm-0.9" else "Drafted"
         complete = "..." not in f and last in f and (last != "Drafted" or f[last].endswith("tokens"))
-    elif next(iter(f), None) == "Mean acceptance length":
+    elif "Mean acceptance length" in f:  # the current form cut before its last field
         rate_key, complete = "Avg Draft acceptance rate", False
     else:
         raise Garbled("no Avg Draft acceptance rate (truncated)")
@@ -267,6 +289,60 @@ def _vllm_drafts(row: dict) -> None:
         row["drafts"] = fixed
 
 
+def _llamacpp(body: str) -> dict:
+    """llama.cpp's per-request `draft acceptance = R (A accepted / G generated)[, name = value ...]`."""
+    m = _LLAMA_BODY.match(body.strip())
+    if not m:
+        raise Garbled("draft acceptance without '(N accepted / M generated)'")
+    ratio = _num(m["ratio"], "draft acceptance")
+    accepted, generated = _int(m["acc"], "accepted"), _int(m["gen"], "generated")
+    decimals = len(m["ratio"].partition(".")[2])  # 5 (%0.5f) in every release read
+    if generated and abs(ratio - accepted / generated) > 0.5 * 10.0 ** -decimals + 1e-6:
+        raise Garbled(f"draft acceptance {ratio} is not accepted / generated = {accepted / generated:.5f}")
+    row = {"engine": "llamacpp", "format": "llamacpp-old", "accept_rate": ratio, "accepted": accepted,
+           "drafted": generated}
+    rest = m["rest"].strip()
+    fields = {}
+    if rest:
+        if not rest.startswith(","):
+            raise Garbled(f"text after the counts: {rest[:40]!r}")
+        for part in _LLAMA_SPLIT.split(rest[1:].strip()):
+            key, sep, value = part.partition("=")
+            if sep:  # a fork's field without ' = ' is not one of ours: skipped
+                fields[key.strip()] = value.strip()
+    for key, fmt in (("mean acceptance length", "llamacpp"), ("mean len", "llamacpp-mean-len")):
+        if key in fields:
+            row["accept_length"], row["format"] = _num(fields[key], key), fmt
+            break
+    pos = fields.get("acceptance rate per position")
+    if pos is not None:
+        if not (pos.startswith("(") and pos.endswith(")")):
+            row["cut"] = True  # the list was cut: the rates are not read
+        elif pos[1:-1].strip():
+            row["per_position"] = [_num(x, "acceptance rate per position") for x in pos[1:-1].split(",")]
+    _llamacpp_steps(row)
+    return row
+
+
+def _llamacpp_steps(row: dict) -> None:
+    """Verify steps of a llama.cpp line: the one whole number that reproduces its printed mean (2
+    decimals) and per-position sum (3 decimals each), else accepted / (mean - 1) (`variable`)."""
+    mean, acc, per = row.get("accept_length"), row["accepted"], row.get("per_position")
+    if per is not None and mean is not None and abs(1 + sum(per) - mean) > 0.0051 + 0.0005 * len(per):
+        raise Garbled(f"acceptance rate per position sums to {sum(per):.3f}, not mean - 1 = {mean - 1:.3f}")
+    if mean is None or acc == 0 or mean <= 1.0 or row.get("cut"):
+        return
+    lo, hi = acc / (mean - 1 + 0.005), (acc / (mean - 1 - 0.005) if mean - 1 > 0.005 else float("inf"))
+    steps = [s for s in range(max(1, int(lo)), int(min(hi, lo + 1000)) + 1) if abs(1 + acc / s - mean) <= 0.005 + 1e-9]
+    if per:
+        tol = 0.0005 * len(per) + 1e-9
+        steps = [s for s in steps if abs(acc / s - sum(per)) <= tol]
+    if len(steps) == 1:
+        row["drafts"] = steps[0]
+    else:
+        row["drafts"], row["variable"] = acc / (mean - 1.0), True
+
+
 def _vllm_stats(body: str) -> dict:
     """vLLM's engine stats line, printed just before its SpecDecoding line: generation tok/s,
     running and waiting requests. Returned as a context row (kind "stats")."""
@@ -290,18 +366,26 @@ def parse_line(line: str, year: int | None = None) -> dict | None:
     Raises `Garbled` when the line is an SGLang decode line or a vLLM SpecDecoding line but a
     number in it does not read. vLLM's engine stats line (`Avg generation throughput: ...`)
     comes back with kind "stats": `parse_lines` puts its generation tok/s and request counts on
-    the SpecDecoding row that follows it.
+    the SpecDecoding row that follows it; llama.cpp's trace-level `acc per pos = (...)` line
+    comes back with kind "llamacpp-pos", for the llama.cpp row before it.
     """
     line = line.rstrip("\r\n")
     m = _SGL_HEAD.search(line)
     v = None if m else _VLLM_HEAD.search(line)
     st = None if m or v or "Avg generation throughput: " not in line else _VLLM_STATS.search(line)
-    if not m and not v and not st:
+    ll = None if m or v or st or "draft acceptance" not in line else _LLAMA_HEAD.search(line)
+    if not m and not v and not st and not ll:
+        pos = _LLAMA_POS.search(line) if "acc per pos = (" in line else None
+        if pos:  # llama.cpp's trace-level per-position line after its `mean len` line
+            return {"kind": "llamacpp-pos", "per_position": [_num(x, "acc per pos") for x in pos["v"].split(",")
+                                                              if x.strip()]}
         return None
     year = _dt.date.today().year if year is None else int(year)
     t, _ = _timestamp(line, year)
     if st:
         row = _vllm_stats(line[st.end():])
+    elif ll:
+        row = _llamacpp(line[ll.end():])
     else:
         row = _sglang(line[m.end():], m.group(1)) if m else _vllm(line[v.end():])
     row["time"] = t

@@ -2,8 +2,11 @@
 
 A log is read line by line with `helpers.serving.log_lines` (the formats, with examples, are
 described there); a `LogTable` holds the rows plus what was skipped (garbled or unrecognised
-lines, counted, never guessed), the vLLM engine stats lines read as context, and the drafting
-settings of the first start-up line that states them (`helpers.serving.startup`).
+lines, counted, never guessed), the vLLM engine stats lines read as context, the drafting
+settings of the first start-up line that states them, and what the log states about the server's
+set-up (`helpers.serving.startup.Setup`: a forced-acceptance benchmark setting, the speculative
+algorithm and the draft). A log whose server forced its acceptance is read but never concluded
+from: its summary's accept-length figures are None and `report()` is the one line saying why.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from helpers.serving.log_lines import (
     Garbled,
     parse_line,
 )
-from helpers.serving.startup import drafting_from_line
+from helpers.serving.startup import Setup, drafting_from_line, forced_line
 
 
 @dataclass
@@ -38,8 +41,14 @@ class LogTable:
     unrecognised: int  # lines that are not decode / SpecDecoding lines
     garbled: int  # recognised lines with a number that does not read (skipped)
     garbled_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
-    context: int = 0  # vLLM engine stats lines whose throughput went onto the next row
+    context: int = 0  # vLLM engine stats lines (throughput onto the next row), llama.cpp per-position lines
     drafting: dict = field(default_factory=dict)  # the start-up line's settings (`drafting_from_line`), {} if none
+    setup: Setup = field(default_factory=Setup)  # forced acceptance, algorithm, draft the log states
+
+    @property
+    def forced(self) -> dict | None:
+        """The forced-acceptance setting the log states ({"setting", "engine", "means", "where", "line"}), or None."""
+        return self.setup.forced
 
     @property
     def parsed(self) -> int:
@@ -73,15 +82,22 @@ class LogTable:
         return table
 
     def to_json(self) -> dict:
-        """The `logs --json` object: the summary plus every parsed row (times as ISO strings)."""
+        """The `logs --json` object: the summary plus every parsed row (times as ISO strings); a
+        forced-acceptance log's rows are left out (`forced_acceptance` says why)."""
         d = self.summary()
+        if self.forced:
+            d["rows"] = []
+            return d
         t = self.table.astype(object).where(self.table.notna(), None)
         d["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in t.to_dict(orient="records")]
         return d
 
     def report(self) -> str:
-        """The `logs` command's text: counts, means and the garbled lines."""
+        """The `logs` command's text: counts, means and the garbled lines; for a forced-acceptance
+        log, one line naming the setting and where it was seen."""
         s = self.summary()
+        if self.forced:
+            return f"{s['path']}: {forced_line(self.forced)}"
 
         def f(x, spec):
             return "-" if x is None else format(x, spec)
@@ -89,7 +105,7 @@ class LogTable:
         lines = [
             f"{s['path']}: {', '.join(s['formats']) or 'no'} lines",
             f"  lines {s['lines']:,}: parsed {s['parsed']:,}, garbled {s['garbled']:,} (skipped), "
-            f"unrecognised {s['unrecognised']:,}" + (f", engine stats {s['context']:,}" if s["context"] else "")
+            f"unrecognised {s['unrecognised']:,}" + (f", context {s['context']:,}" if s["context"] else "")
             + (f"; {s['cut']:,} cut short (kept what reads)" if s["cut"] else "")
             + (f"; {s['empty_intervals']:,} intervals without drafts" if s["empty_intervals"] else "")
             + (f"; {s['variable_length_lines']:,} variable-length drafter lines" if s["variable_length_lines"] else ""),
@@ -105,6 +121,7 @@ class LogTable:
             lines.append(f"  drafting:      steps {d.get('steps', '-')}, topk {d.get('topk', '-')}, draft tokens "
                          f"{d.get('draft_tokens', '-')} (from the log's {d['source']} line)")
         lines += [f"  garbled line {g['line']}: {g['reason']}" for g in s["garbled_lines"][:10]]
+        lines += [f"  finding: {f['code']} ({f['severity']}): {f['message']}; fix: {f['fix']}" for f in s["findings"]]
         return "\n".join(lines)
 
     def pooled_accept_length(self) -> float | None:
@@ -117,13 +134,18 @@ class LogTable:
         return 1 + sum(r["accepted"] for r in rows) / drafts if drafts else None
 
     def summary(self) -> dict:
-        """Counts and the mean / last accept length, rate and throughput (JSON-ready)."""
+        """Counts and the mean / last accept length, rate and throughput (JSON-ready), what the log
+        states about its server (`speculative_algorithm`, `forced_acceptance`) and the findings the
+        log alone shows (`eagle3-as-eagle`). A forced log's accept-length and rate figures are None."""
         def mean(col):
+            if self.forced and col != "throughput":  # forced: only the system's own speed is measured
+                return None
             xs = self.column(col)
             return float(sum(xs) / len(xs)) if xs else None
 
         times = self.column("time")
-        lengths = self.column("accept_length")
+        lengths = [] if self.forced else self.column("accept_length")
+        wrong = self.setup.wrong_algorithm()
         return {
             "path": self.path,
             "engines": self.engines,
@@ -138,13 +160,16 @@ class LogTable:
             "empty_intervals": sum(1 for r in self.rows if r.get("drafts") == 0),
             "variable_length_lines": sum(1 for r in self.rows if r.get("variable")),
             "mean_accept_length": mean("accept_length"),
-            "pooled_accept_length": self.pooled_accept_length(),
+            "pooled_accept_length": None if self.forced else self.pooled_accept_length(),
             "last_accept_length": float(lengths[-1]) if lengths else None,
             "mean_accept_rate": mean("accept_rate"),
             "mean_throughput": mean("throughput"),
             "first_time": str(min(times)) if times else None,
             "last_time": str(max(times)) if times else None,
             "drafting": dict(self.drafting),
+            "forced_acceptance": None if self.forced is None else dict(self.forced),
+            "speculative_algorithm": {k: v for k, v in self.setup.to_dict().items() if k != "forced_acceptance"},
+            "findings": [] if wrong is None else [wrong],
         }
 
 
@@ -164,7 +189,7 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
     rows, garbled, unrecognised, total, context = [], [], 0, 0, 0
     last_vllm_month = None
     pending = None  # the last vLLM engine stats line, waiting for its SpecDecoding line
-    drafting = {}
+    drafting, setup = {}, Setup()
     for n, line in enumerate(lines, start=1):
         total += 1
         try:
@@ -176,10 +201,17 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
             unrecognised += 1
             if not drafting:
                 drafting = drafting_from_line(line)
+            setup.feed(line, n, path)
             continue
-        if row.pop("kind", None) == "stats":
+        kind = row.pop("kind", None)
+        if kind == "stats":
             context += 1
             pending = row
+            continue
+        if kind == "llamacpp-pos":  # per position of the llama.cpp line before it (trace verbosity)
+            context += 1
+            if rows and rows[-1]["engine"] == "llamacpp" and not rows[-1].get("per_position"):
+                rows[-1]["per_position"] = row["per_position"]
             continue
         if row["engine"] == "vllm" and pending is not None:
             for key in ("throughput", "running_req", "queue_req"):
@@ -195,11 +227,11 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
         row["line"] = n
         rows.append(row)
     return LogTable(path=path, rows=rows, total=total, unrecognised=unrecognised,
-                    garbled=len(garbled), garbled_lines=garbled, context=context, drafting=drafting)
+                    garbled=len(garbled), garbled_lines=garbled, context=context, drafting=drafting, setup=setup)
 
 
 def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
-    """Read an SGLang or vLLM server log file into a `LogTable`.
+    """Read an SGLang, vLLM or llama.cpp server log file into a `LogTable`.
 
     Raises BadInputError when the file cannot be read or holds no line this module reads.
     """
@@ -213,15 +245,16 @@ def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
         raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
     if result.parsed == 0:
         raise BadInputError(
-            p, f"no SGLang 'Decode batch' or vLLM 'SpecDecoding metrics' line with readable numbers "
-            f"among {result.total} lines ({result.garbled} garbled)",
+            p, "no SGLang 'Decode batch' or vLLM 'SpecDecoding metrics' line (nor llama.cpp 'draft acceptance' line) "
+            f"with readable numbers among {result.total} lines ({result.garbled} garbled)",
         )
     return result
 
 
 def pooled_measurement(tables) -> tuple[float | None, float | None, int]:
     """(mean accept length, mean generation tok/s, rows) over every parsed row of several logs,
-    each row weighted alike; None where no row has the number."""
+    each row weighted alike; None where no row has the number. A caller refuses forced-acceptance
+    logs first (`LogTable.forced`): their rows are pooled here as any other."""
     lengths = [x for t in tables for x in t.column("accept_length")]
     tps = [x for t in tables for x in t.column("throughput")]
     mean = lambda xs: float(sum(xs) / len(xs)) if xs else None  # noqa: E731

@@ -5,7 +5,8 @@ one logging interval, weighted alike: the mean notebook 04 reports) or, without 
 source, and returns a `helpers.speculate.ladder.Figure` whose drafting shape is the settings'
 (`helpers.ui.settings.RunSettings`, resolved from the logs' start-up lines where not given). The
 standard error of a log's mean is the spread of its interval means over sqrt(rows); a metrics
-source states none (None).
+source states none (None). A log or metrics source whose server forced its acceptance
+(`helpers.serving.startup.Setup.forced`) gives no figure: it is left out.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None) -> 
     if logs:
         from helpers.serving.logs import read_log
 
-        values = [x for p in logs for x in read_log(p).column("accept_length")]
+        tables = [read_log(p) for p in logs]
+        values = [x for t in tables if not t.forced for x in t.column("accept_length")]
         mean, se = mean_stderr(values)
         if mean is not None:
             return Figure(mean, se, f"serving logs, mean of {len(values):,} logged intervals", shape)
@@ -33,7 +35,8 @@ def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None) -> 
         from helpers.acceptance.sources import normalise_for
         from helpers.serving.metrics import read_metrics
 
-        acc = normalise_for(read_metrics(metrics), settings)
+        table = read_metrics(metrics)
+        acc = None if table.forced else normalise_for(table, settings)
     if acc is not None and acc.accept_length is not None:
         return Figure(float(acc.accept_length), None, f"serving metrics ({acc.kind})", shape)
     return None

@@ -12,10 +12,18 @@ Sources (field names checked against the projects' source; versions in docs/serv
   the server arguments beside them (`speculative_num_steps`, ...).
 - Per-request JSONL: SGLang responses' `meta_info` (`completion_tokens`, `spec_verify_ct`,
   `spec_accept_length`, `spec_accept_rate`, accepted/proposed draft counts under their several
-  names, the acceptance histogram), or vLLM per-request counts under its stats' names
-  (`num_drafts`, `num_draft_tokens`, `num_accepted_tokens`, `num_accepted_tokens_per_pos`).
+  names, the acceptance histogram), vLLM answers saved whole (0.32+ with
+  `--per-request-spec-decode-metrics`: `metrics.speculative_decoding`), or vLLM per-request counts
+  under its stats' names (`num_drafts`, `num_draft_tokens`, `num_accepted_tokens`,
+  `num_accepted_tokens_per_pos`).
 - Serving logs (`helpers.serving.logs`): SGLang's accept len / accept rate, vLLM's counts and
-  per-position rates.
+  per-position rates, llama.cpp's per-request `draft acceptance` lines (kind `llamacpp-log`).
+- vLLM's `/server_info` (dev mode) states no figure; it is read for what it says about the
+  server (a forced-acceptance setting, `helpers.serving.startup.setup_from_server`).
+
+A source whose server forced its acceptance (`helpers.serving.startup.Setup.forced`: a log's
+start-up lines, vLLM's server info, or the launch command the caller passes) carries
+`MetricsTable.forced`; callers print `forced_line` instead of any figure.
 - SpecForge training logs: per-step `acc_i` (also `train/acc_i`, `eval/acc_i`) and
   `simulated_acc_len`, one JSON object or one `key: value` line per logged step.
 
@@ -35,6 +43,7 @@ from pathlib import Path
 from helpers.acceptance.drafting import SGLANG_NAMES
 from helpers.core.errors import BadInputError, clip
 from helpers.serving.records import _row, read_records
+from helpers.serving.startup import setup_from_server
 
 VLLM_COUNTERS = {
     "vllm:spec_decode_num_drafts": "drafts",
@@ -60,6 +69,7 @@ class MetricsTable:
     missing: list[str] = field(default_factory=list)  # fields / counters the source should have had
     settings: dict = field(default_factory=dict)  # steps / topk / draft_tokens the source stated
     interval: float | None = None  # seconds between two scrapes (counters differenced)
+    forced: dict | None = None  # the forced-acceptance setting the source states (`Setup.forced`), None if none
 
     @property
     def engine(self) -> str:
@@ -69,7 +79,8 @@ class MetricsTable:
         return {"source": self.source, "kind": self.kind, "lines": self.lines, "parsed": len(self.rows),
                 "garbled": self.garbled, "garbled_lines": [{"line": n, "reason": r} for n, r in self.garbled_lines],
                 "unrecognised": self.unrecognised, "missing": list(self.missing), "settings": dict(self.settings),
-                "interval_s": self.interval, "rows": [dict(r) for r in self.rows]}
+                "interval_s": self.interval, "rows": [] if self.forced else [dict(r) for r in self.rows],
+                "forced_acceptance": None if self.forced is None else dict(self.forced)}
 
 
 # -- Prometheus text --------------------------------------------------------------------------------
@@ -232,7 +243,7 @@ def from_log(path, year: int | None = None) -> MetricsTable:
     engine = log.engines[0] if len(log.engines) == 1 else "mixed"
     rows = []
     for r in log.rows:
-        if r["engine"] == "vllm":
+        if r["engine"] in ("vllm", "llamacpp"):  # both count accepted / drafted / verify steps
             drafts = r.get("drafts")
             row = _row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
                        accept_rate=r.get("accept_rate"), accepted=None if drafts is None else r.get("accepted"),
@@ -246,7 +257,8 @@ def from_log(path, year: int | None = None) -> MetricsTable:
                              accept_rate=r.get("accept_rate")))
     drafting = read_drafting(path)
     return MetricsTable(str(path), f"{engine}-log", rows, log.total, log.garbled, list(log.garbled_lines),
-                        log.unrecognised, settings={k: drafting[k] for k in ("steps", "topk", "draft_tokens") if k in drafting})
+                        log.unrecognised, settings={k: drafting[k] for k in ("steps", "topk", "draft_tokens") if k in drafting},
+                        forced=log.forced)
 
 
 # -- any source -------------------------------------------------------------------------------------------
@@ -294,6 +306,10 @@ def parse_text(text: str, source: str) -> MetricsTable:
             data = json.loads(text)
         except json.JSONDecodeError:
             data = None
+        if isinstance(data, dict) and "vllm_config" in data:  # vLLM /server_info: settings, no figure
+            table = MetricsTable(source, "vllm-server-info", [], lines=1)
+            table.forced = setup_from_server(data, source).forced
+            return table
         if isinstance(data, dict) and ("internal_states" in data or any(k in data for k in _SETTINGS)):
             return parse_server_info(data, source)
         if isinstance(data, dict) and not any(k in text for k in ("acc_", "simulated_acc_len")):
@@ -310,7 +326,7 @@ def read_metrics(source: str, interval: float | None = None, year: int | None = 
 
     Files: a serving log (`helpers.serving.logs` recognises it), a saved /metrics text, a
     /get_server_info JSON, per-request JSONL, or a SpecForge training log. Raises BadInputError
-    when nothing in it reads.
+    when nothing in it reads, unless the source states forced acceptance (`MetricsTable.forced`).
     """
     import time
 
@@ -338,7 +354,10 @@ def read_metrics(source: str, interval: float | None = None, year: int | None = 
         except OSError as e:
             raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
         table = _from_log_if_log(p, text, year) or parse_text(text, str(p))
-    if not table.rows:
+    if table.kind == "vllm-server-info" and not table.forced:
+        raise BadInputError(source, "is vLLM's /server_info: it states the server's settings, no acceptance figure "
+                            "(read its /metrics)")
+    if not table.rows and not table.forced:
         why = f"{table.garbled} garbled" + (f"; missing {', '.join(table.missing)}" if table.missing else "")
         raise BadInputError(source, f"no speculative-decoding figure reads among {table.lines} lines/records ({why})")
     return table

@@ -9,7 +9,10 @@ HTTP error with the server's own message.
   `/server_info`), `/metrics` (Prometheus text: `vllm:spec_decode_*` or `sglang:*`), and, when
   there is no `/v1/models`, whether SGLang's `/generate` exists. The engine is SGLang when server
   info answers or the metrics are `sglang:`, vLLM when the metrics are `vllm:` or the models are
-  owned by vllm.
+  owned by vllm. vLLM answers `/server_info` too when started with `VLLM_SERVER_DEV_MODE=1`
+  (`{"vllm_config", "vllm_env", "system_env"}`, `vllm/entrypoints/serve/dev/server_info/api_router.py`):
+  that is vLLM's, read again as JSON (`?config_format=json`) for its speculative config
+  (`Server.setup`: the algorithm, the draft, a synthetic rejection sampler).
 - `send(server, ...)`: one greedy request. Token ids in: vLLM (or any OpenAI server)
   `/v1/completions` with `"prompt": [ids]`, `"return_token_ids": true`; SGLang `/generate` with
   `"input_ids"` and `"sampling_params"`. Messages in: `/v1/chat/completions`.
@@ -29,6 +32,7 @@ from urllib.request import Request, urlopen
 
 from helpers.core.errors import BadInputError, clip
 from helpers.serving.records import _row, read_records
+from helpers.serving.startup import Setup, setup_from_server
 
 _SUFFIXES = ("/v1/models", "/v1", "/metrics", "/get_server_info", "/server_info", "/generate", "/health")
 
@@ -44,6 +48,14 @@ class Server:
     metrics: str | None = None  # the /metrics text at discovery (None: no /metrics)
     generate: bool = False  # SGLang's /generate answers
     timeout: float = 30.0
+    vllm_info: dict | None = None  # vLLM's /server_info (dev mode), JSON form where it gives one
+
+    @property
+    def setup(self) -> Setup:
+        """What the server reports about its set-up (`helpers.serving.startup.setup_from_server`)."""
+        if self.vllm_info is not None:
+            return setup_from_server(self.vllm_info, self.url + "/server_info")
+        return setup_from_server(self.server_info, self.url + "/get_server_info")
 
     @property
     def convention(self) -> str:
@@ -145,9 +157,13 @@ def discover(url: str, timeout: float) -> Server:
     if status in (401, 403):
         raise BadInputError(base + "/v1/models", f"HTTP {status}: the server wants credentials (an API key), which "
                             "probe does not send; probe a server started without --api-key")
-    info = None
+    info, vllm_info = None, None
     for path in ("/get_server_info", "/server_info"):
         got = _json(*call(base + path, timeout=timeout))
+        if isinstance(got, dict) and "vllm_config" in got:  # vLLM's dev-mode /server_info, not SGLang's
+            as_json = _json(*call(base + "/server_info?config_format=json", timeout=timeout))
+            vllm_info = as_json if isinstance(as_json, dict) and "vllm_config" in as_json else got
+            break
         if isinstance(got, dict):
             info = got
             break
@@ -162,13 +178,13 @@ def discover(url: str, timeout: float) -> Server:
                                 f"and there is no SGLang /generate (HTTP {gst}); give the server's base URL, "
                                 "e.g. http://HOST:PORT")
     metrics_text = metrics or ""
-    if info is not None or "sglang:" in metrics_text or "sglang" in owners:
+    if vllm_info is None and (info is not None or "sglang:" in metrics_text or "sglang" in owners):
         engine = "sglang"
-    elif "vllm:" in metrics_text or "vllm" in owners:
+    elif vllm_info is not None or "vllm:" in metrics_text or "vllm" in owners:
         engine = "vllm"
     else:
         engine = "openai"
-    return Server(base, engine, ids, info, metrics, generate, timeout)
+    return Server(base, engine, ids, info, metrics, generate, timeout, vllm_info)
 
 
 def _post(server: Server, path: str, body: dict) -> dict:

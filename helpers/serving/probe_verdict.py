@@ -175,6 +175,8 @@ class ProbeResult:
     reproduce: object = None  # Reproduction
     conclusion: str = ""
     notes: list[str] = field(default_factory=list)
+    setup: object = None  # helpers.serving.startup.Setup: what the server, --log and --launch-command state
+    serving_findings: list = field(default_factory=list)  # eagle3-as-eagle (`helpers.commands.logs.algorithm_findings`)
 
     @property
     def findings(self) -> list[str]:
@@ -188,6 +190,7 @@ class ProbeResult:
         agree = self.measured.agreement()
         if agree and not agree["agree"]:
             out.append(agree["why"])
+        out += [f"{f['code']}: {f['message']}; fix: {f['fix']}" for f in self.serving_findings]
         return out
 
     def to_dict(self) -> dict:
@@ -211,7 +214,10 @@ class ProbeResult:
             "target_check": self.target_check, "engine_free": self.engine_free,
             "reproduce": None if self.reproduce is None else self.reproduce.to_dict(),
             "conclusion": self.conclusion, "findings": self.findings, "notes": list(m.notes) + self.notes,
-            "seconds": m.seconds}
+            "seconds": m.seconds, "forced_acceptance": None,
+            "speculative_algorithm": None if self.setup is None else {
+                k: v for k, v in self.setup.to_dict().items() if k != "forced_acceptance"},
+            "serving_findings": [dict(f) for f in self.serving_findings]}
 
     def report(self) -> str:
         m, d = self.measured, self.to_dict()

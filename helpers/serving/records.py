@@ -1,10 +1,15 @@
 """Per-request JSONL and SpecForge training logs -> `helpers.serving.metrics.MetricsTable` rows.
 
-SGLang responses' `meta_info` (field names of several releases, listed in `_SGL_*`), vLLM
+SGLang responses' `meta_info` (field names of several releases, listed in `_SGL_*`), vLLM's
+per-request figures as its answers carry them (0.32+ `--per-request-spec-decode-metrics`:
+`metrics.speculative_decoding` = {acceptance_histogram, num_spec_steps, num_accepted_draft_tokens,
+num_draft_tokens, num_spec_tokens, ...}, `vllm/entrypoints/generate/base/protocol.py`
+`SpeculativeDecodingMetrics` in 0.34.0; a whole answer per line, or that object alone), vLLM
 per-request counts under its `SpecDecodingStats` names, and SpecForge's per-step `acc_i` /
 `simulated_acc_len` (one JSON object or one `key: value` line per logged step). A record that is
 recognised but does not read is garbled (counted, reason kept); one without any speculative field
-is unrecognised. `helpers.serving.metrics.read_metrics` picks this reader by content.
+is unrecognised. Fields a release or fork adds beside the ones read are ignored.
+`helpers.serving.metrics.read_metrics` picks this reader by content.
 """
 from __future__ import annotations
 
@@ -46,8 +51,36 @@ def _number(v, what: str, whole: bool = False):
     return int(v) if whole else float(v)
 
 
+def _vllm_answer_row(spec: dict, label) -> dict:
+    """vLLM's `metrics.speculative_decoding` -> a vllm-requests row: drafts = verify steps (the
+    histogram's sum when `num_spec_steps` is absent), accepted = sum j * histogram[j], position j
+    reached by the steps that accepted more than j drafts."""
+    hist = spec.get("acceptance_histogram")
+    if not isinstance(hist, list) or not hist:
+        raise ValueError(f"acceptance_histogram {hist!r} is not a list of counts")
+    hist = [_number(h, "acceptance_histogram", whole=True) for h in hist]
+    steps = spec.get("num_spec_steps")
+    steps = sum(hist) if steps is None else _number(steps, "num_spec_steps", whole=True)
+    accepted = spec.get("num_accepted_draft_tokens")
+    accepted = sum(j * h for j, h in enumerate(hist)) if accepted is None else _number(
+        accepted, "num_accepted_draft_tokens", whole=True)
+    if steps != sum(hist):
+        raise ValueError(f"num_spec_steps = {steps} but the acceptance_histogram counts {sum(hist)} verify steps")
+    tokens = spec.get("num_draft_tokens")
+    return _row("request", label, drafts=steps, accepted=accepted,
+                draft_tokens=None if tokens is None else _number(tokens, "num_draft_tokens", whole=True),
+                accepted_per_pos=[sum(hist[j + 1:]) for j in range(len(hist) - 1)], histogram=hist)
+
+
 def _request_row(obj: dict, n: int) -> dict | None:
     """One JSONL record -> a row; None when it holds no speculative field; ValueError when one does not read."""
+    if isinstance(obj, dict):  # a vLLM answer saved whole, or its speculative_decoding object alone
+        metrics = obj.get("metrics")
+        spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+        if spec is None and "acceptance_histogram" in obj and "num_spec_steps" in obj:
+            spec = obj
+        if isinstance(spec, dict):
+            return _vllm_answer_row(spec, obj.get("id", n))
     meta = obj.get("meta_info", obj) if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None
@@ -119,16 +152,19 @@ def read_records(lines) -> dict:
             continue
         total += 1
         try:
-            row = None
-            if line.lstrip().startswith("{") and "acc_" not in line:
+            row, specforge = None, "acc_" in line
+            if line.lstrip().startswith("{"):
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"not JSON ({e.msg} at column {e.colno})") from None
-                row = _request_row(obj, n)
-                if row is not None:
+                    if not specforge:
+                        raise ValueError(f"not JSON ({e.msg} at column {e.colno})") from None
+                    obj = None
+                row = None if obj is None else _request_row(obj, n)
+                if row is not None:  # an answer first: its generated text may hold "acc_"
                     kinds.add("sglang-requests" if row["verify_ct"] is not None else "vllm-requests")
-            else:
+                    specforge = False
+            if specforge:
                 row = _specforge_row(line, n)
                 if row is not None:
                     kinds.add("specforge")
