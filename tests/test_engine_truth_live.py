@@ -36,7 +36,8 @@ def _root(error: str | None) -> str:
 @pytest.mark.parametrize("case", list(RECORDED))
 def test_vllm_does_what_the_table_and_the_doctor_say(live, case):
     et, folders, ids, work, predicted = live
-    row = {"case": case} | et.run_case(folders[case], ids, work / f"{case}.log", target=et.pair_of(case) / "target")
+    row = {"case": case} | et.run_case(folders[case], ids, work / f"{case}.log", target=et.pair_of(case) / "target",
+                                       method=et.LAUNCH.get(case, "eagle3"))
     want = RECORDED[case]
     assert row["outcome"] == want["outcome"], (row.get("error"), want.get("error"))
     if row["outcome"] == "serves":

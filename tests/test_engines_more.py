@@ -247,3 +247,16 @@ def test_two_layers_in_the_config_refuse_in_both(tmp_path):
         layers = _found(d, engine, "draft-layers", "error")
         assert layers and "raises at start-up" in layers[0].message, engine
         assert _predicted(d, engine)["result"] == "refuses", engine
+
+
+def test_tokenspeed_sizes_fc_from_the_top_level_list_and_captures_eagle_configs(tmp_path):
+    """TokenSpeed builds fc for the top-level id count (else 3) and captures eagle_config's ids: four
+    nested ids beside a 3-wide fc load, then fail on the shape; the same four at the top level too size
+    fc 4-wide, which the stored 3-wide fc does not fill."""
+    nested = _copy(tmp_path, "nested4", cfg=_ids([1, 2, 3, 4]))
+    both = _copy(tmp_path, "both4", cfg=_ids([1, 2, 3, 4], top=True))
+    err = _found(nested, "tokenspeed", "aux-layers", "error")
+    assert len(err) == 1 and "captures 4 hidden states" in err[0].message and "builds fc for 3" in err[0].message
+    assert _predicted(nested, "tokenspeed")["result"] == "crashes"
+    assert _predicted(both, "tokenspeed")["result"] == "refuses"
+    assert _predicted(_copy(tmp_path, "three", cfg=_ids([1, 3, 4])), "tokenspeed")["result"] == "serves"

@@ -189,8 +189,10 @@ def test_llamacpp_lines_in_each_form(cli):
     assert rows[2]["accept_length"] is None and rows[2]["drafts"] is None
     assert out["pooled_accept_length"] == pytest.approx(1 + (167 + 120) / (87 + 80))
     assert out["unrecognised"] == 5  # the statistics line is cumulative: not a row
-    rows_metrics = _json(cli("metrics", LLAMA, "--json"))["reading"]["rows"]
-    assert [r["drafts"] for r in rows_metrics] == [87, 80, None, None]
+    metrics = _json(cli("metrics", LLAMA, "--json"))
+    assert [r["drafts"] for r in metrics["reading"]["rows"]] == [87, 80, None, None]
+    # metrics pools the same counters as logs: 1 + accepted / verify steps over the lines that have them
+    assert metrics["accept_length"] == pytest.approx(out["pooled_accept_length"])
 
 
 def test_a_garbled_llamacpp_line_is_counted_not_guessed(tmp_path, cli):

@@ -41,6 +41,8 @@ DEFINITIONS = {
                 "rate = accepted at j / drafts (unconditional); Avg Draft acceptance rate = accepted / drafted; "
                 "pooled over lines weighted by drafts (Drafted / positions for a fixed-length drafter, accepted / "
                 "(mean - 1) from the line's own mean for one whose length varies per step)",
+    "llamacpp-log": "llama.cpp server `draft acceptance` lines, pooled: accept length = 1 + accepted / verify "
+                    "steps (bonus counted); draft acceptance rate = accepted / generated draft tokens",
     "sglang-log": "SGLang decode log: accept len = tokens emitted per verify (bonus counted), mean over lines; "
                   "accept rate as the build defines it (see below)",
     "sglang-prometheus": "SGLang gauges: sglang:spec_accept_length (bonus counted, last logging interval); "
@@ -216,7 +218,7 @@ def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
     acc = Acceptance(str(table.source), kind, DEFINITIONS.get(kind, kind))
     rows = table.rows
     u = None
-    if kind in ("vllm-prometheus", "vllm-requests", "vllm-log"):
+    if kind in ("vllm-prometheus", "vllm-requests", "vllm-log", "llamacpp-log"):  # llama.cpp: the same counters
         u = _vllm(acc, rows, kind)
     elif kind in ("sglang-log", "sglang-prometheus", "sglang-server-info"):
         _sglang_means(acc, rows, draft_tokens or (steps + 1 if steps else None))  # SGLang's N counts the root

@@ -137,6 +137,8 @@ SGLANG_OUTCOMES = {
     "variant-rope-override.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
     "variant-sliding-window.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
     "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("positions past the draft's")),),
+    "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("set_embed: the target's table")),),
+    "fc-shape.error": (s(*ALWAYS, Serve("refuses"), READ_SG.format("fc weight_loader shape assertion")),),
     # no lm_head and draft_vocab_size declared: a fresh ParallelLMHead, never loaded (load_lm_head_from_target
     # only when draft_vocab_size is None); SGLang #27829 saw accept len 1.00 with nvidia/Kimi-K2.6-Eagle3
     "lm-head-missing.random": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format(
@@ -259,6 +261,11 @@ VLLM_OUTCOMES = {
     "variant-double-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llama_eagle3.py)"),),
     "variant-norm-output.error": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llama_eagle3.py)"),),
     "variant-rope-override.warning": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llama_eagle3.py)"),),
+    "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llm_base_proposer.py)"),),
+    "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="Tried to load weights of size"),
+                         "read in vllm 0.33.0 (linear.py weight_loader)"),),
+    # no lm_head and the full vocab: the target's head is shared; as trained only if trained on it
+    "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), "read in vllm 0.33.0 (_maybe_share_lm_head)"),),
     # producer options: a stored module the config does not switch on is an unknown name; a switch
     # without its weights builds the module at its init
     "variant-fc-norm.error": (s(*ALWAYS, Serve("refuses", says="There is no module or parameter named"), RUN),),
@@ -479,6 +486,11 @@ TRTLLM = Engine(
 # c6292cfb8 (the last before #25794), b10158 = f87067841 (#25794), b10470 = 34af94cd9 (2026-08-17).
 READ_LLAMACPP = "read in conversion/llama.py + src/models/eagle3.cpp (b10470)"
 LLAMACPP_OUTCOMES = {
+    "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
+    "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="wrong shape"), READ_LLAMACPP),),
+    "keys.missing": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # eagle3.cpp requires every layer tensor
+    "mapping-drift.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),
+    "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
     # what it does not model or cannot convert (read as the rules below say)
     "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
     "lm-head-missing.error": (s(*ALWAYS, Serve("refuses", says="wrong shape"), READ_LLAMACPP),),
@@ -563,6 +575,13 @@ LLAMACPP = Engine(
 # the draft's config (TokenSpeed PR #526, merged before 0.1.0, replaced the hard-coded 2, L//2, L-3).
 READ_TS = "read in tokenspeed/runtime/models/llama_eagle3.py, execution/drafter/eagle.py (0.1.1)"
 TOKENSPEED_OUTCOMES = {
+    # fc sized from the top-level list (else 3) while eagle_config's ids are captured: loads, then the shape fails
+    "aux.capture-count": (s(*ALWAYS, Serve("crashes"), READ_TS),),
+    "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
+    "fc-shape.error": (s(*ALWAYS, Serve("refuses"), READ_TS),),
+    "keys.missing": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
+    "mapping-drift.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_TS),),
+    "lm-head-borrowed.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
     # SGLang's loader rules (names dropped without a word, hot_token_id = d2t + arange), read as below
     "d2t.past-vocab": (s(*ALWAYS, Serve("crashes"), READ_TS),),
     "keys.skipped": (s(*ALWAYS, Serve("serves", "about-1"), READ_TS),),

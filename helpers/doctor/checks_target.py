@@ -135,15 +135,15 @@ def check_aux_config(c: CheckContext, target_cfg: dict | None) -> None:
         built = _fc_built(at, cfg, nested)  # the hidden states the engine sizes fc for (None: as many as it captures)
         if built is not None and k is not None and built != k:
             c.add("aux-layers", "error",
-                  f"{at.label} builds fc for {built} hidden states (num_aux_hidden_states, else eagle_config's ids, "
-                  f"else 3), but the stored fc takes {k} x {_fmt(h)} inputs: the weights do not load",
+                  f"{at.label} builds fc for {built} hidden states ({_FC_FROM[at.value('aux.count')]}), but the "
+                  f"stored fc takes {k} x {_fmt(h)} inputs: the weights do not load",
                   f"name the {k} aux layers the draft was trained on in eagle_config (or set num_aux_hidden_states "
                   f"{k})", effect="aux.fc-width", engine=e)
         elif built is not None and n is not None and k is not None and n != built:
             c.add("aux-layers", "error",
-                  f"{at.label} captures {n} hidden states (ids {ids[e]}, the top-level key first) but builds fc for "
-                  f"{built} (num_aux_hidden_states, else eagle_config's ids, else 3): the weights load, then the first "
-                  "request fails on the shape (vllm#54526)",
+                  f"{at.label} captures {n} hidden states (ids {ids[e]}) but builds fc for {built} "
+                  f"({_FC_FROM[at.value('aux.count')]}): the weights load, then the first request fails on the shape "
+                  "(as in vllm#54526)",
                   f"keep one list of the {k} ids the draft was trained on, in eagle_config and at the top level",
                   effect="aux.capture-count", engine=e)
         elif built is None and n is not None and k is not None and n != k:
@@ -164,18 +164,28 @@ def check_aux_config(c: CheckContext, target_cfg: dict | None) -> None:
             c.add("aux-layers", "warning",
                   f"{at.label}: a {k}-layer aux draft (fc takes {k} hidden states), but this release builds fc for 3 "
                   f"hidden states and cannot load it" + (f" [{change}]" if change else ""),
-                  "serve with a release that sizes fc from the aux id count, or use a 3-layer draft")
+                  "serve with a release that sizes fc from the aux id count, or use a 3-layer draft",
+                  effect="aux.fc-width", engine=at.key)
     if isinstance(nested, list) and isinstance(top, list) and nested and top and list(nested) != list(top):
         c.add("aux-layers", "warning",
               f"eagle_config.eagle_aux_hidden_state_layer_ids {nested} and the top-level "
               f"eagle_aux_hidden_state_layer_ids {top} differ: SGLang reads the first, vLLM the second",
-              "keep one list (the one the draft was trained on) in both places")
+              "keep one list (the one the draft was trained on) in both places", effect=NO_EFFECT)
+
+
+_FC_FROM = {"from-nested": "num_aux_hidden_states, else eagle_config's ids, else 3",
+            "from-top-ids": "the top-level ids, else 3"}
 
 
 def _fc_built(at, cfg: dict, nested) -> int | None:
     """How many hidden states the engine release sizes fc for when it is not simply the ids it captures
-    (rule `aux.count` "from-nested": num_aux_hidden_states, else eagle_config's list, else 3); None otherwise."""
-    if at.value("aux.count") != "from-nested":
+    (rule `aux.count` "from-nested": num_aux_hidden_states, else eagle_config's list, else 3 (vLLM);
+    "from-top-ids": the top-level list, else 3 (TokenSpeed)); None otherwise."""
+    rule = at.value("aux.count")
+    if rule == "from-top-ids":
+        top = cfg.get("eagle_aux_hidden_state_layer_ids")
+        return len(top) if isinstance(top, list) and top else 3
+    if rule != "from-nested":
         return None
     n = cfg.get("num_aux_hidden_states")
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
@@ -235,7 +245,7 @@ def _embed(c: CheckContext, m, d_emb, t_emb) -> None:
         c.add("embed-mismatch", sev, f"{at.label}: {m.detail} (compared on {_fmt(rows)} rows); {what}",
               "use the target revision the draft was trained on"
               + (f", or capture / train again with the target's scaled embedding (factor {m.scale:.4g})" if m.scale else ""),
-              engine=at.key)
+              effect="embed.differs", engine=at.key)
 
 
 def _embed_untrained(c: CheckContext, m, rows: int, sig, cos: float) -> None:

@@ -253,8 +253,11 @@ def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
 
 def pooled_measurement(tables) -> tuple[float | None, float | None, int]:
     """(mean accept length, mean generation tok/s, rows) over every parsed row of several logs,
-    each row weighted alike; None where no row has the number. A caller refuses forced-acceptance
-    logs first (`LogTable.forced`): their rows are pooled here as any other."""
+    each row weighted alike; None where no row has the number. A log made with acceptance forced
+    (`LogTable.forced`) is refused with its one line: its numbers are the setting's, not the draft's."""
+    for t in tables:
+        if t.forced:
+            raise BadInputError(t.path, forced_line(t.forced))
     lengths = [x for t in tables for x in t.column("accept_length")]
     tps = [x for t in tables for x in t.column("throughput")]
     mean = lambda xs: float(sum(xs) / len(xs)) if xs else None  # noqa: E731
