@@ -230,6 +230,39 @@ def test_the_report_concludes_from_its_own_strongest_numbers(healthy_bundle):
     assert n["speculate"]["reproduce"]["best"]["key"] == "absolute"
 
 
+def test_rung_two_blames_a_gap_only_on_evidence(healthy_bundle):
+    """Issue 41: the prediction is the rank table's (notebook 04), checked on the loop's own text (notebook 07);
+    rung 2 follows from those recorded numbers, and blames the samples only when the prediction holds there."""
+    s = json.loads((healthy_bundle / "summary.json").read_text())
+    figs = healthy_bundle / "figures"
+    nb04 = json.loads((figs / "04_accept_length_simulation" / "numbers.json").read_text())
+    nb07 = json.loads((figs / "07_speculative_decoding" / "numbers.json").read_text())
+    pred = s["numbers"]["predicted_accept_length"]
+    assert pred["sglang"] == {"speculative_num_steps": 5, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 16}
+    assert len(pred["rank_table"]) == 5 and len(pred["rank_table"][0]) == 4 and pred["expected"] == nb04["predicted"]
+    assert {"teacher forcing", "independence across depths"} <= set(pred["assumptions"])
+    assert pred["expected"] < pred["expected_one_rate"] - 0.5  # this draft's siblings catch next to nothing
+    md = (healthy_bundle / "summary.md").read_text()
+    assert "one rate for every depth would say" in md and "it assumes teacher forcing:" in md
+    assert pred["flags"] in md and "--speculative-eagle-topk 4 --speculative-num-draft-tokens 16" in pred["flags"]
+    ef = nb07["speculate"]["offset"]
+    same = nb07["speculate_comparison"]["offset"]
+    assert same["prediction"]["label"] == pred["drafting"]  # the same prediction, on the loop's own text
+    gain = lambda x: x - 1.0  # noqa: E731
+    z = (ef["mean_accept_length"] - pred["expected"]) / ef["stderr"]
+    below = z <= -3 and gain(ef["mean_accept_length"]) / gain(pred["expected"]) < 0.85
+    above = z >= 3 and gain(ef["mean_accept_length"]) / gain(pred["expected"]) > 1.15
+    holds = (abs(ef["mean_accept_length"] - same["predicted_from_accuracy"]) / ef["stderr"] < 3
+             or abs(gain(ef["mean_accept_length"]) / gain(same["predicted_from_accuracy"]) - 1) <= 0.15)
+    expect = ("no" if not (below or above) else "no: the prediction misses" if not holds
+              else "yes" if below else "no (they understate it)")
+    r2 = s["ladder"]["rungs"][1]
+    assert r2["finding"] == expect, r2
+    assert s["ladder"]["samples_overstate"] is (expect == "yes")
+    if expect != "no":
+        assert f"{same['predicted_from_accuracy']:.2f}" in r2["text"] and "loop's own text" in r2["text"]
+
+
 def test_notebook_07_runs_in_the_report_and_the_summary_quotes_it(healthy_bundle, user_files):
     summary = json.loads((healthy_bundle / "summary.json").read_text())
     run = next(r for r in summary["notebooks"] if r["name"] == "07_speculative_decoding")

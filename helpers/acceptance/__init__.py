@@ -1,5 +1,6 @@
 """Accept-length maths: the chain closed form, SGLang's tree, Monte Carlo draws, every serving or
-training source on one scale, tokens/s, and published reference values.
+training source on one scale, tokens/s, published reference values, and the predicted accept length
+from a measured rank table.
 
 Modules (import them by name; this file imports nothing):
 - `chain`
@@ -9,6 +10,7 @@ Modules (import them by name; this file imports nothing):
 - `sources`
 - `throughput`
 - `references`
+- `prediction`
 """
 
-__all__ = ["chain", "drafting", "tree", "montecarlo", "sources", "throughput", "references"]
+__all__ = ["chain", "drafting", "tree", "montecarlo", "sources", "throughput", "references", "prediction"]

@@ -136,13 +136,20 @@ def rate_for_accept_length(target: float, draft_tokens: int, topk: int = 1, step
 
 
 def prediction_table(accept_rate, setups, trials: int = 100_000, seed: int = 0):
-    """pandas DataFrame: per drafting setup, the exact expectation and the Monte Carlo estimate."""
+    """pandas DataFrame: per drafting setup, the exact expectation and the Monte Carlo estimate.
+
+    `accept_rate`: one rate (or per-position rates) for every setup, or a dict {setup label: its
+    rates} (a chain's per-position rates, a tree's rank table [steps][topk], as
+    `helpers.acceptance.prediction.Prediction.rates()` gives them)."""
     import pandas as pd
 
     rows = []
     for i, d in enumerate(setups):
-        r = d.simulate(accept_rate, trials=trials, seed=seed + i)
-        rows.append({"drafting": d.label, "accept rate": accept_rate if np.ndim(accept_rate) == 0 else str(accept_rate),
+        rate = accept_rate[d.label] if isinstance(accept_rate, dict) else accept_rate
+        r = d.simulate(rate, trials=trials, seed=seed + i)
+        shown = rate if np.ndim(rate) == 0 else ("rank table" if np.ndim(rate) == 2 else
+                                                  ", ".join(f"{x:.3f}" for x in np.ravel(rate)))
+        rows.append({"drafting": d.label, "accept rate": shown,
                      "expected": r.expected, "monte carlo": r.mean, "std. error": r.stderr, "z": r.z, "trials": r.trials})
     return pd.DataFrame(rows)
 

@@ -1,9 +1,8 @@
 """`evaluate CHECKPOINT --samples DIR`: draft accuracy under each reading of d2t."""
 from __future__ import annotations
 
-import json
-
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 
 HELP = "score a draft on hidden-state samples with d2t read as offsets, as absolute ids, and not at all"
@@ -22,12 +21,31 @@ mapping bug; train far above validation is a generalisation gap.
 JSON (--json): fractions in 0..1. Top level (all samples pooled): checkpoint, samples, device,
 dtype, steps, topk, mask_at, has_d2t, full_vocab, hidden_normed, hidden_normed_how, warnings, samples_scored, tokens, coverage (share of labels
 in the draft vocab), readings{READING: {top1, topk, step_top1[], step_topk[], coverage,
-covered_top1, covered_topk, tokens, target_top1, target_step_top1}}, splits{train, val: same
-shape}, diagnosis, conclusion.
+covered_top1, covered_topk, tokens, target_top1, target_step_top1, rank_distribution[{ranks[],
+not_in_topk, outside_draft_vocab}] per step}}, splits{train, val: same shape}, diagnosis, conclusion,
+predicted_accept_length[{drafting, steps, topk, num_draft_tokens, label, sglang{speculative_num_steps,
+speculative_eagle_topk, speculative_num_draft_tokens}, vllm{num_speculative_tokens} (null for a tree),
+flags (the same as one line of engine flags), expected, rank_table, source, one_rate,
+expected_one_rate, notes, assumptions}] per --predict shape (default: a chain of --steps).
+
+--predict S/K/N (repeatable): also predict the accept length of SGLang's tree with
+--speculative-num-steps S --speculative-eagle-topk K --speculative-num-draft-tokens N (root counted),
+or of a chain of S drafted tokens with --predict S (vLLM's num_speculative_tokens = S). The
+prediction is the exact expectation of the measured rank table (per step, the share of labels at
+each rank of the draft's top k, on the validation split when there is one); score at least S steps
+and top-K (--steps S --topk K) for it to use measured ranks at every depth. It assumes teacher
+forcing, independence across depths, every position weighted equally, and that a depth after an
+accepted sibling ranks as after the rank-0 draft (the JSON lists them); `d2t-lab speculate` measures
+the accept length with the target in the loop (docs/prediction-calibration.md).
 
 Under torchrun (torchrun --nproc-per-node N -m helpers evaluate ...) each rank scores every N-th
 sample file and the counts are summed (nccl on GPUs, gloo on CPU); rank 0 prints the same result
 a single process gives.
+
+Samples with a capture.json (written by `capture`) are checked against the draft before scoring:
+a manifest naming another target (hidden size, vocab, captured layers, a target whose embed_tokens
+the draft does not share, or a --target-head other than the one captured) is refused in one line
+naming the manifest, what it says and what the draft expects; samples without one are scored as is.
 
 Exit 0 when scored; 2 with one line on unusable input."""
 
@@ -38,6 +56,9 @@ def add_arguments(p) -> None:
     _options.readings(p)
     p.add_argument("--steps", type=int, default=1, help="drafting steps to score (default 1)")
     p.add_argument("--topk", type=int, default=5, help="k of top-k accuracy (default 5)")
+    p.add_argument("--predict", action="append", default=None, metavar="S/K/N",
+                   help="predict the accept length of SGLang's tree S/K/N (steps/topk/draft tokens, root "
+                        "counted) or of a chain of S (--predict S); repeatable (default: a chain of --steps)")
     _options.device_dtype(p)
     p.add_argument("--max-samples", type=int, default=None, help="score at most N samples (per split)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per forward pass (default 8)")
@@ -79,6 +100,12 @@ def run(args) -> int:
         parse_dtype(args.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
+    shapes = [_shape(x) for x in args.predict or ()]
+    from helpers.model.preflight import check_samples
+
+    # samples captured from another target than the draft's (their capture.json) are refused before scoring
+    check_samples(args.checkpoint, args.samples, draft_config=args.draft_config, target=args.target_head,
+                  target_flag="--target-head")
     from helpers.core.distributed import finish, from_env
 
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank's share of the files, counts summed
@@ -89,9 +116,27 @@ def run(args) -> int:
             device=ranks.device(args.device), dtype=args.dtype, max_samples=args.max_samples,
             embed_from=args.embed_from, target_head=args.target_head, draft_config=args.draft_config,
             progress=_options.show_progress(args), batch_size=args.batch_size, mask_at=args.mask_at,
-            hidden_normed=args.hidden_normed, workers=args.workers, ranks=ranks,
+            hidden_normed=args.hidden_normed, workers=args.workers, ranks=ranks, predict_for=shapes,
         )
     if ranks.main:
-        print(json.dumps(r.to_dict(), indent=2) if args.json else r.report())
+        print(jsontext.dumps(r.to_dict(), indent=2) if args.json else r.report())
     finish(ranks)
     return 0
+
+
+def _shape(text: str):
+    """--predict S, or S/K/N in SGLang's names: a checked `Drafting` (one line, exit 2, otherwise)."""
+    from helpers.acceptance.drafting import Drafting
+
+    parts = text.strip().split("/")
+    try:
+        nums = [int(x) for x in parts]
+        if len(nums) == 1:
+            return Drafting.chain(nums[0])
+        if len(nums) == 3:
+            return Drafting.tree(*nums)
+    except ValueError as e:
+        if all(x.strip().lstrip("-").isdigit() for x in parts):
+            raise BadInputError(None, f"--predict {text}: {e}") from None
+    raise BadInputError(None, f"--predict {text!r}: expected S (a chain of S drafted tokens) or S/K/N (SGLang's "
+                              "steps/topk/num-draft-tokens, root counted), e.g. --predict 5/4/16")

@@ -21,7 +21,9 @@ argmax at position t+1+j, which is what SpecForge reports as accuracy.
 `helpers.measure.predict.draft_predictions` is the reusable core: per sample, the drafted target ids for
 k steps with labels and mask (the accept-length replay in `helpers.measure.replay` builds on it).
 `evaluate` counts them into an `EvalResult` (`.to_dict()` is the CLI's JSON; fractions in 0..1)
-whose `conclusion()` says which kind of bug the numbers point to.
+whose `conclusion()` says which kind of bug the numbers point to, and whose `prediction(drafting)`
+is the accept length the measured rank table predicts for a chain or SGLang's tree
+(`helpers.acceptance.prediction.predict`: the one prediction every front end shows).
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from helpers.acceptance.drafting import Drafting
+from helpers.acceptance.prediction import Prediction, predict
 from helpers.core.distributed import SINGLE
 from helpers.core.errors import BadInputError
 from helpers.core.terms import READINGS, check_reading
@@ -92,6 +96,7 @@ class EvalResult:
     full_vocab: bool = False  # no d2t because the draft keeps the full target vocab: identity is right
     hidden_normed: str | None = None  # with a target head: "yes" (lm_head only) or "no" (norm, then lm_head)
     hidden_normed_how: str | None = None  # "stated", or the auto rule's evidence
+    predict_for: tuple = ()  # drafting shapes `to_dict` predicts an accept length for (none: a chain of `steps`)
 
     # the numbers the conclusion rests on
     def reference(self) -> tuple[str, SplitScores]:
@@ -109,6 +114,28 @@ class EvalResult:
         name, part = ("validation split", self.splits["val"]) if "val" in self.splits else ("all samples", self.overall)
         scores = part.readings.get(reading)
         return (None if scores is None else scores.top1), f"{reading} reading, step-0 top-1, {name}"
+
+    def prediction_reading(self) -> str:
+        """The reading a prediction is for: the engines' one when scored, else the first scored."""
+        return ENGINE_READING if ENGINE_READING in self.readings else self.readings[0]
+
+    def rank_table(self, reading: str | None = None) -> tuple[list, str]:
+        """([steps][topk] rank table, where it was measured): per depth, the share of labels that are the
+        draft's rank-r candidate, on the validation split when there is one, else on all samples."""
+        reading = reading or self.prediction_reading()
+        name, part = ("validation split", self.splits["val"]) if "val" in self.splits else ("all samples", self.overall)
+        scores = part.readings.get(reading)
+        if scores is None:
+            raise ValueError(f"reading {reading!r} was not scored (scored: {', '.join(self.readings)})")
+        return scores.rank_table(), (f"{reading} reading, {self.steps} step(s) x top-{self.topk} ranks, {name} "
+                                     f"({scores.tokens:,} tokens)")
+
+    def prediction(self, drafting: Drafting, reading: str | None = None) -> Prediction:
+        """The accept length this result predicts for `drafting` (chain or SGLang's tree), from its rank
+        table under `reading` (default: the engines' reading), with the assumptions it makes."""
+        table, where = self.rank_table(reading)
+        rate, _ = self.acceptance(reading or self.prediction_reading())
+        return predict(table, drafting, source=where, one_rate=rate)
 
     def diagnosis(self) -> str:
         """'mapping', 'wiring', 'no_mapping', 'coverage', 'generalisation', 'weak', 'healthy', 'no_data'."""
@@ -151,7 +178,14 @@ class EvalResult:
         d.update(self.overall.to_dict())
         d["splits"] = {k: v.to_dict() for k, v in self.splits.items()}
         d["diagnosis"], d["conclusion"] = self._diagnose()
+        shapes = self.predict_for or (Drafting(self.steps),)
+        d["predicted_accept_length"] = [self.prediction(x).to_dict() for x in shapes] if self._scored() else []
         return d
+
+    def _scored(self) -> bool:
+        part = self.splits.get("val", self.overall)
+        s = part.readings.get(self.prediction_reading())
+        return s is not None and bool(s.tokens)
 
     def table(self):
         """A pandas DataFrame, one row per (split, reading), accuracies in percent."""
@@ -179,8 +213,9 @@ class EvalResult:
         """The `evaluate` command's text: settings, warnings, the table, the conclusion."""
         head = (f"{self.checkpoint} on {self.samples} ({self.device}, {self.dtype}, {self.steps} step(s), "
                 f"top-{self.topk}, mask at {self.mask_at})")
+        preds = [self.prediction(x).text() for x in self.predict_for] if self._scored() else []
         return "\n".join([head, *[f"  ! {w}" for w in self.warnings], self.table().to_string(), "",
-                          self.conclusion()])
+                          self.conclusion(), *preds])
 
 
 def _pct(x):
@@ -205,6 +240,7 @@ def evaluate(
     draft_config=None,
     workers: int | None = None,
     ranks=None,
+    predict_for=(),
 ) -> EvalResult:
     """Score a draft (path or loaded `Eagle3Draft`) over a samples folder under each reading.
 
@@ -233,6 +269,10 @@ def evaluate(
     when there are 32 files or more, else none; `helpers.io.samples.stream_samples`). `ranks` (`helpers.core.distributed.Ranks`, from
     torchrun or a notebook's own process group): this process scores every world-th file and the
     counts are summed over ranks, so every rank returns the whole run's result.
+
+    `predict_for`: drafting shapes (`helpers.acceptance.drafting.Drafting`) whose predicted accept
+    length `to_dict` states (default: a chain of `steps`); score `steps` and `topk` at least as deep
+    and as wide as the shapes, or the prediction says what it lacked.
 
     `hidden_normed` ('yes' | 'no' | 'auto', with a target head): whether the samples'
     `hidden_state` is already after the target's final norm. SpecForge stores it after the norm
@@ -276,7 +316,7 @@ def evaluate(
         overall=overall.scores(), splits={k: c.scores() for k, c in counters.items()},
         warnings=notes, has_d2t=has_d2t, target_head=None if head is None else head.path, mask_at=mask_at,
         full_vocab=full_vocab, hidden_normed=None if head is None else ("yes" if head.hidden_normed else "no"),
-        hidden_normed_how=how,
+        hidden_normed_how=how, predict_for=tuple(predict_for or ()),
     )
 
 
@@ -337,7 +377,7 @@ def _count_splits(model, samples, readings, steps: int, topk: int, head: TargetH
     parts = split_folders(samples) or {"all": samples}
     counters = {}
     for split, folder in parts.items():
-        cnt = ScoreCounter(readings, steps, sets, true, head is not None)
+        cnt = ScoreCounter(readings, steps, sets, true, head is not None, topk)
         for _, out in iter_batches(
             model, folder, steps=steps, readings=readings, topk=topk, batch_size=batch_size,
             max_samples=max_samples, head=head, progress=progress and ranks.main, desc=f"scoring {split}",

@@ -6,6 +6,8 @@ should be, next to what `helpers.speculate.loop` measured.
   exact expectation of SGLang's tree (`helpers.acceptance.tree.tree_expected`);
 - `predicted_per_position`: the unconditional per-position acceptance those rates imply
   (the product of the rates up to the position), vLLM's definition;
+- `by_answer_position`: the loop's verify steps split at a length (the samples' answer length), so a
+  gap that lies past the text the samples hold shows as such;
 - `replay_walk`: the replay (the real draft on captured states, `helpers.measure.replay`) visited the way a
   verifier visits positions: from the first generated token, each step jumps by its accept length.
   The plain replay averages every position equally; a decoding loop does not - where the draft
@@ -54,6 +56,29 @@ def predicted(step_rates, drafting: Drafting) -> float:
                                                                                d.num_draft_tokens)
 
 
+def by_answer_position(prompts, first: int, steps: int) -> dict:
+    """The loop's verify steps split by where they draft: "within" the first `first` generated tokens
+    (every token the step drafts lies before token `first`: the stretch a sample whose answers are
+    `first` tokens long holds) and "past" it. Each: mean accept length, standard error, verify steps.
+
+    `prompts`: `PromptRun`s or their dicts (`accept_lengths`); generated token 0 is the prefill's, so
+    verify step i drafts from token 1 + (sum of the accept lengths before it) on, `steps` deep.
+    """
+    parts = {"within": [], "past": []}
+    for p in prompts:
+        lengths = p["accept_lengths"] if isinstance(p, dict) else p.accept_lengths
+        start = 1
+        for n in lengths:
+            parts["within" if start + int(steps) <= int(first) else "past"].append(int(n))
+            start += int(n)
+    out = {}
+    for k, xs in parts.items():
+        x = np.asarray(xs, dtype=np.float64)
+        se = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else None
+        out[k] = {"mean": float(x.mean()) if x.size else None, "stderr": se, "verify_steps": int(x.size)}
+    return out
+
+
 def walk(lengths: np.ndarray, positions: np.ndarray, start: int) -> list[int]:
     """Accept lengths at the positions a verifier visits: start, then start + L, ... while counted."""
     at = dict(zip(positions.tolist(), lengths.tolist()))
@@ -88,8 +113,13 @@ def replay_walk(checkpoint_or_model, samples_dir, steps: int = 5, reading: str =
 
 
 def comparison(run, *, step_rates=None, replay: ReplayResult | None = None,
-               walked: ReplayResult | None = None) -> dict:
-    """Measured accept length next to each prediction given: a dict for tables and numbers.json."""
+               walked: ReplayResult | None = None, prediction=None) -> dict:
+    """Measured accept length next to each prediction given: a dict for tables and numbers.json.
+
+    `prediction` (`helpers.acceptance.prediction.Prediction`, from `EvalResult.prediction`): the rank
+    table's expectation for the run's shape; `predicted_from_accuracy` is then that figure (the one
+    every front end shows), `predicted_from_top1` the per-step top-1 figure it replaces for trees,
+    and `prediction` its dict (rank table, engines' flags, assumptions)."""
     s = run.settings
     shape = Drafting(s["steps"], s["topk"], s["num_draft_tokens"])
     out = {"reading": s["reading"], "measured": run.mean, "measured_stderr": run.stderr,
@@ -97,6 +127,10 @@ def comparison(run, *, step_rates=None, replay: ReplayResult | None = None,
     if step_rates is not None:
         out["predicted_from_accuracy"] = predicted(step_rates, shape)
         out["predicted_per_position_unconditional"] = predicted_per_position(step_rates, s["steps"])
+    if prediction is not None:
+        if step_rates is not None:
+            out["predicted_from_top1"] = out["predicted_from_accuracy"]
+        out["predicted_from_accuracy"], out["prediction"] = prediction.value, prediction.to_dict()
     if replay is not None:
         out["replay"], out["replay_stderr"] = replay.mean, replay.stderr
     if walked is not None:

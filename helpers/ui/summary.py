@@ -65,6 +65,9 @@ def summary_dict(s: RunSettings, runs, env: dict) -> dict:
             "draft_tokens": d["draft_tokens"], "steps": d["steps"], "topk": d["topk"], "drafting": d["label"],
             "expected": nb04["predicted"], "expected_chain": nb04["predicted_chain"],
         }
+        pred = nb04.get("prediction") or {}  # the rank table's prediction (helpers.acceptance.prediction)
+        numbers["predicted_accept_length"].update({k: pred[k] for k in (
+            "expected_one_rate", "rank_table", "source", "sglang", "vllm", "flags", "notes", "assumptions") if k in pred})
     if nb04.get("serving_figure"):
         numbers["serving_figure"] = nb04["serving_figure"]
     if nb04.get("serving_metrics"):
@@ -112,12 +115,14 @@ def ladder(numbers: dict, samples=None):
     """The evidence ladder (`helpers.speculate.ladder`) over the numbers the notebooks recorded:
     serving (notebook 04's figure, else notebook 07's), engine-free (notebook 07, the engines'
     reading), the prediction (notebook 04), coverage (notebook 03), per-position acceptance
-    (notebook 07), whether the samples were regenerated (their capture.json), and the wiring
-    `reproduce` ranked first (notebook 07)."""
+    (notebook 07), whether the samples were regenerated and how long their answers are (their
+    capture.json), the same prediction on the loop's own text (notebook 07's capture), and the
+    wiring `reproduce` ranked first (notebook 07)."""
     from helpers.speculate.ladder import (
         Figure,
         evidence_ladder,
         figure_from_run,
+        samples_answer_tokens,
         samples_regenerated,
     )
 
@@ -125,22 +130,28 @@ def ladder(numbers: dict, samples=None):
     fig = numbers.get("serving_figure") or spec.get("serving")
     serving = None if not fig else Figure(fig["value"], fig.get("stderr"), fig.get("source", ""),
                                           tuple(fig["shape"]) if fig.get("shape") else None)
-    engine_free, per_position = None, None
+    engine_free, per_position, same_text = None, None, None
     runs = spec.get("speculate") or {}
     if runs:
         ref = "offset" if "offset" in runs else next(iter(runs))
         n = spec.get("prompts")
         engine_free = figure_from_run(runs[ref], f"engine-free, {n} prompts, {ref} reading, notebook 07")
         per_position = runs[ref].get("per_position_conditional")
+        c = (spec.get("comparison") or {}).get(ref) or {}
+        if c.get("prediction"):  # the rank table measured on notebook 07's capture of the prompts it speculated
+            same_text = Figure(c["predicted_from_accuracy"], None, "the rank table of notebook 07's capture of its "
+                               "prompts", engine_free.shape, tuple(c["prediction"].get("assumptions") or ()))
     pred = numbers.get("predicted_accept_length")
     predicted = None if not pred else Figure(
-        pred["expected"], None, "teacher-forced accuracy on the samples, notebook 04",
-        (pred["steps"], pred["topk"] or 1, pred["draft_tokens"]))
+        pred["expected"], None, "the rank table measured on the samples, notebook 04",
+        (pred["steps"], pred["topk"] or 1, pred["draft_tokens"]), tuple(pred.get("assumptions") or ()))
     acc = numbers.get("accuracy") or {}
     best = (spec.get("reproduce") or {}).get("best")
     return evidence_ladder(serving=serving, engine_free=engine_free, predicted=predicted,
                            regenerated=samples_regenerated(samples), per_position=per_position,
-                           coverage=acc.get("coverage"), reproduced=best)
+                           coverage=acc.get("coverage"), reproduced=best, same_text=same_text,
+                           answer_tokens=samples_answer_tokens(samples),
+                           loop_tokens=(spec.get("settings") or {}).get("max_new_tokens"))
 
 
 def overall(numbers: dict, samples=None) -> str:
@@ -232,6 +243,14 @@ def _accept_section(n: dict) -> list[str]:
     if pred:
         L.append(f"- per-token acceptance **{pred['accept_rate']:.4f}** ({pred['accept_rate_from']})")
         L.append(f"- predicted accept length, {pred['drafting']}: **{pred['expected']:.2f}**")
+        if pred.get("rank_table") is not None:
+            old = pred.get("expected_one_rate")
+            if pred.get("flags"):
+                L.append(f"  - as the engines' flags: {pred['flags']}")
+            L.append(f"  - the exact expectation of the rank table measured on the samples ({pred.get('source')})"
+                     + ("" if old is None else f"; one rate for every depth would say {old:.2f}"))
+            L += [f"  - ! {note}" for note in pred.get("notes") or ()]
+            L.append("  - it assumes " + "; ".join(f"{k}: {v}" for k, v in (pred.get("assumptions") or {}).items()))
         if pred["expected_chain"] is not None and pred["steps"] and f"chain, {pred['steps']} tokens" != pred["drafting"]:
             L.append(f"- predicted accept length, chain of {pred['steps']} tokens (what the replay drafts): "
                      f"{pred['expected_chain']:.2f}")
@@ -309,8 +328,9 @@ def summary_markdown(s: RunSettings, runs, summary: dict, env: dict) -> str:
          f"{env.get('d2t_lab')}; every number below comes from the inputs listed, computed by the notebook named.", ""]
     L += ["## Conclusion", ""] + [f"- {line}" for line in summary["conclusion"]] + [""]
     L += ["## Evidence ladder", "", "Strongest evidence first: serving against the engine-free measurement decides a "
-          "deployment bug; the engine-free measurement against the teacher-forced prediction decides whether the "
-          "samples overstate the draft; coverage and per-position acceptance say where it loses.", ""]
+          "deployment bug; the engine-free measurement against the teacher-forced prediction asks whether the "
+          "samples overstate the draft, and blames a gap on the samples or on the prediction's assumptions only on "
+          "evidence; coverage and per-position acceptance say where it loses.", ""]
     L += ladder(n, s.samples).markdown() + [""]
     L += _inputs_section(s, summary) + ["", "## Verdict (notebook 01)", ""]
     ins = n["inspect"]

@@ -112,8 +112,25 @@ def headline(result) -> str:
         f"on {s.tokens:,} tokens from {sc.samples} samples ({html.escape(result.device)}, {html.escape(result.dtype)})"
         for r, s in sc.readings.items()
     ]
+    pred = prediction_line(result)
+    if pred:
+        lines.append(pred)
     lines += [f"<span style='color:#b60'>{html.escape(w)}</span>" for w in result.warnings]
     return "<br>".join(lines)
+
+
+def prediction_line(result) -> str | None:
+    """The accept length the result's rank table predicts for a chain of its steps (the prediction
+    notebook 04 and the report show, `EvalResult.prediction`), with what it assumes; None when
+    nothing was scored."""
+    from helpers.acceptance.drafting import Drafting
+
+    try:
+        p = result.prediction(Drafting(result.steps))
+    except ValueError:
+        return None
+    return (f"{html.escape(p.text())}; it assumes {html.escape(', '.join(p.assumptions))} "
+            "(check it with the target in the loop: speculate mode)")
 
 
 def speculate_ladder(runs: dict, serving: float):
