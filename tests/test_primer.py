@@ -60,12 +60,26 @@ def _independent_answers() -> dict:
         8: int((np.arange(abs_d2t.size) + abs_d2t >= kv).sum()),
         9: int(20_000 + kimi_d2t[20_000]),
         10: int(kimi_t2d[:kn].sum()),
+        11: round(_tree_by_hand(ex.TREE_Q, **ex.TREE_SHAPE), 2),
     }
+
+
+def _tree_by_hand(q, steps, topk, num_draft_tokens) -> float:
+    """SGLang's tree the long way: the root's topk children, then the topk children of the topk most probable
+    nodes of each depth; the num_draft_tokens - 1 most probable candidates kept; 1 + their path probabilities."""
+    q = np.asarray(q, dtype=float)
+    candidates, beam = [], [1.0]
+    for d in range(steps):
+        layer = [p * q[d, r] for p in beam for r in range(topk)]
+        candidates += layer
+        beam = sorted(layer, reverse=True)[:topk]
+    return 1 + float(sum(sorted(candidates, reverse=True)[:num_draft_tokens - 1]))
 
 
 def test_practice_answers_are_what_a_person_works_out_by_hand():
     a = _independent_answers()
     assert a[1] == [0, 1, 3, 6, 9] and a[2] == [0, 0, 1, 3, 5] and a[3] == "ADE" and a[6] == "BC" and a[7] == 2
+    assert a[11] == round(1 + 0.7 + 0.7 * 0.6 + 0.15, 2)  # the three most probable: 0.7, 0.42, 0.15
     assert ex.solutions() == a
     for n, answer in a.items():
         assert ex.is_right(n, answer), n  # the stored hashes are those of the computed answers
@@ -90,6 +104,9 @@ def test_checker_accepts_the_right_answer_in_any_reasonable_form(n):
     elif isinstance(a, str):
         assert ex.check(n, list(a.lower())).startswith("✓ right")
         assert ex.check(n, ", ".join(reversed(a))).startswith("✓ right")
+    elif isinstance(a, float):
+        assert ex.check(n, np.float64(a)).startswith("✓ right") and ex.check(n, a + 0.004).startswith("✓ right")
+        assert ex.check(n, a + 0.02).startswith("✗ wrong")
     else:
         assert ex.check(n, np.int64(a)).startswith("✓ right")
     if n == 4:
@@ -132,6 +149,10 @@ def test_placeholder_gets_the_question_and_a_hint_but_not_the_answer(n):
         (9, 20_000, "draft id itself"),
         (9, True, "wrong type"),
         (10, 32_000, "not every id below N"),
+        (11, 1 + 0.7 + 0.7 * 0.6, "that is the chain"),
+        (11, 1 + 0.7 + 0.15 + 0.42 + 0.14 + 0.09 + 0.03, "keeps every candidate"),
+        (11, 0.5, "never below 1"),
+        (11, "two", "wrong type"),
     ],
 )
 def test_checker_says_what_is_wrong(n, answer, says):
@@ -310,7 +331,7 @@ WHITELIST = [
     (r"^#+ \d+\.", "section numbers in headings"),
     (r"\b[Ss]ections? \d+( to \d+)?", "references to sections"),
     (r"\bExercise \d+", "exercise numbers"),
-    (r"\bnotebook 0\d", "references to other notebooks"),
+    (r"\b[Nn]otebook 0\d", "references to other notebooks"),
     (r"EAGLE-3", "the model family's name"),
     (r"\b\d+\.\d+\.\d+\b", "engine releases (section 3's table names the release of each quoted line)"),
 ]

@@ -7,6 +7,7 @@ torch, so the `throughput` command starts fast.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,12 +25,18 @@ class ThroughputModel:
 
     @classmethod
     def from_measurement(cls, baseline_tps: float, accept_length: float, spec_tps: float) -> "ThroughputModel":
-        if not (baseline_tps > 0 and spec_tps > 0 and accept_length >= 1):
-            raise ValueError(
-                f"need baseline and speculative tok/s > 0 and accept length >= 1, got "
-                f"{baseline_tps}, {spec_tps}, {accept_length}"
-            )
-        return cls(baseline_tps=float(baseline_tps), step_cost=accept_length * baseline_tps / spec_tps)
+        for flag, value in (("--baseline-tps", baseline_tps), ("--spec-tps", spec_tps)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{flag}: {value!r} is not a finite tokens/s above 0")
+        if not (math.isfinite(accept_length) and accept_length >= 1):
+            raise ValueError(f"--accept-length: {accept_length!r} is not a finite accept length of at least 1 "
+                             "(the bonus token counted)")
+        cost = accept_length * baseline_tps / spec_tps
+        if not (math.isfinite(cost) and cost > 0):
+            raise ValueError(f"--baseline-tps {baseline_tps:g}, --accept-length {accept_length:g} and --spec-tps "
+                             f"{spec_tps:g} give a step cost of {cost!r}: not a finite number above 0 (a value "
+                             "out of scale)")
+        return cls(baseline_tps=float(baseline_tps), step_cost=cost)
 
     def tps(self, accept_length):
         """Speculative tokens/s at an accept length (number or array)."""

@@ -1,9 +1,8 @@
 """`capture TARGET --prompts FILE -o DIR`: hidden states from a Hugging Face target, SpecForge's layout."""
 from __future__ import annotations
 
-import json
-
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 
 HELP = "run a Hugging Face target over prompts and save the hidden states an EAGLE-3 draft reads"
@@ -96,6 +95,6 @@ def run(args) -> int:
                      chat_template=args.chat_template, batch_size=args.batch_size, max_samples=args.max_samples,
                      progress=_options.show_progress(args), ranks=ranks)
     if ranks.main:
-        print(json.dumps(result.to_json(), indent=2) if args.json else result.report())
+        print(jsontext.dumps(result.to_json(), indent=2) if args.json else result.report())
     finish(ranks)
     return 0

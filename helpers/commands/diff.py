@@ -1,9 +1,8 @@
 """`diff CHECKPOINT_A CHECKPOINT_B`: what changed between two drafts' mappings, and their lm_head rows."""
 from __future__ import annotations
 
-import json
-
 from helpers.commands import _options
+from helpers.core import jsontext
 
 HELP = "compare two drafts' vocab mappings: ids added / removed / moved, lm_head rows under each mapping"
 DESCRIPTION = """\
@@ -14,11 +13,17 @@ in A -> slot in B). When both have an lm_head, the rows of the moved ids are com
 similarity with A's row for the same id) under B's mapping and under A's: agreement under A's
 mapping only is mapping drift (the mapping was rebuilt while lm_head kept the old row order).
 
+Both drafts must be built for the same target vocabulary: each one's size (config.json's
+vocab_size, else t2d's length) and the range of its d2t are compared first, and two drafts of
+different targets (a 163,840- and a 4,096-token vocab, say) are refused with one line naming
+both sizes, exit 2: their ids index different token tables, so nothing "moved".
+
 Only d2t/t2d and lm_head are read; either checkpoint may be hf:// or http(s)://.
 -o/--out FILE.png saves the figure (slots in A vs B; lm_head agreement) with provenance.
 JSON (--json): a, b, draft_vocab_a, draft_vocab_b, shared, added [ids], removed [ids],
 moved [{target_id, slot_a, slot_b}], lm_head {rows_compared, threshold, agree_under_b,
-agree_under_a} or null, verdict. Exit 0 (whatever changed); 2 on unreadable input."""
+agree_under_a} or null, verdict. Exit 0 (whatever changed); 2 on unreadable input or drafts of
+different target vocabularies."""
 
 
 def add_arguments(p) -> None:
@@ -54,5 +59,5 @@ def run(args) -> int:
         except OSError as e:
             raise BadInputError(e.filename or out, f"cannot write the figure ({e.strerror or e})") from None
         d["figure"] = [str(w) for w in written]
-    print(json.dumps(d, indent=2) if args.json else d.report() + "".join(f"\n  figure: {w}" for w in d.get("figure", [])))
+    print(jsontext.dumps(d, indent=2) if args.json else d.report() + "".join(f"\n  figure: {w}" for w in d.get("figure", [])))
     return 0

@@ -1,9 +1,8 @@
 """`doctor CHECKPOINT`: check a draft checkpoint against the engine it will be served with."""
 from __future__ import annotations
 
-import json
-
 from helpers.commands import _options
+from helpers.core import jsontext
 
 HELP = "check a draft checkpoint for the known EAGLE-3 deployment bugs (exit 1 on an error)"
 DESCRIPTION = """\
@@ -18,7 +17,8 @@ tensor, in row chunks).
 embed_tokens is read) adds the target checks: vocab and hidden sizes, aux layer ids against its
 layers, embed_tokens equal to the target's (or off by a constant factor such as Gemma's
 sqrt(hidden)), and max_position_embeddings / RoPE shorter than the target's. --previous CKPT
-(an earlier checkpoint of the same draft) adds the mapping-drift check (see d2t-lab diff).
+(an earlier checkpoint of the same draft) adds the mapping-drift check (see d2t-lab diff); a
+--previous draft built for another target vocabulary is refused (exit 2, one line naming both sizes).
 --algorithm eagle says the draft is served with the EAGLE (1/2) flag. Every path may be
 hf://ORG/REPO[@REV][/SUBDIR] or an http(s):// URL (only headers and the tensors read are fetched).
 
@@ -50,9 +50,13 @@ def run(args) -> int:
     # --target and --target-config not both (the fit itself is the doctor's to report, as findings)
     preflight(checkpoint=args.checkpoint, target=args.target, target_config=args.target_config,
               previous=args.previous, target_is_model=False, fit=False, what="doctor")
+    if args.previous:  # a draft of another target vocabulary is no earlier checkpoint of this one: refused, exit 2
+        from helpers.doctor.diff import refuse_other_target
+
+        refuse_other_target(args.previous, args.checkpoint)
 
     findings = diagnose(args.checkpoint, args.engine, args.target_config, check_weights=not args.no_weights,
                         progress=_options.show_progress(args), target=args.target, previous=args.previous,
                         algorithm=args.algorithm)
-    print(json.dumps(findings.to_dict(), indent=2) if args.json else findings.report())
+    print(jsontext.dumps(findings.to_dict(), indent=2) if args.json else findings.report())
     return 1 if has_error(findings) else 0

@@ -1,10 +1,10 @@
 """`figures PATH -o OUTDIR [--svg]`: the standard mapping figures, saved with provenance."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 from helpers.core.outputs import output_dir
 
@@ -53,7 +53,7 @@ def run(args) -> int:
     except OSError as e:
         raise BadInputError(e.filename or out_dir, f"cannot write the figure ({e.strerror or e})") from None
     if args.json:
-        print(json.dumps({"checkpoint": str(args.checkpoint), "verdict": m.verdict().encoding,
+        print(jsontext.dumps({"checkpoint": str(args.checkpoint), "verdict": m.verdict().encoding,
                           "files": [str(f) for f in written]}, indent=2))
     else:
         print(*written, sep="\n")

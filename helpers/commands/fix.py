@@ -5,16 +5,15 @@ finding for the engine, nothing is written (unless --force) and the command exit
 """
 from __future__ import annotations
 
-import json
-
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 from helpers.core.outputs import new_output_dir
 
 HELP = "write a corrected copy of a draft checkpoint when that fixes an error (SRC is never modified)"
 DESCRIPTION = """\
 Write a corrected copy of the checkpoint folder SRC to DST (which must not exist; its parent
-must). What fix can change:
+must; it may not lie inside SRC). What fix can change:
   - d2t holding absolute target ids -> offsets (d2t - arange(N));
   - d2t/t2d kept only beside the weights (d2t.npy, d2t.pt) -> also inside the weights;
   - t2d built from the offsets when missing;
@@ -53,20 +52,21 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from helpers.doctor.fix import fix_checkpoint, plan_fix
+    from helpers.doctor.fix import check_apart, fix_checkpoint, plan_fix
 
     dst = new_output_dir(args.dst, "fixed copy")
+    check_apart(args.src, dst)  # DST inside SRC (or SRC inside DST): one line, nothing written
     plan = plan_fix(args.src, args.engine, args.target_config)
     will_write = plan.matters or args.force
     if args.dry_run or not will_write:
         if args.json:
-            print(json.dumps(plan.to_json(dst, written=False, dry_run=args.dry_run), indent=2))
+            print(jsontext.dumps(plan.to_json(dst, written=False, dry_run=args.dry_run), indent=2))
         elif args.dry_run:
             print(plan.report(dst, will_write))
         if not will_write:
             raise BadInputError(plan.src, plan.refusal)
         return 0
     r = fix_checkpoint(args.src, dst, args.engine, args.target_config, force=args.force)
-    print(json.dumps(r.plan.to_json(r.dst, written=True, dry_run=False, findings=r.findings), indent=2)
+    print(jsontext.dumps(r.plan.to_json(r.dst, written=True, dry_run=False, findings=r.findings), indent=2)
           if args.json else r.report())
     return 0 if r.ok else 1

@@ -1,9 +1,8 @@
 """`inspect PATH`: how a checkpoint's d2t is encoded, and whether it agrees with t2d."""
 from __future__ import annotations
 
-import json
-
 from helpers.commands import _options
+from helpers.core import jsontext
 
 HELP = "show how d2t is encoded (offset / absolute / identity / ambiguous / inconsistent)"
 DESCRIPTION = """\
@@ -32,5 +31,5 @@ def run(args) -> int:
     from helpers.doctor.inspection import inspect
 
     r = inspect(args.checkpoint)
-    print(json.dumps(r, indent=2) if args.json else r.report())
+    print(jsontext.dumps(r, indent=2) if args.json else r.report())
     return 0

@@ -4,10 +4,10 @@
 `report` use it too."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 from helpers.core.outputs import output_file
 from helpers.serving.logs import read_log
@@ -22,6 +22,11 @@ acceptance rate per position = (...)]' line per request). Prints counts, mean ac
 acceptance rate and throughput; lines it does not recognise are counted and skipped, a recognised
 line whose numbers do not read is counted as garbled and skipped, and fields an engine fork adds
 to a line are skipped while the known ones still read.
+A line that reads but is out of bounds (an accept length below 1, or above what the drafting the
+log states emits per verify step: a chain of K at most K + 1; with no drafting stated, above 257;
+a rate outside [0, 1]; a negative count) is named with its line number and never averaged in
+(--json: invalid, invalid_rows [{line, field, value, why}]); a log with no line within bounds is
+one line, exit 2.
 The drafting settings on the log's start-up line (SGLang's server_args=..., vLLM's
 num_speculative_tokens) are read and used: the per-token rate the mean accept length implies
 under them, and which definition SGLang's accept rate follows in this build.
@@ -121,7 +126,7 @@ def run(args) -> int:
     log = read_log(args.file, year=args.year)
     if log.forced:  # one line, no figure concluded, no plot drawn
         if args.json:
-            print(json.dumps({**log.to_json(), "conversion": None}, indent=2))
+            print(jsontext.dumps({**log.to_json(), "conversion": None}, indent=2))
         else:
             print(log.report() + ("" if plot is None else f" (no plot written to {plot})"))
         return 0
@@ -135,7 +140,7 @@ def run(args) -> int:
         d = log.to_json()
         if findings is not None:
             d["findings"] = findings
-        print(json.dumps({**d, "conversion": conv}, indent=2))
+        print(jsontext.dumps({**d, "conversion": conv}, indent=2))
         return 0
     text = log.report()
     if findings is not None:  # the doctor's finding replaces what the log alone shows

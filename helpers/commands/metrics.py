@@ -1,9 +1,8 @@
 """`metrics SOURCE [--interval S] [--json] [-o OUT]`: serving / training acceptance on one scale."""
 from __future__ import annotations
 
-import json
-
 from helpers.commands import _options
+from helpers.core import jsontext
 
 HELP = "read acceptance from a /metrics URL or file, /get_server_info, meta_info JSONL, a log or a SpecForge log"
 DESCRIPTION = """\
@@ -28,7 +27,12 @@ server info, vLLM's num_speculative_tokens), else a chain as long as the positio
 and checked by the same code as `rate-for` (a shape SGLang does not run: one line, exit 2), with
 a warning when a chain's length differs from the positions the source reports.
 --year Y: the year of a vLLM log's times (its lines carry none; default this year). Lines or samples that are recognised but do not read are counted and listed
-as garbled, never guessed; counters the source lacks are listed as missing.
+as garbled, never guessed; counters the source lacks are listed as missing. A row that reads but
+is out of bounds (accept length below 1 or above what the drafting emits per verify step, stated by
+the source or else by the flags; a meta_info with fewer completion tokens than verify steps; a rate
+outside [0, 1]; a negative count; a counter that went down between two scrapes, a restart) is
+named with its line or field and not counted (--json: reading.invalid_rows [{line, field, value,
+why}]); when none is left, one line, exit 2.
 -o OUT writes the --json object to OUT. Exit 2 with one line when nothing in SOURCE reads.
 
 Forced acceptance: when the source (a log's start-up lines, vLLM's /server_info JSON) or
@@ -69,6 +73,8 @@ def run(args) -> int:
     if args.interval is not None and not args.interval > 0:
         raise BadInputError(None, f"--interval must be a positive number of seconds, got {args.interval}")
     table = read_metrics(args.source, interval=args.interval, year=args.year)
+    if not table.settings and table.forced is None:  # the source states no drafting: the flags' bounds the rows
+        _restrict_to_flags(table, args)
     forced = table.forced
     if forced is None and args.launch_command:
         from helpers.serving.startup import setup_from_text
@@ -82,13 +88,37 @@ def run(args) -> int:
         obj = {**Acceptance(str(table.source), table.kind, DEFINITIONS.get(table.kind, table.kind)).to_dict(),
                "forced_acceptance": dict(forced), "reading": table.to_json()}
         _write(out, obj)
-        print(json.dumps(obj, indent=2) if args.json else f"{table.source}: {forced_line(forced)}")
+        print(jsontext.dumps(obj, indent=2) if args.json else f"{table.source}: {forced_line(forced)}")
         return 0
     acc = normalise(table, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
     obj = {**acc.to_dict(), "forced_acceptance": None, "reading": table.to_json()}
     _write(out, obj)
-    print(json.dumps(obj, indent=2) if args.json else acc.report())
+    print(jsontext.dumps(obj, indent=2) if args.json else acc.report() + _invalid_lines(table))
     return 0
+
+
+def _restrict_to_flags(table, args) -> None:
+    """Rows above what the --steps/--topk/--draft-tokens drafting emits per verify step move to
+    invalid_rows (`helpers.serving.bounds`); none left: one line, exit 2."""
+    from helpers.acceptance.drafting import Drafting
+    from helpers.core.errors import BadInputError
+    from helpers.serving import bounds
+
+    flags = Drafting.from_flags(args.steps, args.topk, args.draft_tokens, lone="sglang")
+    if flags is None:
+        return
+    table.restrict(bounds.maximum_for(flags.kit()))
+    if not table.rows:
+        raise BadInputError(table.source, f"no figure within the bounds of the drafting flags ({flags.label}): "
+                            + bounds.summary_line(table.invalid_rows))
+
+
+def _invalid_lines(table) -> str:
+    """The rows out of bounds (`helpers.serving.bounds`), each named by its line: not counted."""
+    rows = table.invalid_rows
+    text = "".join(f"\n  invalid {'line ' if isinstance(r['line'], int) else ''}{r['line']}: {r['why']} (not counted)"
+                   for r in rows[:10])
+    return text + (f"\n  and {len(rows) - 10} more out of bounds (--json: reading.invalid_rows)" if len(rows) > 10 else "")
 
 
 def _write(out, obj) -> None:
@@ -96,6 +126,6 @@ def _write(out, obj) -> None:
 
     if out is not None:
         try:
-            out.write_text(json.dumps(obj, indent=2) + "\n")
+            out.write_text(jsontext.dumps(obj, indent=2) + "\n")
         except OSError as e:
             raise BadInputError(out, f"cannot write: {e.strerror or e}") from None

@@ -1,11 +1,11 @@
 """`probe URL [--target DIR [--checkpoint DRAFT]]`: measure a running speculative-decoding server."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 
 HELP = "measure a running vLLM / SGLang speculative-decoding server with your prompts, and compare it with the checkpoint"
@@ -167,10 +167,10 @@ def run(args) -> int:
     obj = result.to_dict()
     if out is not None:
         try:
-            out.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+            out.write_text(jsontext.dumps(obj, indent=2) + "\n")
         except OSError as e:
             raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
-    print(json.dumps(obj, indent=2, allow_nan=False) if args.json else result.report(), file=sys.stdout)
+    print(jsontext.dumps(obj, indent=2) if args.json else result.report(), file=sys.stdout)
     return 0
 
 
@@ -198,10 +198,10 @@ def _forced(server, model, setup, out, as_json: bool) -> int:
            "serving_findings": [], "notes": []}
     if out is not None:
         try:
-            out.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+            out.write_text(jsontext.dumps(obj, indent=2) + "\n")
         except OSError as e:
             raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
-    print(json.dumps(obj, indent=2, allow_nan=False) if as_json else f"probe: {server.url}: {forced_line(setup.forced)}",
+    print(jsontext.dumps(obj, indent=2) if as_json else f"probe: {server.url}: {forced_line(setup.forced)}",
           file=sys.stdout)
     return 0
 

@@ -1,10 +1,10 @@
 """`rate-for --accept-length L --draft-tokens K [--topk T --steps S]`: accept length -> per-token rate."""
 from __future__ import annotations
 
-import json
 import sys
 
 from helpers.commands import _options
+from helpers.core import jsontext
 
 NAME = "rate-for"
 HELP = "the per-token acceptance rate a measured accept length implies (chain or SGLang tree)"
@@ -45,5 +45,5 @@ def run(args) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(r, indent=2) if args.json else rate_for_report(r))
+    print(jsontext.dumps(r, indent=2) if args.json else rate_for_report(r))
     return 0

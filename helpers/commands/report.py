@@ -1,9 +1,8 @@
 """`report CHECKPOINT -o OUT`: a folder to attach to a bug report."""
 from __future__ import annotations
 
-import json
-
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.outputs import output_dir
 from helpers.ui.report import SEQUENCE, SPECULATE, run_report
 from helpers.ui.settings import RunSettings, resolve_drafting, resolve_engine
@@ -22,12 +21,18 @@ Run the investigation notebooks ({', '.join(SEQUENCE)}, and {SPECULATE} with
 Only your inputs are read: no bundled sample is compared with your checkpoint, and a section
 whose input you did not give says so (e.g. "not given: pass --log FILE"). Every input is
 checked before the first notebook starts (exit 2, one line): paths, prompt records, the draft's
-fit to --target. With --target DIR --prompts FILE the report also runs 07_speculative_decoding:
+fit to --target (its family, vocab, hidden size and the draft's embed_tokens against the target's:
+what `speculate` refuses), the samples' capture.json against the draft and --target (what
+`evaluate` refuses); the doctor with --target also runs first, and its errors are printed and
+quoted in the summary's conclusion. With --target DIR --prompts FILE the report also runs 07_speculative_decoding:
 real speculative decoding with that target under both readings of d2t (token view, measured vs
 predicted accept length, tokens/s; --max-prompts, --max-new-tokens, --temperature), and the
 doctor (06) checks the draft against the target's config. The drafting settings come from
 --steps/--topk/--draft-tokens, else from the first --log with SGLang's server_args= (or vLLM's
-num_speculative_tokens) line, else a 3-token chain; summary.md says which. A shape SGLang does not
+num_speculative_tokens) line, else a 3-token chain; summary.md says which. When flags and such a
+log disagree, the conflict is named (on stdout, in summary.md's conclusion and summary.json's
+drafting_conflict) and the log's settings are used, what the server ran (--drafting-from flags:
+the flags'). A shape SGLang does not
 run (--steps 0, --topk 1 with --draft-tokens other than steps + 1, a tree larger than its search
 keeps) is refused before any notebook, one line naming the flag.
 A --log (or --metrics file) whose server forced its acceptance (SGLANG_SIMULATE_ACC_LEN > 0,
@@ -65,6 +70,10 @@ def add_arguments(p) -> None:
     d.add_argument("--draft-tokens", type=int, default=None,
                    help="--speculative-num-draft-tokens, the root counted (default steps + 1; with --topk 1 it must be "
                         "steps + 1, as SGLang sets it; alone, a chain of N - 1)")
+    d.add_argument("--drafting-from", choices=("log", "flags"), default="log",
+                   help="when --steps/--topk/--draft-tokens and a --log's start-up line disagree, whose settings the "
+                        "report uses: the log's (default: what the server ran) or the flags'; the conflict is named "
+                        "either way")
     d.add_argument("--baseline-tps", type=float, default=None, help="decode tokens/s without speculation")
     d.add_argument("--spec-tps", type=float, default=None,
                    help="decode tokens/s with speculation (default: the logs' generation throughput)")
@@ -89,11 +98,48 @@ def settings_from_args(args) -> RunSettings:
         max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
     )
     try:
-        return resolve_engine(resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens))
+        by_flags = resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
+        chosen = by_flags
+        conflict = drafting_conflict(args, s, by_flags)
+        if conflict is not None:
+            by_log, text = conflict
+            if getattr(args, "drafting_from", "log") == "log":
+                chosen = by_log
+                text += "; the report uses the log's (what the server ran; --drafting-from flags uses the flags')"
+            else:
+                text += "; the report uses the flags' (--drafting-from flags), so the log's accept length is not " \
+                        "compared with the runs as if on the same settings"
+            chosen = chosen.with_(sources={**chosen.sources, "drafting_conflict": text})
+        return resolve_engine(chosen)
     except ValueError as e:
         from helpers.core.errors import BadInputError
 
         raise BadInputError(None, str(e)) from None
+
+
+def drafting_conflict(args, s: RunSettings, by_flags: RunSettings):
+    """(the settings as the log states them, one line naming the conflict) when drafting flags were
+    given and the first --log with a start-up line states another shape; else None."""
+    from pathlib import Path
+
+    from helpers.serving.startup import read_drafting
+
+    given = [f"--{n.replace('_', '-')} {v}" for n, v in (("steps", args.steps), ("topk", args.topk),
+                                                           ("draft_tokens", args.draft_tokens)) if v is not None]
+    if not given:
+        return None
+    for log in s.logs:
+        if not Path(log).is_file():
+            continue  # the report's own check names a missing path
+        found = read_drafting(log)
+        if not found:
+            continue
+        by_log = resolve_drafting(s)
+        if by_log.drafting == by_flags.drafting:
+            return None
+        return by_log, (f"drafting settings conflict: {' '.join(given)} say {by_flags.drafting.label}, but "
+                        f"{found['source']} in {log} says the server ran {by_log.drafting.label}")
+    return None
 
 
 def check_serving_inputs(args) -> list[str]:
@@ -131,9 +177,12 @@ def run(args) -> int:
 
     for line in check_serving_inputs(args):
         print(line, file=sys.stderr if args.json else sys.stdout)
-    res = run_report(settings_from_args(args), args.out, progress=None if args.json else print)
+    settings = settings_from_args(args)
+    if settings.sources.get("drafting_conflict"):
+        print("warning: " + settings.sources["drafting_conflict"], file=sys.stderr if args.json else sys.stdout)
+    res = run_report(settings, args.out, progress=None if args.json else print)
     if args.json:
-        print(json.dumps(res.summary, indent=2, default=str))
+        print(jsontext.dumps(res.summary, indent=2, default=str))
     else:
         n_ok = sum(r.ok for r in res.runs)
         print(f"{n_ok}/{len(res.runs)} notebooks succeeded. Summary: {res.summary_path}")

@@ -1,12 +1,12 @@
 """`reproduce CHECKPOINT --target T --prompts F --accept-length L`: which wiring bug reproduces a serving number."""
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 
 HELP = "rank the known wiring bugs by how well they reproduce a measured (serving) accept length"
@@ -90,7 +90,7 @@ def run(args) -> int:
                     window=args.window or DEFAULT_WINDOW, progress=_options.show_progress(args))
     if args.json:
         out = {"checkpoint": args.checkpoint, "target": args.target, "prompts": str(prompts), **res.to_dict()}
-        print(json.dumps(out, indent=2, allow_nan=False), file=sys.stdout)
+        print(jsontext.dumps(out, indent=2), file=sys.stdout)
     else:
         print(res.report(), file=sys.stdout)
     return 0

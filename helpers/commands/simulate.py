@@ -1,10 +1,10 @@
 """`simulate --accept-rate A --draft-tokens K [--topk T --steps S]`: expected accept length."""
 from __future__ import annotations
 
-import json
 import sys
 
 from helpers.commands import _options
+from helpers.core import jsontext
 
 HELP = "expected accept length for chain or tree drafting (closed form / exact, and Monte Carlo)"
 DESCRIPTION = """\
@@ -23,6 +23,11 @@ Tree (--topk T --steps S, SGLang's --speculative-eagle-topk / --speculative-num-
 A may be one rate or a comma-separated list: per drafted position (chain, K values) or per depth
 (tree, S values).
 
+Work sizes: --draft-tokens and --steps at most 256, --topk at most 64, --trials 2 to 100,000,000;
+more is refused in one line (exit 2). No engine drafts more than a few dozen tokens per verify
+step, past 256 drafted tokens a chain's accept length no longer moves (A^257 < 2e-12 for A <= 0.9),
+and 100,000,000 trials (about a second) already give a standard error below 1e-4 of the spread.
+
 Example: d2t-lab simulate --accept-rate 0.21 --draft-tokens 16 --topk 4 --steps 5
 (the investigation's serving setup: accept length ~1.9)."""
 
@@ -30,7 +35,9 @@ Example: d2t-lab simulate --accept-rate 0.21 --draft-tokens 16 --topk 4 --steps 
 def add_arguments(p) -> None:
     p.add_argument("--accept-rate", required=True, help="per-token acceptance A in [0, 1], or A1,A2,... per position/depth")
     _options.drafting(p, "drafted")
-    p.add_argument("--trials", type=int, default=100_000, help="Monte Carlo trials (default 100,000)")
+    p.add_argument("--trials", type=int, default=100_000,
+                   help="Monte Carlo trials, 2 to 100,000,000 (default 100,000; 1e8 take about a second and "
+                        "give a standard error below 1e-4 of the spread)")
     _options.json_flag(p)
 
 
@@ -44,7 +51,28 @@ def _rates(text: str):
     return vals[0] if len(vals) == 1 else vals
 
 
+def check_sizes(args) -> None:
+    """Work sizes within what is meaningful (`helpers.acceptance.montecarlo.MAX_*`, why there): else
+    one line naming the flag, before any work."""
+    from helpers.acceptance.montecarlo import MAX_DRAFT_TOKENS, MAX_TOPK, MAX_TRIALS
+    from helpers.core.errors import BadInputError
+
+    if args.trials < 2:
+        raise BadInputError("--trials", f"{args.trials:,} is fewer than 2 (a standard error needs two draws)")
+    limits = (("--draft-tokens", args.draft_tokens, MAX_DRAFT_TOKENS,
+               "no engine drafts more per verify step; past 256 a chain's accept length no longer moves"),
+              ("--steps", args.steps, MAX_DRAFT_TOKENS, "no engine drafts deeper; past 256 the accept length no "
+                                                        "longer moves"),
+              ("--topk", args.topk, MAX_TOPK, "SGLang runs 1 to 10; more only multiplies the candidates"),
+              ("--trials", args.trials, MAX_TRIALS, "1e8 trials already give a standard error below 1e-4 of the "
+                                                    "spread"))
+    for flag, value, high, why in limits:  # the low ends: the drafting shape's own check names them
+        if value is not None and value > high:
+            raise BadInputError(flag, f"{value:,} is more than {high:,}, the meaningful range's end ({why})")
+
+
 def run(args) -> int:
+    check_sizes(args)
     drafting = _options.drafting_from(args, "drafted")
     if drafting is None:
         print("error: give --draft-tokens K (a chain of K) or --steps S [--topk T --draft-tokens N]", file=sys.stderr)
@@ -57,5 +85,5 @@ def run(args) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(r, indent=2) if args.json else r.report())
+    print(jsontext.dumps(r, indent=2) if args.json else r.report())
     return 0

@@ -1,11 +1,11 @@
 """`speculate CHECKPOINT --target TARGET --prompts FILE`: real speculative decoding, no engine."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from helpers.commands import _options
+from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 
 HELP = "run speculative decoding with a Hugging Face target and the draft, per reading of d2t"
@@ -152,7 +152,7 @@ def run(args) -> int:
     if ranks.main:
         runs = {r: SpecRun.merge([shard[r] for shard in shards]) for r in readings}
         out = result_json(runs, target=str(target_dir), checkpoint=args.checkpoint, prompts=str(prompts))
-        print(json.dumps(out, indent=2, allow_nan=False) if args.json else _report(out), file=sys.stdout)
+        print(jsontext.dumps(out, indent=2) if args.json else _report(out), file=sys.stdout)
     finish(ranks)
     return 0
 

@@ -1,10 +1,11 @@
 """`throughput --baseline-tps B --accept-length L --spec-tps S`: step cost and break-even."""
 from __future__ import annotations
 
-import json
+import math
 import sys
 
 from helpers.commands import _options
+from helpers.core import jsontext
 
 HELP = "speculative step cost and break-even accept length from one measured (accept length, tok/s) pair"
 DESCRIPTION = """\
@@ -29,8 +30,12 @@ def run(args) -> int:
         from helpers.acceptance.throughput import throughput_summary
 
         d = throughput_summary(args.baseline_tps, args.accept_length, args.spec_tps)
-    except ValueError as e:
+    except ValueError as e:  # each value finite and in range, the flag named
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(d, indent=2) if args.json else d.report())
+    if not all(math.isfinite(v) for v in (d["step_cost"], d["speedup"], *d["tps_at"].values())):
+        print(f"error: --baseline-tps {args.baseline_tps:g}, --spec-tps {args.spec_tps:g}: the figures they give "
+              "are not finite numbers (a value out of scale)", file=sys.stderr)
+        return 2
+    print(jsontext.dumps(d, indent=2) if args.json else d.report())
     return 0

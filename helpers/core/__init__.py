@@ -4,6 +4,7 @@ output-path checks, devices, torchrun ranks, and the engines as data (a table pe
 Modules (import them by name; this file imports nothing):
 - `terms`
 - `errors`
+- `jsontext`: the one writer of the commands' JSON (never NaN or Infinity)
 - `outputs`
 - `devices`
 - `distributed`
@@ -11,4 +12,4 @@ Modules (import them by name; this file imports nothing):
 - `engines`
 """
 
-__all__ = ["terms", "errors", "outputs", "devices", "distributed", "engine_table", "engines"]
+__all__ = ["terms", "errors", "jsontext", "outputs", "devices", "distributed", "engine_table", "engines"]

@@ -3,6 +3,7 @@ between two drafts, the fixer and its plan, and `inspect`.
 
 Modules (import them by name; this file imports nothing):
 - `findings`
+- `checks_config`
 - `checks_mapping`
 - `checks_weights`
 - `checks_variants`
@@ -17,5 +18,5 @@ Modules (import them by name; this file imports nothing):
 - `inspection`
 """
 
-__all__ = ["findings", "checks_mapping", "checks_weights", "checks_variants", "checks_target", "checks_capture", "checks_method",
+__all__ = ["findings", "checks_config", "checks_mapping", "checks_weights", "checks_variants", "checks_target", "checks_capture", "checks_method",
            "checks_dflash", "diagnose", "diff", "fix_plan", "fix", "inspection"]

@@ -49,7 +49,8 @@ def check_vocab(c: CheckContext, d2t, t2d, target_cfg: dict | None) -> tuple[int
             )
     n = next((v for v in draft.values() if v is not None), None)
     v = cfg_target or next((v for v in target.values() if v is not None), None)
-    if cfg_draft is None and lm and cfg_target is not None and lm[0] != cfg_target:
+    # absent, not present and wrong (that is config-invalid, helpers.doctor.checks_config)
+    if cfg_draft is None and "draft_vocab_size" not in c.invalid and lm and cfg_target is not None and lm[0] != cfg_target:
         c.add(
             "vocab-size-mismatch", "error",
             f"config.json has no draft_vocab_size: SGLang and vLLM then size lm_head from vocab_size "

@@ -27,6 +27,7 @@ from helpers.doctor.findings import NO_EFFECT, CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
 from helpers.io import remote
 from helpers.io.checkpoint import open_checkpoint
+from helpers.model.config_fields import eagle_config
 from helpers.model.fit import (
     UNCORRELATED_COS,
     compare_embeddings,
@@ -61,7 +62,7 @@ def check_algorithm(c: CheckContext, target_cfg: dict | None, algorithm: str | N
               f"{why} but it is served with the EAGLE (1/2) algorithm: the target captures no aux hidden states "
               "and SGLang's EAGLE-3 draft skips fc when the hidden width equals the embedding's; accept length ~1",
               f"serve with {_FLAGS}", effect="algorithm.eagle-flag")
-    elif (c.ck.config or {}).get("eagle_config", {}).get("use_aux_hidden_state") is False and "sglang" in c.engines:
+    elif eagle_config(c.ck.config).get("use_aux_hidden_state") is False and "sglang" in c.engines:
         c.add("eagle3-as-eagle", "error",
               f"{why} but eagle_config.use_aux_hidden_state is false: SGLang then captures no aux hidden states and "
               "skips fc (the hidden width equals the embedding's); accept length ~1",

@@ -333,6 +333,12 @@ def check_embed_init(c: CheckContext) -> None:
                   engine=at.key)
 
 
+def _ids_invalid(c: CheckContext) -> bool:
+    """The config names aux ids, but not as a list of layer ids (config-invalid says so)."""
+    return bool(c.invalid & {"eagle_config", "eagle_aux_hidden_state_layer_ids",
+                             "eagle_config.eagle_aux_hidden_state_layer_ids"})
+
+
 def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
     """aux-layers: which target layers each engine release captures, checked against the target's depth."""
     ats = [at for at in c.engine_list if at.value("aux.shift") is not None]
@@ -359,7 +365,8 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
         got = captured_layers(at, ids[e], n_layers, ttype)
         captured[e] = got
         name = at.label
-        src = f"ids {ids[e]}" if ids[e] is not None else "no ids (default)"
+        src = f"ids {ids[e]}" if ids[e] is not None else "no usable ids (config-invalid), the default" \
+            if _ids_invalid(c) else "no ids (default)"
         if ids[e] is None and at.value("aux.from") == () and _any_ids(c.ck.config):
             src = f"no ids (this release reads none from the config: {at.change('aux.from') or 'never'})"
         bad = [i for i in got if i < 0 or i >= n_layers]
@@ -371,7 +378,7 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
                   f"{name}: {src} capture the input of target layers {got}; {bad} is outside the target's "
                   f"{n_layers} layers (0..{n_layers - 1}), so fewer hidden states arrive than fc expects",
                   "use ids the target has (SGLang adds 1 to each configured id)")
-        elif ids[e] is None and not _any_ids(c.ck.config) and at.value("aux.from"):
+        elif ids[e] is None and not _any_ids(c.ck.config) and at.value("aux.from") and not _ids_invalid(c):
             c.add("aux-layers", "warning",
                   f"{name}: the config names no aux layer ids, so the engine falls back to the target's default "
                   f"capture: it captures the input of target layers {got} of {n_layers}, with no error (vLLM logs the layers only "

@@ -22,7 +22,9 @@ fix it. The rules mirror what the engines' loaders do, read in their public sour
 - Both read `d2t` only from the weight files, never from `d2t.npy` / `d2t.pt` beside them, and
   both size `lm_head` from `draft_vocab_size`, falling back to `vocab_size` when it is absent.
 
-The checks live beside this module: `helpers.doctor.checks_mapping` (vocab sizes, d2t/t2d) and
+The checks live beside this module: `helpers.doctor.checks_config` (config-invalid: every config
+field the loaders would refuse, first; the other checks then read the configs without those fields
+and with null as absent), `helpers.doctor.checks_mapping` (vocab sizes, d2t/t2d) and
 `helpers.doctor.checks_weights` (keys, shapes, aux layers, NaN/Inf) and `helpers.doctor.checks_variants`
 (what each engine does with the producers' options: fc_norm, input_norm, norm_output,
 norm_before_residual, q_norm/k_norm, attention bias, sliding window), on the rules in
@@ -35,6 +37,7 @@ and issue threads behind that second wave are in docs/doctor-findings.md. Findin
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +46,7 @@ import torch
 from helpers.core.engines import ENGINES, engines_at
 from helpers.core.errors import BadInputError
 from helpers.doctor.checks_capture import check_capture
+from helpers.doctor.checks_config import check_config, check_loadable
 from helpers.doctor.checks_dflash import diagnose_dflash
 from helpers.doctor.checks_mapping import check_mapping, check_vocab
 from helpers.doctor.checks_method import check_method
@@ -72,7 +76,9 @@ from helpers.io.checkpoint import (
     read_config,
     read_mapping_tensors,
 )
+from helpers.model.config_fields import draft_problems, target_problems, without_problems
 from helpers.model.dflash import dflash_draft
+from helpers.model.target import transformers_refusal
 
 
 def findings_table(findings):
@@ -150,14 +156,30 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         target_config = target
     if target_config is not None:
         tcfg = target_config if isinstance(target_config, dict) else read_config(target_config)
+    # every field the loaders would refuse, named once (config-invalid); the other checks read the
+    # configs without those fields, and with null as absent (`"eagle_config": null`, as exports carry it)
+    dprobs = draft_problems(ck.config)
+    # the target's: with --target (a model to load) as speculate reads it, transformers' own checks too
+    tprobs = target_problems(tcfg, loaded=target is not None) if isinstance(tcfg, dict) else []
+    target_refusal = transformers_refusal(tcfg) if target is not None and isinstance(tcfg, dict) and not tprobs \
+        else None
+    if ck.config is not None:
+        ck = replace(ck, config=without_problems(ck.config, dprobs))
+    tcfg = without_problems(tcfg, tprobs) if isinstance(tcfg, dict) else tcfg
+    dflash = dflash_draft(ck.config, ck.tensors.keys()) is not None
+    if dflash or not any(k in ck.tensors for k in ("fc.weight", "model.fc.weight")) or _layerless(ck.config):
+        # the EAGLE-3 sizes only where an EAGLE-3 draft's weights are, and not where config-incomplete names them
+        dprobs = [p for p in dprobs if not p.missing]
     cfg = flat_config(ck.config) if ck.config else {}
-    c = CheckContext(ck=ck, engines=tuple(a.key for a in ats), cfg=cfg, at={a.key: a for a in ats})
+    c = CheckContext(ck=ck, engines=tuple(a.key for a in ats), cfg=cfg, at={a.key: a for a in ats},
+                     invalid=frozenset(p.field for p in dprobs))
     if ck.config is None:
         c.add("config-missing", "warning", "no config.json beside the weights: sizes cannot be checked",
               "copy the draft's config.json into the checkpoint folder")
+    check_config(c, dprobs, tprobs, target_refusal)
     _trainer_files(c)
     check_method(c, tcfg, algorithm)  # vLLM: P-EAGLE, serving options, the method, a packed target
-    if dflash_draft(ck.config, ck.tensors.keys()) is not None:  # DFlash / DSpark / XPress: not EAGLE-3 checks
+    if dflash:  # DFlash / DSpark / XPress: not EAGLE-3 checks
         return diagnose_dflash(c, ats, engine, path, tcfg, check_weights=check_weights, progress=progress)
     if config_only:  # a draft's config.json alone: what the config decides, before any weight is fetched
         c.add("config-only", "info", f"only {ck.config_path.name} was read: the aux-layer, variant and config checks ran; "
@@ -193,10 +215,16 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
             from helpers.doctor.diff import check_drift
 
             check_drift(c, previous)
+        check_loadable(c)  # last: what evaluate / speculate refuse that no other error has named
         if check_weights:
             check_finite(c, progress)
     return Findings([f.with_outcomes(ats) for f in c.findings], path=path if not isinstance(path, Checkpoint) else ck.path,
                     engine=engine, versions=ats)
+
+
+def _layerless(cfg: dict | None) -> bool:
+    """A speculators config without its layer section (config-incomplete, `check_speculators_config`)."""
+    return bool(cfg) and "speculators_model_type" in cfg and not isinstance(cfg.get("transformer_layer_config"), dict)
 
 
 def _trainer_files(c: CheckContext) -> None:

@@ -24,7 +24,7 @@ import torch
 from helpers.core.errors import BadInputError
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
-from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint
+from helpers.io.checkpoint import Checkpoint, flat_config, load_mapping, open_checkpoint
 
 AGREE = 0.9  # cosine similarity above which two lm_head rows count as the same row
 DRIFT_MOST = 0.5  # share of draft slots naming another token from which drift is predicted at accept length ~1
@@ -72,19 +72,76 @@ class DraftDiff(dict):
     __str__ = report
 
 
+class DifferentTargets(BadInputError):
+    """Two drafts built for different target vocabularies: nothing to diff (one line, exit 2)."""
+
+
+def target_vocab(ck: Checkpoint, m, targets: torch.Tensor) -> tuple[int | None, str, int]:
+    """(the target vocab a draft states, where it states it, the smallest vocab its d2t needs).
+
+    Stated: config.json's vocab_size (`target_vocab_size` where the config names it so), else
+    t2d's length; `load_mapping` has already refused a draft whose config and t2d disagree.
+    Needed: its largest target id + 1 under the reading its table is compared under."""
+    need = int(targets.max()) + 1 if targets.numel() else 0
+    if m.target_vocab_size is None:
+        return None, "", need
+    flat = flat_config(ck.config) if isinstance(ck.config, dict) and ck.config else {}
+    key = "target_vocab_size" if "target_vocab_size" in flat else "vocab_size"
+    stated_in_config = isinstance(flat.get(key), int) and flat.get(key) == m.target_vocab_size
+    return m.target_vocab_size, f"config {key}" if stated_in_config else "t2d length", need
+
+
+def check_same_target(a: str, va: tuple, b: str, vb: tuple) -> None:
+    """Refuse (one line naming both sizes) two drafts built for different target vocabularies:
+    their mappings index different token tables, so no id, slot or lm_head row compares."""
+    (sa, wa, na), (sb, wb, nb) = va, vb
+    if sa is not None and sb is not None and sa != sb:
+        raise DifferentTargets(b, f"is a draft for a {sb:,}-token target vocab ({wb}), {a} for a {sa:,}-token one ({wa}): "
+                            "drafts of different targets, their mappings do not compare (diff two checkpoints of "
+                            "one draft, or of drafts for the same target)")
+    for stated, where, name, need, other in ((sa, wa, a, nb, b), (sb, wb, b, na, a)):
+        if stated is not None and need > stated:
+            raise DifferentTargets(other, f"maps draft ids to target ids up to {need - 1:,}, past the {stated:,}-token "
+                                f"target vocab of {name} ({where}): drafts of different targets, their mappings do "
+                                "not compare")
+
+
+def _name(x, ck: Checkpoint) -> str:
+    return ck.origin or str(x if not isinstance(x, Checkpoint) else ck.path)
+
+
+def _side(x) -> tuple:
+    """(opened checkpoint, mapping, its encoding, its target ids under the reading it is compared under)."""
+    ck = _open(x)
+    m = load_mapping(ck)
+    enc = m.verdict().encoding
+    return ck, m, enc, m.targets(_reading(enc))
+
+
+def refuse_other_target(previous, current) -> None:
+    """`doctor --previous`: a previous checkpoint of a draft for another target vocabulary is refused
+    (`DifferentTargets`, one line naming both sizes, exit 2) before the doctor runs. A side without
+    a readable mapping passes here: the doctor's mapping checks name that."""
+    try:
+        (cka, ma, _, ta), (ckb, mb, _, tb) = _side(previous), _side(current)
+    except BadInputError:
+        return
+    check_same_target(_name(previous, cka), target_vocab(cka, ma, ta), _name(current, ckb), target_vocab(ckb, mb, tb))
+
+
 def diff_drafts(a, b) -> DraftDiff:
-    """How draft `b`'s mapping (and lm_head) differs from draft `a`'s. Paths, URLs or opened checkpoints."""
-    cka, ckb = _open(a), _open(b)
-    ma, mb = load_mapping(cka), load_mapping(ckb)
-    ea, eb = ma.verdict().encoding, mb.verdict().encoding
-    ta, tb = ma.targets(_reading(ea)), mb.targets(_reading(eb))
+    """How draft `b`'s mapping (and lm_head) differs from draft `a`'s. Paths, URLs or opened checkpoints.
+
+    Two drafts of different target vocabularies (config vocab_size, t2d length, d2t's range) are
+    refused first, one `BadInputError` line naming both sizes (`check_same_target`)."""
+    (cka, ma, ea, ta), (ckb, mb, eb, tb) = _side(a), _side(b)
+    check_same_target(_name(a, cka), target_vocab(cka, ma, ta), _name(b, ckb), target_vocab(ckb, mb, tb))
     slot_a = {int(t): i for i, t in enumerate(ta.tolist())}
     slot_b = {int(t): i for i, t in enumerate(tb.tolist())}
     shared = sorted(set(slot_a) & set(slot_b))
     moved = [t for t in shared if slot_a[t] != slot_b[t]]
     out = DraftDiff(
-        a=cka.origin or str(a if not isinstance(a, Checkpoint) else cka.path),
-        b=ckb.origin or str(b if not isinstance(b, Checkpoint) else ckb.path),
+        a=_name(a, cka), b=_name(b, ckb),
         draft_vocab_a=ma.draft_vocab_size, draft_vocab_b=mb.draft_vocab_size, shared=len(shared),
         added=sorted(set(slot_b) - set(slot_a)), removed=sorted(set(slot_a) - set(slot_b)),
         moved=[{"target_id": t, "slot_a": slot_a[t], "slot_b": slot_b[t]} for t in moved],
@@ -153,8 +210,11 @@ def check_drift(c: CheckContext, previous) -> None:
     """mapping-drift: the checkpoint against an earlier one of the same draft (`doctor --previous`)."""
     try:
         d = diff_drafts(previous, c.ck)
-    except BadInputError as e:  # no mapping in one of them: the mapping checks say so for this one
-        c.add("mapping-drift", "info", f"not compared with the previous checkpoint: {e}", "nothing to do")
+    except BadInputError as e:  # no mapping in one of them (the mapping checks say so for this one), or drafts
+        # of different target vocabularies: named as not compared, never as drift
+        other = isinstance(e, DifferentTargets)
+        c.add("mapping-drift", "info", f"not compared with the previous checkpoint: {e}",
+              "pass --previous an earlier checkpoint of this same draft (same target)" if other else "nothing to do")
         return
     h = d["lm_head"]
     change = encoding_change(d, "the previous checkpoint", "this one")

@@ -172,6 +172,8 @@ class CheckContext:
     cfg: dict
     findings: list[Finding] = field(default_factory=list)
     at: dict = field(default_factory=dict)  # engine key -> EngineAt (default: the newest release read)
+    # config fields named by a config-invalid finding (taken out of the config the other checks read)
+    invalid: frozenset = frozenset()
 
     @property
     def engine_list(self) -> list[EngineAt]:

@@ -316,6 +316,7 @@ def fix_checkpoint(src, dst, engine: str = "all", target_config=None, *, check_w
     """
     engines_for(engine)
     dst = new_output_dir(dst, "fixed copy")
+    check_apart(src, dst)
     plan = plan_fix(src, engine, target_config)
     if not plan.matters and not force:
         raise BadInputError(plan.src, plan.refusal)
@@ -329,6 +330,25 @@ def fix_checkpoint(src, dst, engine: str = "all", target_config=None, *, check_w
         raise
     changes = plan.changes or ["nothing needed changing; written as a plain copy"]
     return FixResult(dst=dst, changes=changes, findings=after, plan=plan)
+
+
+def check_apart(src, dst) -> None:
+    """One line (BadInputError) when the new folder `dst` would lie inside the checkpoint `src`
+    (fix promises never to write there) or `src` inside `dst`; symlinks resolved. Nothing is written."""
+    if remote.is_remote(src):
+        return
+    try:
+        a = Path(src).resolve()
+        if a.is_file():  # a checkpoint given by one of its files: the folder holding it is the source
+            a = a.parent
+        b = Path(dst).parent.resolve() / Path(dst).name
+    except (OSError, RuntimeError):
+        return  # a path that cannot be resolved is refused by the readers, with its own line
+    if b == a or a in b.parents:
+        raise BadInputError(dst, f"is inside the checkpoint being fixed ({src}); fix never writes into its source: "
+                            "choose a folder outside it")
+    if b in a.parents:
+        raise BadInputError(dst, f"contains the checkpoint being fixed ({src}); choose a folder outside it")
 
 
 def unused_path(path) -> Path:

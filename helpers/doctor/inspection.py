@@ -13,6 +13,7 @@ weights) is read the same way, the weights being unread.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ from helpers.core.engines import draft_family, engines_at
 from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint, read_config, read_mapping_tensors
 from helpers.io.mapping import VocabMapping
+from helpers.model.config_fields import check_draft_config
 from helpers.model.dflash import capture_per_engine, dflash_draft
 
 
@@ -81,6 +83,8 @@ def mapping_verdict(path) -> str:
 def inspect_path(path) -> dict:
     """The `inspect --json` object for a path: the mapping summary, key layout and files read."""
     ck, alone = _open(path)
+    if ck.config is not None:  # each field typed once (null is absent), the first wrong one named
+        ck = replace(ck, config=check_draft_config(ck.config, ck.config_path or ck.path, sizes=False))
     dflash = dflash_draft(ck.config, ck.tensors.keys()) if ck.config or ck.tensors.keys() else None
     m = _identity(ck, dflash) if dflash is not None and read_mapping_tensors(ck)[0] is None else None
     m = m or load_mapping(ck)

@@ -17,9 +17,12 @@ spoken here directly.
 The cache (`cache_dir()`): `$D2T_LAB_CACHE`, else `$XDG_CACHE_HOME/d2t-lab/remote`, else
 `~/.cache/d2t-lab/remote`; one folder per URL holding `files/` (the mirror), `ranges/` (tensor
 bytes fetched so far), `whole/` (whole files, only from a server without range support) and the
-manifest. Online, the remote listing is read each time (sizes and
-ETags / LFS hashes) and a cached file is reused only when they are unchanged; with
-`D2T_LAB_OFFLINE=1` or `HF_HUB_OFFLINE=1`, or when the network fails, the cache alone is used.
+manifest. Each cached file keeps its validators (size, ETag or the Hub's LFS hash / blob id,
+Last-Modified). Online, the remote listing is read each time (a HEAD per file where the server
+lists no folder) and a cached file is reused only when its size and a validator are unchanged;
+a file the server gives no validator for is fetched again. With `D2T_LAB_OFFLINE=1` or
+`HF_HUB_OFFLINE=1`, or when the server cannot be reached, the cache alone is used, and one line on
+stderr says so and how old the copy is. `--refresh` ($D2T_LAB_REFRESH) fetches everything again.
 """
 from __future__ import annotations
 
@@ -27,10 +30,13 @@ import hashlib
 import json
 import os
 import re
+import sys
+import time
 from pathlib import Path
 
 from helpers.core.errors import BadInputError, clip
-from helpers.io.remote_access import TIMEOUT_ENV, RemoteFolder, timed_out, timeout
+from helpers.io.remote_access import (TIMEOUT_ENV, DeadlineExceeded, RemoteFolder, refresh, seconds_text, timed_out,
+                                     timeout)
 
 SCHEMES = ("hf://", "http://", "https://")
 CACHE_ENV = "D2T_LAB_CACHE"
@@ -106,7 +112,11 @@ def mirror(url: str, whole_limit: int | None = None) -> Path:
         if manifest is None:
             raise BadInputError(url, f"is not in the cache ({folder}) and offline mode is on "
                                 "(D2T_LAB_OFFLINE / HF_HUB_OFFLINE): run the command once online")
+        _note_cached(url, folder, manifest, "offline mode is on")
         return _entry(folder, manifest)
+    token, stale = refresh(), None
+    if token and manifest is not None and manifest.get("refreshed") != token:
+        stale, manifest = manifest, None  # --refresh: everything fetched again, once in this run (its notebooks too)
     try:
         remote = RemoteFolder(url, folder)
         listing = remote.listing()
@@ -114,9 +124,14 @@ def mirror(url: str, whole_limit: int | None = None) -> Path:
         raise
     except Exception as e:  # noqa: BLE001 - every library error becomes one line, or the cache
         if manifest is not None and _network_problem(e):
+            _note_cached(url, folder, manifest, "the server cannot be reached" if not timed_out(e) else
+                         f"the server did not answer within {_waited(e)} s")
             return _entry(folder, manifest)
         if timed_out(e):
-            raise BadInputError(url, _no_answer()) from None
+            raise BadInputError(url, _no_answer(e)) from None
+        if _network_problem(e) and stale is not None:
+            raise BadInputError(url, f"cannot be reached ({_say(e)[len('cannot be read ('):-1]}) and --refresh asks "
+                                "for a fresh copy: run without --refresh to use the cached one") from None
         if _network_problem(e):
             raise BadInputError(url, f"cannot be reached ({_say(e)[len('cannot be read ('):-1]}) and is not in the "
                                 f"cache ({folder})") from None
@@ -125,21 +140,54 @@ def mirror(url: str, whole_limit: int | None = None) -> Path:
         raise BadInputError(url, "holds no checkpoint files (looked for config.json, *.safetensors, "
                             "d2t/t2d .npy/.pt, pytorch_model.bin)")
     try:
-        return _sync(remote, folder, manifest, listing, whole_limit)
+        return _sync(remote, folder, manifest, listing, whole_limit, refreshed=token)
     except BadInputError as e:
         raise BadInputError(url if e.path is None else e.path, e.problem) from None
     except Exception as e:  # noqa: BLE001 - a read that failed half-way: one line, the cache as it was
         raise BadInputError(url, _say(e)) from None
 
 
-def _no_answer() -> str:
-    return (f"the server did not answer within {timeout():g} s (--timeout SECONDS, or ${TIMEOUT_ENV}); "
+def _note_cached(url: str, folder: Path, manifest: dict, why: str) -> None:
+    """One line on stderr: the cached copy is used unverified, and how old it is."""
+    at = manifest.get("checked_at")
+    if not isinstance(at, (int, float)):
+        try:
+            at = (folder / MANIFEST).stat().st_mtime
+        except OSError:
+            at = None
+    age = "" if at is None else (f" from {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(at))}, "
+                                 f"{_age(time.time() - at)} old")
+    key = (url, why, id(sys.stderr))
+    if key in _NOTED:  # once per command, however often it opens the location
+        return
+    _NOTED.add(key)
+    print(f"note: {url}: {why}; using the cached copy{age}, not checked against the server "
+          "(--refresh fetches it again once online)", file=sys.stderr, flush=True)
+
+
+_NOTED: set = set()
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, k in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= k:
+            return f"{seconds / k:.1f} {unit}" if unit == "days" else f"{seconds / k:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _waited(e: BaseException | None) -> str:
+    return seconds_text(e.seconds if isinstance(e, DeadlineExceeded) else timeout())
+
+
+def _no_answer(e: BaseException | None = None) -> str:
+    return (f"the server did not answer within {_waited(e)} s (--timeout SECONDS, or ${TIMEOUT_ENV}); "
             "check the address or try again later")
 
 
 def _say(e: Exception) -> str:
     if timed_out(e):
-        return _no_answer()
+        return _no_answer(e)
     name = type(e).__name__
     status = getattr(getattr(e, "response", None), "status_code", None)
     if name in ("RepositoryNotFoundError", "GatedRepoError") or status in (401, 403, 404) and "/api/" in str(e):
@@ -152,7 +200,8 @@ def _say(e: Exception) -> str:
     return f"cannot be read ({name}: {clip(str(e), 120)})"
 
 
-def _sync(remote: RemoteFolder, folder: Path, old: dict | None, listing: dict, whole_limit: int | None = None) -> Path:
+def _sync(remote: RemoteFolder, folder: Path, old: dict | None, listing: dict, whole_limit: int | None = None,
+          refreshed: str | None = None) -> Path:
     files = folder / "files"
     files.mkdir(parents=True, exist_ok=True)
     (folder / "ranges").mkdir(exist_ok=True)
@@ -163,24 +212,53 @@ def _sync(remote: RemoteFolder, folder: Path, old: dict | None, listing: dict, w
         kind = _kind(name, info["size"], has_st, remote.single and name == remote.target.rsplit("/", 1)[1], whole_limit)
         if kind is None:
             continue
-        same = old_files.get(name, {})
-        fresh = same.get("size") == info["size"] and same.get("etag") == info["etag"] and (files / name).exists()
+        cached = old_files.get(name, {})
+        fresh = _still_valid(cached, info) and (files / name).exists()
+        fetched_at = cached.get("fetched_at") if fresh else time.time()  # before the bytes: racy edits show
         if not fresh:
             _drop_ranges(folder, name)
             if kind == "stub":
                 _write_stub(remote, files / name, name, info["size"])
             else:
                 (files / name).write_bytes(remote.read(name, 0, info["size"], info["size"]))
-        entries[name] = {"size": info["size"], "etag": info["etag"], "kind": kind}
+        entries[name] = {"size": info["size"], "etag": info["etag"], "last_modified": info.get("last_modified"),
+                         "kind": kind, "fetched_at": fetched_at}
     for name in set(old_files) - set(entries):
         (files / name).unlink(missing_ok=True)
         _drop_ranges(folder, name)
     manifest = {"url": remote.url, "base": _display_base(remote), "single": remote.single,
-                "entry": remote.target.rsplit("/", 1)[1] if remote.single else None, "files": entries}
+                "entry": remote.target.rsplit("/", 1)[1] if remote.single else None, "files": entries,
+                "checked_at": time.time(), "refreshed": refreshed}
     tmp = folder / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
     tmp.replace(folder / MANIFEST)
     return _entry(folder, manifest)
+
+
+def _still_valid(cached: dict, now: dict) -> bool:
+    """A cached file matches the server's: same size, and the same ETag (or LFS hash / blob id), else
+    the same Last-Modified. With no validator on either side it cannot be trusted: fetch again. A
+    Last-Modified has whole seconds: one not clearly older than the copy (a file rewritten in the
+    second it was fetched keeps its Last-Modified) cannot vouch for it either."""
+    if cached.get("size") != now["size"]:
+        return False
+    if now.get("etag") or cached.get("etag"):
+        return cached.get("etag") == now.get("etag")
+    if now.get("last_modified") or cached.get("last_modified"):
+        if cached.get("last_modified") != now.get("last_modified"):
+            return False
+        stamp, at = _http_time(now.get("last_modified")), cached.get("fetched_at")
+        return stamp is not None and isinstance(at, (int, float)) and stamp < at - 2
+    return False
+
+
+def _http_time(text) -> float | None:
+    from email.utils import parsedate_to_datetime
+
+    try:
+        return parsedate_to_datetime(str(text)).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 def _display_base(remote: RemoteFolder) -> str:

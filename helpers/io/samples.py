@@ -7,14 +7,20 @@ Layout: `FOLDER/rows_{g}-{g+N}/data_{i}.ckpt` (or `.ckpt.gz`), each a `torch.sav
 `weights_only=True`; a `.gz` is decompressed in memory first. Anything unusable becomes one
 `BadInputError` naming the file. A samples folder may hold a `train/` and a `val/` split as
 subfolders (`split_folders`).
+
+`capture.json` beside the files (written by `helpers.model.capture`) says what they were captured
+from: `read_manifests(samples)` reads it per split as a typed `CaptureManifest` (the target's path,
+model_type, layers, hidden size, vocab, config hash; the aux layers; the draft named), so a draft
+can be checked against the samples before it is scored (`helpers.model.preflight.check_samples`).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -189,6 +195,100 @@ def split_folders(samples) -> dict[str, Path]:
                 found[key] = root / n
                 break
     return found if len(found) == 2 else {}
+
+
+MANIFEST = "capture.json"  # what `capture` writes beside the samples
+
+
+@dataclass(frozen=True)
+class CaptureManifest:
+    """What a samples folder's capture.json says about where its hidden states came from (None:
+    not stated). Read by `read_manifests`; every field typed, a wrong one refused naming it."""
+
+    path: Path  # the capture.json itself
+    target_path: str | None
+    model_type: str | None
+    num_layers: int | None
+    hidden_size: int | None
+    vocab_size: int | None
+    target_config_sha256: str | None
+    engine: str | None
+    aux_layer_ids: tuple[int, ...] | None
+    captured_layers: tuple[int, ...] | None
+    draft: str | None
+
+    def describe(self) -> str:
+        """'data_samples/kimi_target (deepseek_v3, 8 layers, H 64, vocab 4,096)'."""
+        parts = [self.model_type, None if self.num_layers is None else f"{self.num_layers} layers",
+                 None if self.hidden_size is None else f"H {self.hidden_size:,}",
+                 None if self.vocab_size is None else f"vocab {self.vocab_size:,}"]
+        inner = ", ".join(p for p in parts if p)
+        return (self.target_path or "an unnamed target") + (f" ({inner})" if inner else "")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["path"] = os.fspath(self.path)
+        for k in ("aux_layer_ids", "captured_layers"):
+            d[k] = None if d[k] is None else list(d[k])
+        return d
+
+
+def _field(f: Path, obj: dict, key: str, kind: str, where: str = ""):
+    v = obj.get(key)
+    if v is None:
+        return None
+    name = where + key
+    if kind == "str":
+        if not isinstance(v, str):
+            raise BadInputError(f, f"{name} is {v!r}, expected a string")
+        return v
+    if kind == "int":
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise BadInputError(f, f"{name} is {v!r}, expected a positive integer")
+        return v
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v):
+        raise BadInputError(f, f"{name} is {v!r}, expected a list of layer numbers")
+    return tuple(v)
+
+
+def read_manifest(folder) -> CaptureManifest | None:
+    """The capture.json of one samples folder (or of a rows_* folder's or a file's parent), or None."""
+    folder = Path(folder)
+    if folder.is_file() or _ROWS.match(folder.name):
+        folder = folder.parent if not _ROWS.match(folder.parent.name) else folder.parent.parent
+    f = folder / MANIFEST
+    if not f.is_file():
+        return None
+    try:
+        obj = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInputError(f, f"cannot be read as a capture manifest ({type(e).__name__}: {e})") from None
+    if not isinstance(obj, dict):
+        raise BadInputError(f, f"holds a {type(obj).__name__}, expected a JSON object (a capture manifest)")
+    t = obj.get("target")
+    if t is not None and not isinstance(t, dict):
+        raise BadInputError(f, f"target is {t!r}, expected an object (path, model_type, num_layers, ...)")
+    t = t or {}
+    return CaptureManifest(
+        path=f, target_path=_field(f, t, "path", "str", "target."), model_type=_field(f, t, "model_type", "str", "target."),
+        num_layers=_field(f, t, "num_layers", "int", "target."), hidden_size=_field(f, t, "hidden_size", "int", "target."),
+        vocab_size=_field(f, t, "vocab_size", "int", "target."),
+        target_config_sha256=_field(f, obj, "target_config_sha256", "str"), engine=_field(f, obj, "engine", "str"),
+        aux_layer_ids=_field(f, obj, "aux_layer_ids", "ids"), captured_layers=_field(f, obj, "captured_layers", "ids"),
+        draft=_field(f, obj, "draft", "str"),
+    )
+
+
+def read_manifests(samples) -> list[CaptureManifest]:
+    """The capture manifests of a samples folder: one per split (train/, val/) or one for the
+    folder; splits without one are left out (samples made by other tools have none)."""
+    if not isinstance(samples, (str, os.PathLike)):
+        return []
+    folders = list(split_folders(samples).values()) or [Path(samples)]
+    found = [read_manifest(f) for f in folders]
+    if not any(found) and split_folders(samples):
+        found = [read_manifest(samples)]  # one manifest above both splits
+    return [m for m in found if m is not None]
 
 
 ROWS_PER_FOLDER = 64  # SpecForge groups its offline files in folders of this many

@@ -3,6 +3,7 @@ target, its head, the draft's fit to it, and hidden-state capture.
 
 Modules (import them by name; this file imports nothing):
 - `config`
+- `config_fields`
 - `keys`
 - `layer`
 - `draft`
@@ -16,5 +17,5 @@ Modules (import them by name; this file imports nothing):
 - `dflash`
 """
 
-__all__ = ["config", "keys", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "preflight",
+__all__ = ["config", "config_fields", "keys", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "preflight",
            "capture", "dflash"]

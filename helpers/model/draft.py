@@ -52,7 +52,8 @@ from helpers.io.checkpoint import (
 )
 from helpers.io.mapping import VocabMapping, to_target_ids
 from helpers.model.config import DraftConfig
-from helpers.model.keys import canonical_keys, check_keys, expected_shapes
+from helpers.model.config_fields import check_draft_config
+from helpers.model.keys import canonical_keys, check_keys, expected_shapes, shape_words
 from helpers.model.layer import DecoderLayer, DraftKV, RMSNorm
 
 
@@ -163,14 +164,16 @@ def _open(path, draft_config=None) -> tuple[Checkpoint, DraftConfig, dict[str, s
     and its weight keys by canonical name. `path` may be a `Checkpoint` already open."""
     ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     if draft_config:
-        cfg = DraftConfig.from_dict(read_config(draft_config), source=Path(draft_config))
+        where = Path(draft_config)
+        cfg = DraftConfig.from_dict(check_draft_config(read_config(where), where), source=where)
         return ck, cfg, canonical_keys(ck)
     if ck.config is None:
         raise BadInputError(ck.origin or ck.path if isinstance(path, Checkpoint) else path,
                             "has no config.json next to the weights: the draft's shapes are needed; pass "
                             "--draft-config FILE (the draft config the trainer was given, e.g. SpecForge's "
                             "--draft-model-config)")
-    cfg = DraftConfig.from_dict(ck.config, source=ck.config_path)
+    # every field typed once (null is absent), the first wrong one named; then the draft's shape
+    cfg = DraftConfig.from_dict(check_draft_config(ck.config, ck.config_path or ck.path), source=ck.config_path)
     return ck, cfg, canonical_keys(ck)
 
 
@@ -203,6 +206,65 @@ def _load_bytes(ck: Checkpoint, cfg: DraftConfig, keys: dict[str, str], embed, d
     return n + cfg.draft_vocab_size * 8
 
 
+class ShapeMismatch(BadInputError):
+    """A stored tensor whose shape the draft's config contradicts (the config or the weights are wrong)."""
+
+
+def _checked(ck: Checkpoint, cfg: DraftConfig, keys: dict[str, str], embed_from,
+             need_embed: bool = True) -> tuple[dict[str, str], list[str], dict]:
+    """What `load_draft` checks from the config and tensor headers alone (no weight is read): the
+    head and fc present, every key modelled, every shape the config implies. Returns the keys to load,
+    the names filled with ones and each tensor's (checkpoint, key). `need_embed=False`: a missing
+    embed_tokens counts as supplied (`--embed-from`)."""
+    wfile = ck.tensors.files[0] if ck.tensors.files else ck.path
+    if cfg.tie_word_embeddings and "lm_head.weight" not in keys:
+        raise BadInputError(wfile, "has no lm_head.weight and the config ties it to embed_tokens "
+                            "(tie_word_embeddings): neither SpecForge nor speculators makes such a draft; "
+                            "not supported")
+    for name, what in (("fc.weight", "fc (the 3*H_target -> H projection)"), ("lm_head.weight", "lm_head")):
+        if name not in keys:
+            raise BadInputError(wfile, f"has no {what} weight: not a complete EAGLE-3 draft checkpoint")
+    keys, ones = check_keys(ck, cfg, keys)
+    sources = {k: (ck, v) for k, v in keys.items()}
+    if "embed_tokens.weight" not in keys and (embed_from is not None or need_embed):
+        if embed_from is None:
+            raise BadInputError(
+                wfile,
+                "has no embed_tokens.weight: the draft borrows the target's embedding; pass "
+                "embed_from=<target folder or file holding embed_tokens.weight> (CLI: --embed-from)",
+            )
+        sources["embed_tokens.weight"] = _embed_source(embed_from)
+    expected = expected_shapes(cfg)
+    for name, shape in expected.items():
+        if name in ones or (name == "embed_tokens.weight" and name not in sources and not need_embed):
+            continue
+        if name not in sources:
+            raise BadInputError(wfile, f"has no {name} (layout {ck.key_layout}): not a complete EAGLE-3 draft")
+        src, k = sources[name]
+        got = tuple(src.tensors.shape(k))
+        if got != shape:
+            raise ShapeMismatch(
+                src.tensors.file_of(k), f"{k} has shape {list(got)} but the config implies {list(shape)}"
+                + (f" ({words})" if (words := shape_words(name, cfg)) else ""))
+    return keys, ones, sources
+
+
+def loading_refusal(ck: Checkpoint) -> BadInputError | None:
+    """What `load_draft` would refuse in this open checkpoint, judged from its config and tensor
+    headers alone (the embedding counted as supplied), or None: the doctor's `config-invalid` reports
+    it, so it never passes a draft that `evaluate` or `speculate` then refuses."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, cfg, keys = _open(ck)
+            _checked(ck, cfg, keys, None, need_embed=False)
+    except BadInputError as e:
+        return e
+    return None
+
+
 def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None) -> Eagle3Draft:
     """Load an EAGLE-3 draft (SGLang/SpecForge, speculators, NeMo; Llama or MLA layer) onto `device`.
 
@@ -218,36 +280,7 @@ def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None
     embed_from = embed_from or None  # "" (an empty notebook parameter or CLI value) means none
     dtype = dtype or default_dtype(device)
     ck, cfg, keys = _open(path, draft_config)
-    wfile = ck.tensors.files[0] if ck.tensors.files else ck.path
-    if cfg.tie_word_embeddings and "lm_head.weight" not in keys:
-        raise BadInputError(wfile, "has no lm_head.weight and the config ties it to embed_tokens "
-                            "(tie_word_embeddings): neither SpecForge nor speculators makes such a draft; "
-                            "not supported")
-    for name, what in (("fc.weight", "fc (the 3*H_target -> H projection)"), ("lm_head.weight", "lm_head")):
-        if name not in keys:
-            raise BadInputError(wfile, f"has no {what} weight: not a complete EAGLE-3 draft checkpoint")
-    keys, ones = check_keys(ck, cfg, keys)
-    sources = {k: (ck, v) for k, v in keys.items()}
-    if "embed_tokens.weight" not in keys:
-        if embed_from is None:
-            raise BadInputError(
-                wfile,
-                "has no embed_tokens.weight: the draft borrows the target's embedding; pass "
-                "embed_from=<target folder or file holding embed_tokens.weight> (CLI: --embed-from)",
-            )
-        sources["embed_tokens.weight"] = _embed_source(embed_from)
-    expected = expected_shapes(cfg)
-    for name, shape in expected.items():
-        if name in ones:
-            continue
-        if name not in sources:
-            raise BadInputError(wfile, f"has no {name} (layout {ck.key_layout}): not a complete EAGLE-3 draft")
-        src, k = sources[name]
-        got = tuple(src.tensors.shape(k))
-        if got != shape:
-            raise BadInputError(
-                src.tensors.file_of(k), f"{k} has shape {list(got)} but the config implies {list(shape)}"
-            )
+    keys, ones, sources = _checked(ck, cfg, keys, embed_from)
     need = _load_bytes(ck, cfg, keys, sources.get("embed_tokens.weight") if "embed_tokens.weight" not in keys
                        else None, dtype)
     free = available_bytes(device)
@@ -262,7 +295,7 @@ def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None
     ck.tensors.read_all(mine + [k for k in (ck.tensors.find("d2t"), ck.tensors.find("t2d")) if k])
     try:
         state = {name: src.tensors.get(k, device, dtype) for name, (src, k) in sources.items()}
-        state.update({name: torch.ones(expected[name], device=device, dtype=dtype) for name in ones})
+        state.update({name: torch.ones(expected_shapes(cfg)[name], device=device, dtype=dtype) for name in ones})
         model.load_state_dict(state, assign=True, strict=True)
         model.eval()
         d2t, _, _ = read_mapping_tensors(ck)

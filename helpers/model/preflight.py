@@ -11,14 +11,20 @@ values) and the dashboard. It checks, in this order, and stops at the first prob
    text inputs; remote locations pass where the input may be remote;
 3. prompt records (`helpers.io.prompts.check_prompts`): each needs a user turn (and an answer
    when teacher-forced); errors name the line;
-4. the target's config: present, and not a draft's (a draft folder given as `--target`);
+4. the target's config: present, and not a draft's (a draft folder given as `--target`); where the
+   target is loaded, each field the kit reads typed (`helpers.model.config_fields`), named when wrong;
 5. the draft: a config and weights where the command runs the draft (`need_weights`);
 6. draft/target fit from configs and tensor headers only (`helpers.model.fit.compare_to_target`:
    vocab, hidden size; the mapping's target vocab when the draft has no config);
 7. aux layers: a given `--aux-layers` list against the draft's fc width (fc takes
    n_aux x hidden inputs; an EAGLE-3 draft without weights at hand: 3) and the target's layers.
 
-Nothing here loads weights beyond `d2t`/`t2d`, and nothing is written. The drafting settings
+Two checks of inputs that belong together sit beside `preflight`, for the commands that have
+them: `check_samples` (the samples' capture.json against the draft scored on them and a given
+target: `evaluate`, `report`) and `check_target_fit` (what `speculate` refuses once the pair is
+loaded, from the files: `report --target`). They read a few rows of embed_tokens (`embed_rows`).
+
+Nothing here loads weights beyond `d2t`/`t2d` (and those embed_tokens rows), and nothing is written. The drafting settings
 (`--steps/--topk/--draft-tokens`) are not checked here: they have one check of their own, with
 the `Drafting` value they describe.
 """
@@ -64,10 +70,14 @@ def _looks_like_draft(cfg: dict) -> bool:
             or "speculators_config" in cfg or "transformer_layer_config" in cfg)
 
 
-def target_config_of(target: str | None, target_config: str | None, *, flag: str = "--target") -> dict | None:
+def target_config_of(target: str | None, target_config: str | None, *, flag: str = "--target",
+                     typed: bool = False) -> dict | None:
     """The target's config.json as a dict (from its folder or the file), refused in one line when
-    missing, unreadable or a draft's config."""
+    missing, unreadable or a draft's config. `typed`: each field the kit reads also checked against
+    its declaration (`helpers.model.config_fields`), the first wrong one refused by name (where the
+    target is loaded; the doctor reports them as findings instead)."""
     from helpers.io.checkpoint import read_config
+    from helpers.model.config_fields import check_target_config
 
     if target:
         if not remote.is_remote(target) and not (Path(target) / "config.json").is_file():
@@ -83,11 +93,15 @@ def target_config_of(target: str | None, target_config: str | None, *, flag: str
     if _looks_like_draft(cfg):
         raise BadInputError(where, f"is a draft checkpoint (architectures {cfg.get('architectures')}), not the target: "
                             f"{flag} takes the target model the draft speculates for")
+    if typed:
+        shown = Path(where) / "config.json" if target and not remote.is_remote(where) else where
+        check_target_config(cfg, shown)
     return cfg
 
 
 def _draft(checkpoint: str, need_weights: bool, what: str):
     from helpers.io.checkpoint import open_checkpoint
+    from helpers.model.config_fields import check_draft_config
 
     ck = open_checkpoint(checkpoint)
     shown = ck.origin or checkpoint
@@ -98,6 +112,8 @@ def _draft(checkpoint: str, need_weights: bool, what: str):
         raise BadInputError(shown, f"holds {lacking}: {what} runs the draft, so it needs the whole checkpoint "
                             "(config.json and weights)" + ("; this folder holds only a d2t/t2d mapping, which "
                                                            "inspect and doctor read" if has_mapping else ""))
+    if need_weights:  # the draft is built: each config field typed, the first wrong one named
+        check_draft_config(ck.config, ck.config_path or shown)
     return ck, fc
 
 
@@ -188,7 +204,7 @@ def preflight(*, checkpoint=None, target=None, target_config=None, prompts=None,
     # 3. prompt records
     records = check_prompts(prompts, max_prompts, need_answer=need_answer, flag=max_prompts_flag) if prompts else None
     # 4. the target's config
-    tcfg = target_config_of(target, target_config, flag=target_flag)
+    tcfg = target_config_of(target, target_config, flag=target_flag, typed=target_is_model)
     # 5. the draft
     ck = fc = None
     if checkpoint and (need_weights or (fit and tcfg is not None) or aux_layers):
@@ -204,3 +220,156 @@ def preflight(*, checkpoint=None, target=None, target_config=None, prompts=None,
                    prompts=_abs(prompts), prompt_records=records, embed_from=_abs(embed_from),
                    previous=_abs(previous), samples=_abs(samples), target_head=_abs(target_head), aux_layers=layers,
                    opened=ck)
+
+
+# -- samples against the draft and the target they claim (their capture.json) -------------------------
+SAME_EMBED = 0.5  # mean cosine of sampled embed_tokens rows below which the draft's embedding is another target's
+EMBED_ROWS = 8  # rows read per block, 8 blocks spread over the vocab: a few KB even for a 163,840-token target
+
+
+def _named_aux(cfg: dict) -> list[int] | None:
+    eagle = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    for ids in (eagle.get("eagle_aux_hidden_state_layer_ids"), cfg.get("eagle_aux_hidden_state_layer_ids")):
+        if isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return [int(i) for i in ids]
+    return None
+
+
+def _manifest_target(m) -> Path | None:
+    """The local folder of the target the manifest names (as written, relative to the working folder
+    or to a folder above the manifest, where `capture` ran), or None when it is not at hand."""
+    if m.target_path is None or remote.is_remote(m.target_path):
+        return None
+    p = Path(m.target_path)
+    for base in ([Path.cwd()] if not p.is_absolute() else [Path("/")]) + list(m.path.resolve().parents):
+        q = base / p
+        if (q / "config.json").is_file():
+            return q
+    return None
+
+
+def _sha(path: Path) -> str | None:
+    from helpers.io.prompts import file_sha256
+
+    try:
+        return file_sha256(path)
+    except OSError:
+        return None
+
+
+def embed_rows(ck, target_dir) -> tuple | None:
+    """(the draft's rows, the target's rows): the same 8 blocks of `EMBED_ROWS` rows of both
+    embed_tokens, spread over the vocab and read from the files alone; None when either has none,
+    or the shapes differ (then only the shapes say anything: the size checks name them)."""
+    import torch
+
+    from helpers.io.checkpoint import open_checkpoint
+
+    dk = ck.tensors.find("embed_tokens.weight")
+    if dk is None:
+        return None
+    try:
+        tck = open_checkpoint(target_dir)
+    except BadInputError:
+        return None
+    tk = tck.tensors.find("embed_tokens.weight") or tck.tensors.find("model.embed_tokens.weight")
+    if tk is None or ck.tensors.shape(dk) != tck.tensors.shape(tk) or len(ck.tensors.shape(dk)) != 2:
+        return None
+    v = ck.tensors.shape(dk)[0]
+    starts = sorted({min(v * (2 * j + 1) // 16, max(v - EMBED_ROWS, 0)) for j in range(8)})
+    mine = torch.cat([ck.tensors.get_rows(dk, a, a + EMBED_ROWS).float() for a in starts])
+    ours = torch.cat([tck.tensors.get_rows(tk, a, a + EMBED_ROWS).float() for a in starts])
+    return mine, ours
+
+
+def embed_agreement(ck, target_dir) -> tuple[float, int] | None:
+    """Mean cosine similarity of sampled rows (`embed_rows`) of the draft's embed_tokens and the
+    target's, and the rows compared; None when there is nothing to compare. A draft trained with the
+    target's frozen embedding has 1.0; one built for another target ~0."""
+    import torch
+
+    rows = embed_rows(ck, target_dir)
+    if rows is None:
+        return None
+    x, y = rows
+    keep = (x.norm(dim=1) > 0) & (y.norm(dim=1) > 0)
+    if not keep.any():
+        return None
+    s = torch.nn.functional.cosine_similarity(x[keep], y[keep], dim=1)
+    return float(s.mean()), int(s.numel())
+
+
+def check_target_fit(ck, target: str, target_cfg: dict, *, shown: str | None = None) -> None:
+    """What `speculate` refuses after loading the pair (`helpers.model.target.draft_mismatches`: vocab,
+    hidden size, the draft's embed_tokens against the target's), from the files alone: one
+    `BadInputError` line, before anything loads. The embedding is compared on `embed_rows`' rows."""
+    rows = embed_rows(ck, target) if not remote.is_remote(target) else None
+    fc = ck.tensors.find("fc.weight")
+    fc_in = ck.tensors.shape(fc)[1] if fc is not None and len(ck.tensors.shape(fc)) == 2 else None
+    found = compare_to_target(ck.config or {}, target_cfg, draft_embed=None if rows is None else rows[0],
+                              target_embed=None if rows is None else rows[1], fc_in=fc_in)
+    bad = [f"{m.field}: {m.detail}" for m in found if m.field in ("vocab_size", "hidden_size", "embed_tokens")]
+    if bad:
+        raise BadInputError(shown or ck.origin or str(ck.path), f"does not fit the target {target}: " + "; ".join(bad)
+                            + f" (compared on {0 if rows is None else len(rows[0])} embed_tokens rows)")
+
+
+def check_samples(checkpoint, samples, *, draft_config=None, target=None, opened=None,
+                  target_flag: str = "--target") -> list:
+    """The samples' capture manifests (`capture.json`) against the draft that will be scored on
+    them and the target given: one `BadInputError` line naming the manifest, what it says and what
+    the draft expects, when the samples were captured from another target. Checked: the target's
+    hidden size and vocab against the draft's (config target_hidden_size / vocab_size, else the
+    mapping's), the captured layers against the draft's aux-layer ids (either engine convention,
+    as given or plus one), the draft's embed_tokens against the named target's (when that folder
+    is at hand and is the one captured, by its config hash), and a given target's config hash
+    against the manifest's. Samples without a manifest pass unchecked; returns the manifests."""
+    from helpers.io.checkpoint import flat_config, open_checkpoint, read_config, vocab_sizes
+    from helpers.io.samples import read_manifests
+
+    manifests = read_manifests(samples)
+    if not manifests or checkpoint is None:
+        return manifests
+    ck = opened if opened is not None else open_checkpoint(checkpoint)
+    shown = ck.origin or str(checkpoint)
+    cfg = read_config(draft_config) if draft_config else (ck.config or {})
+    flat = flat_config(cfg) if isinstance(cfg, dict) else {}
+    h = flat.get("target_hidden_size") or flat.get("hidden_size")
+    h = h if isinstance(h, int) and not isinstance(h, bool) and h > 0 else None
+    vocab = vocab_sizes(flat)[1] or _mapping_vocab(ck)
+    ids = _named_aux(flat)
+    local = target and not remote.is_remote(target) and (Path(target) / "config.json").is_file()
+    given_sha = _sha(Path(target) / "config.json") if local else None
+    expects = ", ".join(x for x in (None if h is None else f"H {h:,}", None if vocab is None else f"vocab {vocab:,}",
+                                    None if ids is None else f"aux layers {ids}") if x) or "nothing it states"
+    for m in manifests:
+        aux = "" if m.aux_layer_ids is None else f"; aux layers {list(m.aux_layer_ids)}" + (
+            "" if m.captured_layers is None else f", captured {list(m.captured_layers)}")
+        says = f"says the samples were captured from {m.describe()}{aux}"
+        wrong = []
+        if m.hidden_size is not None and h is not None and m.hidden_size != h:
+            wrong.append(f"hidden size {m.hidden_size:,} vs the draft's {h:,}")
+        if m.vocab_size is not None and vocab is not None and m.vocab_size != vocab:
+            wrong.append(f"vocab {m.vocab_size:,} vs the draft's {vocab:,}")
+        if ids is not None and m.captured_layers is not None and list(m.aux_layer_ids or ()) != ids \
+                and list(m.captured_layers) not in (ids, [i + 1 for i in ids]):
+            wrong.append(f"captured layers {list(m.captured_layers)}, where the draft's aux ids {ids} mean "
+                         f"{ids} or {[i + 1 for i in ids]}")
+        if given_sha and m.target_config_sha256 and given_sha != m.target_config_sha256:
+            wrong.append(f"{target_flag} {target}'s config.json has another SHA-256 than the target_config_sha256 "
+                         "the manifest records")
+        if not wrong:
+            where = _manifest_target(m)
+            same = where is not None and m.target_config_sha256 in (None, _sha(where / "config.json"))
+            if same:  # the folder captured (by its config hash): the draft's embedding should be its
+                agree = embed_agreement(ck, where)
+                if agree is not None and agree[0] < SAME_EMBED:
+                    wrong.append(f"the draft's embed_tokens is not {m.target_path}'s (mean cosine {agree[0]:.2f} over "
+                                 f"{agree[1]} rows; a draft of that target shares its embedding)")
+        if wrong:
+            head = (f"{says}, but {target_flag} {target} is not that target" if len(wrong) == 1 and given_sha
+                    and wrong[0].startswith(target_flag) else f"{says}, but the draft {shown} expects {expects}")
+            raise BadInputError(m.path, f"{head}: " + "; ".join(wrong) + ": the samples come from another target, so "
+                                "scores on them say nothing about this draft (score it on samples captured from its "
+                                "own target: d2t-lab capture)")
+    return manifests

@@ -44,6 +44,7 @@ from helpers.core.devices import (
 from helpers.core.engines import aux_layer_ids, captured_layers, engine_at
 from helpers.core.errors import BadInputError, clip
 from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
+from helpers.model.config_fields import check_target_config
 from helpers.model.fit import compare_to_target
 
 ACTIVATION_MARGIN = 1.2  # weights x this: room for activations and the KV cache of short prompts
@@ -110,7 +111,10 @@ def _weights(path: Path):
                             if path.exists() else "no such target folder")
     if not (path / "config.json").is_file():
         raise BadInputError(path, "has no config.json: not a Hugging Face model folder")
-    return open_checkpoint(path)
+    ck = open_checkpoint(path)
+    if ck.config is not None:  # each field the kit (and transformers) reads typed, the first wrong one named
+        check_target_config(ck.config, path / "config.json")
+    return ck
 
 
 def estimate_target_bytes(path, dtype=None) -> int:
@@ -338,6 +342,24 @@ def speculation_refusal(config, model=None) -> str | None:
     return None
 
 
+def transformers_refusal(cfg: dict) -> str | None:
+    """Why the installed transformers cannot build a config from this target's config.json (None: it
+    can): an unknown model_type, or a value its validators refuse (layer_types, RoPE, ...)."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    kind = cfg.get("model_type")
+    if not isinstance(kind, str) or kind not in CONFIG_MAPPING:
+        return f"model_type {kind!r} is not a model type transformers {transformers.__version__} knows"
+    try:
+        CONFIG_MAPPING[kind].from_dict(dict(cfg))
+    except Exception as e:  # its validators raise ValueError, KeyError, TypeError and huggingface_hub's errors
+        inner = e.__cause__ or e
+        text = str(inner).strip().splitlines()[0] if str(inner).strip() else type(inner).__name__
+        return f"transformers {transformers.__version__} refuses it: {clip(text, 200)}"
+    return None
+
+
 def check_speculation_target(path) -> None:
     """Refuse, from config.json alone (before loading), a target the speculate loop cannot run."""
     from transformers import AutoConfig
@@ -345,6 +367,10 @@ def check_speculation_target(path) -> None:
     path = Path(path)
     if not (path / "config.json").is_file():
         return  # load_target names the missing folder or file
+    cfg = check_target_config(read_config(path / "config.json"), path / "config.json")
+    why = transformers_refusal(cfg)
+    if why:
+        raise BadInputError(path / "config.json", why)
     try:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError, KeyError) as e:

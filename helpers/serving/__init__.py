@@ -7,10 +7,11 @@ Modules (import them by name; this file imports nothing):
 - `startup`: the drafting settings and engine release a log states at start-up
 - `metrics`
 - `records`
+- `bounds`: the bounds on every serving number read (a row outside them named, never averaged)
 - `measured`: the serving accept length as one figure (mean, stderr, drafting) for the evidence ladder
 - `probe_client`: `probe`'s HTTP side: what a server is, one request, the answers' shapes
 - `probe`: a live server measured with the user's prompts (per request, or /metrics differenced)
 - `probe_verdict`: what `probe` concludes: the target's tokens, engine-free, reproduce; the result
 """
 
-__all__ = ["log_lines", "logs", "startup", "metrics", "records", "measured", "probe_client", "probe", "probe_verdict"]
+__all__ = ["log_lines", "logs", "startup", "metrics", "records", "bounds", "measured", "probe_client", "probe", "probe_verdict"]

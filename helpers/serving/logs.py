@@ -3,7 +3,9 @@
 A log is read line by line with `helpers.serving.log_lines` (the formats, with examples, are
 described there); a `LogTable` holds the rows plus what was skipped (garbled or unrecognised
 lines, counted, never guessed), the vLLM engine stats lines read as context, the drafting
-settings of the first start-up line that states them, and what the log states about the server's
+settings of the first start-up line that states them, the rows out of bounds (`helpers.serving.bounds`:
+an accept length below 1 or above what the drafting can emit, a negative count, a rate outside [0, 1];
+named in `invalid_rows`, never averaged in), and what the log states about the server's
 set-up (`helpers.serving.startup.Setup`: a forced-acceptance benchmark setting, the speculative
 algorithm and the draft). A log whose server forced its acceptance is read but never concluded
 from: its summary's accept-length figures are None and `report()` is the one line saying why.
@@ -17,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 
 from helpers.core.errors import BadInputError
+from helpers.serving import bounds
 from helpers.serving.log_lines import (
     _CONTAINER,
     _VLLM_TIME,
@@ -44,6 +47,7 @@ class LogTable:
     context: int = 0  # vLLM engine stats lines (throughput onto the next row), llama.cpp per-position lines
     drafting: dict = field(default_factory=dict)  # the start-up line's settings (`drafting_from_line`), {} if none
     setup: Setup = field(default_factory=Setup)  # forced acceptance, algorithm, draft the log states
+    invalid_rows: list[dict] = field(default_factory=list)  # rows out of bounds ({line, field, value, why}), left out
 
     @property
     def forced(self) -> dict | None:
@@ -108,7 +112,8 @@ class LogTable:
             f"unrecognised {s['unrecognised']:,}" + (f", context {s['context']:,}" if s["context"] else "")
             + (f"; {s['cut']:,} cut short (kept what reads)" if s["cut"] else "")
             + (f"; {s['empty_intervals']:,} intervals without drafts" if s["empty_intervals"] else "")
-            + (f"; {s['variable_length_lines']:,} variable-length drafter lines" if s["variable_length_lines"] else ""),
+            + (f"; {s['variable_length_lines']:,} variable-length drafter lines" if s["variable_length_lines"] else "")
+            + (f"; {s['invalid']:,} out of bounds (not averaged)" if s["invalid"] else ""),
             f"  accept length: mean {f(s['mean_accept_length'], '.3f')}, last {f(s['last_accept_length'], '.2f')}"
             + (f", pooled {s['pooled_accept_length']:.4f} (1 + accepted / drafts over the lines: the engine's "
                "counters)" if s["pooled_accept_length"] is not None else ""),
@@ -121,6 +126,7 @@ class LogTable:
             lines.append(f"  drafting:      steps {d.get('steps', '-')}, topk {d.get('topk', '-')}, draft tokens "
                          f"{d.get('draft_tokens', '-')} (from the log's {d['source']} line)")
         lines += [f"  garbled line {g['line']}: {g['reason']}" for g in s["garbled_lines"][:10]]
+        lines += [f"  invalid line {r['line']}: {r['why']} (not averaged)" for r in s["invalid_rows"][:10]]
         lines += [f"  finding: {f['code']} ({f['severity']}): {f['message']}; fix: {f['fix']}" for f in s["findings"]]
         return "\n".join(lines)
 
@@ -156,6 +162,8 @@ class LogTable:
             "context": self.context,
             "garbled": self.garbled,
             "garbled_lines": [{"line": n, "reason": r} for n, r in self.garbled_lines],
+            "invalid": len(self.invalid_rows),
+            "invalid_rows": [dict(r) for r in self.invalid_rows],
             "cut": sum(1 for r in self.rows if r.get("cut")),
             "empty_intervals": sum(1 for r in self.rows if r.get("drafts") == 0),
             "variable_length_lines": sum(1 for r in self.rows if r.get("variable")),
@@ -226,8 +234,10 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
             last_vllm_month = month
         row["line"] = n
         rows.append(row)
-    return LogTable(path=path, rows=rows, total=total, unrecognised=unrecognised,
-                    garbled=len(garbled), garbled_lines=garbled, context=context, drafting=drafting, setup=setup)
+    # bounds last: the start-up line stating the drafting may come after rows (logs joined)
+    rows, invalid = bounds.split(rows, bounds.maximum_for(drafting))
+    return LogTable(path=path, rows=rows, total=total, unrecognised=unrecognised, garbled=len(garbled),
+                    garbled_lines=garbled, context=context, drafting=drafting, setup=setup, invalid_rows=invalid)
 
 
 def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
@@ -243,6 +253,9 @@ def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:
             result = parse_lines(fh, path=str(p), year=year)
     except OSError as e:
         raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
+    if result.parsed == 0 and result.invalid_rows:
+        raise BadInputError(p, f"no line within bounds: {len(result.invalid_rows)} out of bounds, not averaged ("
+                            f"{bounds.summary_line(result.invalid_rows)})")
     if result.parsed == 0:
         raise BadInputError(
             p, "no SGLang 'Decode batch' or vLLM 'SpecDecoding metrics' line (nor llama.cpp 'draft acceptance' line) "

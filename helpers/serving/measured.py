@@ -2,8 +2,8 @@
 
 `serving_figure(logs, settings, metrics=...)` reads the logs (every parsed row of every log, each row
 one logging interval, weighted alike: the mean notebook 04 reports) or, without logs, the metrics
-source, and returns a `helpers.speculate.ladder.Figure` whose drafting shape is the settings'
-(`helpers.ui.settings.RunSettings`, resolved from the logs' start-up lines where not given). The
+source, and returns a `helpers.speculate.ladder.Figure` whose drafting shape is the one the logs'
+start-up line states (what the server ran), else the settings' (`helpers.ui.settings.RunSettings`). The
 standard error of a log's mean is the spread of its interval means over sqrt(rows); a metrics
 source states none (None). A log or metrics source whose server forced its acceptance
 (`helpers.serving.startup.Setup.forced`) gives no figure: it is left out.
@@ -11,6 +11,24 @@ source states none (None). A log or metrics source whose server forced its accep
 from __future__ import annotations
 
 from helpers.speculate.ladder import Figure, mean_stderr
+
+
+def stated_shape(logs) -> tuple | None:
+    """(steps, topk, draft tokens) the first log stating its drafting at start-up ran with, or None: a
+    log's figure was measured with what its server ran, whatever flags the caller was given."""
+    from helpers.acceptance.drafting import Drafting
+    from helpers.serving.startup import read_drafting
+
+    for p in logs:
+        d = read_drafting(p)
+        if d.get("steps") is not None:
+            try:
+                topk = d.get("topk") or 1  # a chain: SGLang sets its draft tokens to steps + 1
+                k = Drafting.from_flags(d["steps"], topk, None if topk == 1 else d.get("draft_tokens"), lone="sglang")
+            except ValueError:
+                return None
+            return (k.steps, k.topk, k.num_draft_tokens)
+    return None
 
 
 def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None) -> Figure | None:
@@ -29,7 +47,8 @@ def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None) -> 
         values = [x for t in tables if not t.forced for x in t.column("accept_length")]
         mean, se = mean_stderr(values)
         if mean is not None:
-            return Figure(mean, se, f"serving logs, mean of {len(values):,} logged intervals", shape)
+            return Figure(mean, se, f"serving logs, mean of {len(values):,} logged intervals",
+                          stated_shape(logs) or shape)
     acc = acceptance
     if acc is None and metrics and settings is not None:
         from helpers.acceptance.sources import normalise_for

@@ -30,7 +30,11 @@ start-up lines, vLLM's server info, or the launch command the caller passes) car
 Every reader returns a `MetricsTable`: `rows` (one per scrape interval, DP rank, request, log
 line or training step; `ROW_KEYS`, from `helpers.serving.records`) plus what was skipped. A line, sample or record that is
 recognised but does not read is `garbled` (counted, its reason kept, never guessed); a counter or
-field the source should have but lacks is listed in `missing`. The numbers layer
+field the source should have but lacks is listed in `missing`. A row that reads but is out of
+bounds (`helpers.serving.bounds`: an accept length below 1 or above what the drafting emits, a
+rate outside [0, 1], a negative count, counters that went down between two scrapes) is left out
+and named in `invalid_rows` ({line, field, value, why}); when no row is left, `read_metrics`
+says so in one line. The numbers layer
 (`helpers.acceptance.sources`) turns a table into the same quantities for every source.
 """
 from __future__ import annotations
@@ -42,6 +46,7 @@ from pathlib import Path
 
 from helpers.acceptance.drafting import SGLANG_NAMES
 from helpers.core.errors import BadInputError, clip
+from helpers.serving import bounds
 from helpers.serving.records import _row, read_records
 from helpers.serving.startup import setup_from_server
 
@@ -70,6 +75,7 @@ class MetricsTable:
     settings: dict = field(default_factory=dict)  # steps / topk / draft_tokens the source stated
     interval: float | None = None  # seconds between two scrapes (counters differenced)
     forced: dict | None = None  # the forced-acceptance setting the source states (`Setup.forced`), None if none
+    invalid_rows: list[dict] = field(default_factory=list)  # rows out of bounds ({line, field, value, why}), left out
 
     @property
     def engine(self) -> str:
@@ -80,7 +86,20 @@ class MetricsTable:
                 "garbled": self.garbled, "garbled_lines": [{"line": n, "reason": r} for n, r in self.garbled_lines],
                 "unrecognised": self.unrecognised, "missing": list(self.missing), "settings": dict(self.settings),
                 "interval_s": self.interval, "rows": [] if self.forced else [dict(r) for r in self.rows],
-                "forced_acceptance": None if self.forced is None else dict(self.forced)}
+                "forced_acceptance": None if self.forced is None else dict(self.forced),
+                "invalid": len(self.invalid_rows), "invalid_rows": [dict(r) for r in self.invalid_rows]}
+
+    def restrict(self, maximum: int | None = None) -> MetricsTable:
+        """Move the rows out of bounds (`helpers.serving.bounds.problems`; `maximum`: the most tokens one
+        verify step emits, default what the source's own settings give) to `invalid_rows`. In place."""
+        if maximum is None:
+            maximum = bounds.maximum_for(self.settings)
+        self.rows, invalid = bounds.split(self.rows, maximum, where=lambda r: r.get("line", r.get("label")))
+        def order(r):  # by line number; named places ("interval", a field) after them
+            return (0, r["line"], "") if isinstance(r["line"], int) else (1, 0, str(r["line"]))
+
+        self.invalid_rows = sorted(self.invalid_rows + invalid, key=order)
+        return self
 
 
 # -- Prometheus text --------------------------------------------------------------------------------
@@ -176,19 +195,24 @@ def _whole(x: float):
 def difference(before: MetricsTable, after: MetricsTable, seconds: float | None = None) -> MetricsTable:
     """The counters accumulated between two scrapes of a vLLM /metrics (after - before).
 
-    A counter that went down (a server restart between scrapes) is reported in `missing` and
-    left out, never guessed. SGLang's gauges are already rates: the later scrape is returned.
+    A counter that went down (a server restart between scrapes) is reported in `missing` and in
+    `invalid_rows` (`{line: "interval", field, value, why}`), and the interval's row is left out:
+    after a restart no difference means anything. SGLang's gauges are already rates: the later
+    scrape is returned.
     """
     if after.kind != "vllm-prometheus" or before.kind != "vllm-prometheus":
         after.interval = seconds
         return after
     a, b = after.rows[0], before.rows[0]
-    out, missing = {}, list(after.missing)
+    out, missing, invalid = {}, list(after.missing), []
     for key in ("drafts", "draft_tokens", "accepted"):
         if a[key] is None or b[key] is None:
             continue
         if a[key] < b[key]:
             missing.append(f"{key}: the counter went down between scrapes ({b[key]} -> {a[key]}): a restart?")
+            invalid.append({"line": "interval", "field": key, "value": a[key] - b[key],
+                            "why": f"counter {key} went down between the two scrapes ({b[key]:g} -> {a[key]:g}): "
+                                   "the server restarted in between? scrape again"})
             continue
         out[key] = _whole(a[key] - b[key])
     pos = None
@@ -196,12 +220,16 @@ def difference(before: MetricsTable, after: MetricsTable, seconds: float | None 
         d = [x - y for x, y in zip(a["accepted_per_pos"], b["accepted_per_pos"])]
         if min(d) < 0:
             missing.append("accepted_per_pos: a counter went down between scrapes")
+            invalid.append({"line": "interval", "field": "accepted_per_pos", "value": d,
+                            "why": "counter accepted_per_pos went down between the two scrapes: a restart?"})
         else:
             pos = [_whole(x) for x in d]
     row = _row("interval", a["label"], **out, accepted_per_pos=pos)
-    return MetricsTable(after.source, after.kind, [row], before.lines + after.lines, before.garbled + after.garbled,
-                        before.garbled_lines + after.garbled_lines, before.unrecognised + after.unrecognised,
-                        missing, interval=seconds)
+    # a counter that went down means the server restarted in between: every difference spans the restart,
+    # so the interval is named (invalid_rows) and left out, none of its counters used
+    return MetricsTable(after.source, after.kind, [] if invalid else [row], before.lines + after.lines,
+                        before.garbled + after.garbled, before.garbled_lines + after.garbled_lines,
+                        before.unrecognised + after.unrecognised, missing, interval=seconds, invalid_rows=invalid)
 
 
 # -- JSON sources -------------------------------------------------------------------------------------
@@ -225,7 +253,8 @@ def parse_server_info(data: dict, source: str = "<json>") -> MetricsTable:
             table.garbled += 1
             table.garbled_lines.append((i, f"internal_states[{i}].avg_spec_accept_length = {value!r}"))
         else:
-            table.rows.append(_row("dp-rank", f"dp rank {i}", accept_length=float(value)))
+            table.rows.append({**_row("dp-rank", f"dp rank {i}", accept_length=float(value)),
+                               "line": f"internal_states[{i}].avg_spec_accept_length"})
     return table
 
 
@@ -250,15 +279,15 @@ def from_log(path, year: int | None = None) -> MetricsTable:
                        draft_tokens=None if drafts is None else r.get("drafted"),
                        drafts=None if drafts is None else _whole(drafts), per_position=r.get("per_position"))
             row.update(variable=bool(r.get("variable")), cut=bool(r.get("cut")),
-                       mean_without_bonus=bool(r.get("mean_without_bonus")))
+                       mean_without_bonus=bool(r.get("mean_without_bonus")), line=r["line"])
             rows.append(row)
         else:
-            rows.append(_row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
-                             accept_rate=r.get("accept_rate")))
+            rows.append({**_row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
+                                accept_rate=r.get("accept_rate")), "line": r["line"]})
     drafting = read_drafting(path)
     return MetricsTable(str(path), f"{engine}-log", rows, log.total, log.garbled, list(log.garbled_lines),
                         log.unrecognised, settings={k: drafting[k] for k in ("steps", "topk", "draft_tokens") if k in drafting},
-                        forced=log.forced)
+                        forced=log.forced, invalid_rows=list(log.invalid_rows))
 
 
 # -- any source -------------------------------------------------------------------------------------------
@@ -268,7 +297,8 @@ def is_url(source: str) -> bool:
 
 def fetch(url: str, timeout: float | None = None) -> str:
     """GET a URL's text; a bare host:port gets `/metrics`. BadInputError when it cannot be read.
-    `timeout`: seconds to connect and between reads (default: `--timeout`, as every remote read)."""
+    `timeout`: seconds to connect, between reads and for the whole answer (default: `--timeout`, as
+    every remote read); a wait over PROGRESS_EVERY_S prints a "waiting for" line on stderr."""
     from urllib.error import URLError
     from urllib.parse import urlsplit
     from urllib.request import urlopen
@@ -278,9 +308,12 @@ def fetch(url: str, timeout: float | None = None) -> str:
     timeout = remote_access.timeout() if timeout is None else timeout
     if urlsplit(url).path in ("", "/"):
         url = url.rstrip("/") + "/metrics"
-    try:
+    def get() -> str:
         with urlopen(url, timeout=timeout) as r:  # noqa: S310 (a URL the user gave)
             return r.read().decode("utf-8", errors="replace")
+
+    try:  # the deadline: a server trickling a byte at a time never trips the per-read timeout
+        return remote_access.within_deadline(timeout, get, progress=url)
     except TimeoutError:
         raise BadInputError(url, f"the server did not answer within {timeout:g} s (--timeout SECONDS)") from None
     except (URLError, OSError, ValueError) as e:
@@ -354,9 +387,13 @@ def read_metrics(source: str, interval: float | None = None, year: int | None = 
         except OSError as e:
             raise BadInputError(p, f"cannot read: {e.strerror or e}") from None
         table = _from_log_if_log(p, text, year) or parse_text(text, str(p))
+    table.restrict()
     if table.kind == "vllm-server-info" and not table.forced:
         raise BadInputError(source, "is vLLM's /server_info: it states the server's settings, no acceptance figure "
                             "(read its /metrics)")
+    if not table.rows and not table.forced and table.invalid_rows:
+        raise BadInputError(source, f"no figure within bounds: {len(table.invalid_rows)} out of bounds, not counted "
+                            f"({bounds.summary_line(table.invalid_rows)})")
     if not table.rows and not table.forced:
         why = f"{table.garbled} garbled" + (f"; missing {', '.join(table.missing)}" if table.missing else "")
         raise BadInputError(source, f"no speculative-decoding figure reads among {table.lines} lines/records ({why})")
@@ -367,6 +404,6 @@ def _from_log_if_log(p: Path, text: str, year: int | None = None) -> MetricsTabl
     from helpers.serving.logs import parse_lines
 
     head = parse_lines(text.splitlines()[:5000], year=year)
-    if head.parsed or head.garbled:
+    if head.parsed or head.garbled or head.invalid_rows:
         return from_log(p, year=year)
     return None

@@ -1,7 +1,7 @@
 """The HTTP side of `d2t-lab probe`: what a server is, one request to it, and its answers' shapes.
 
-Standard library only (`urllib`): every call waits at most `--timeout` seconds to connect and
-between reads (`helpers.io.remote_access.timeout`), and every way a server can fail to answer is
+Standard library only (`urllib`): every call waits at most `--timeout` seconds to connect,
+between reads and for its whole answer (`helpers.io.remote_access.timeout`), and every way a server can fail to answer is
 one `BadInputError` naming the URL: connection refused, a timeout, a closed connection, an
 HTTP error with the server's own message.
 
@@ -31,6 +31,8 @@ from urllib.parse import urlsplit, urlunsplit
 from urllib.request import Request, urlopen
 
 from helpers.core.errors import BadInputError, clip
+from helpers.io import remote_access
+from helpers.serving import bounds
 from helpers.serving.records import _row, read_records
 from helpers.serving.startup import Setup, setup_from_server
 
@@ -108,9 +110,12 @@ def call(url: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int
     req = Request(url, data=data, method="GET" if body is None else "POST",
                   headers={"Content-Type": "application/json", "Accept": "application/json, text/plain"})
     late = f"the server did not answer within {timeout:g} s (--timeout SECONDS)"
-    try:
+    def get() -> tuple[int, bytes]:
         with urlopen(req, timeout=timeout) as r:  # noqa: S310 (the URL the user gave)
             return r.status, r.read()
+
+    try:  # within a deadline too: a server trickling bytes never trips the per-read timeout
+        return remote_access.within_deadline(timeout, get, progress=url)
     except HTTPError as e:
         try:
             return e.code, e.read()
@@ -264,7 +269,18 @@ def openai_reply(obj: dict, url: str) -> Reply:
         reply.accepted = sum(j * h for j, h in enumerate(hist)) if accepted is None else accepted
         reply.drafted = _int(spec.get("num_draft_tokens"), "num_draft_tokens", url)
         reply.num_spec_tokens = _int(spec.get("num_spec_tokens"), "num_spec_tokens", url)
+        _check_bounds(reply, url, "metrics.speculative_decoding")
     return reply
+
+
+def _check_bounds(reply: Reply, url: str, where: str) -> None:
+    """An answer's counts within `helpers.serving.bounds` (accept length in [1, num_spec_tokens + 1],
+    accepted no more than drafted): else one line naming the URL and the field, never averaged in."""
+    maximum = reply.num_spec_tokens + 1 if reply.num_spec_tokens else None
+    found = bounds.problems(request_row(reply, 0), maximum)
+    if found:
+        field, _, why = found[0]
+        raise BadInputError(url, f"{where}.{field} in the answer is out of bounds: {why}")
 
 
 def sglang_reply(obj: dict, url: str) -> Reply:
@@ -284,6 +300,7 @@ def sglang_reply(obj: dict, url: str) -> Reply:
     if row is not None and row.get("verify_ct"):
         reply.kind, reply.steps = "sglang", row["verify_ct"]
         reply.accepted, reply.drafted, reply.histogram = row["accepted"], row["draft_tokens"], row["histogram"]
+        _check_bounds(reply, url, "meta_info")
     return reply
 
 

@@ -174,5 +174,6 @@ def read_records(lines) -> dict:
         if row is None:
             unrecognised += 1
         else:
+            row["line"] = n  # where a row out of bounds is named (`helpers.serving.bounds`)
             rows.append(row)
     return {"rows": rows, "lines": total, "garbled_lines": garbled, "unrecognised": unrecognised, "kinds": kinds}

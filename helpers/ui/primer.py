@@ -15,7 +15,8 @@ answer away. Everything random here takes a seed.
 - `t2d_for_training`: what `t2d` is for (building the training target on the draft vocab);
 - `offset_runs`: why a valid `d2t` has far fewer distinct values than entries;
 - `engine_propose`: how SGLang, vLLM and TensorRT-LLM turn draft logits into target ids;
-- `ENGINE_LINES` / `engine_lines`: the engines' own lines behind those claims, quoted by release.
+- `ENGINE_LINES` / `engine_lines`: the engines' own lines behind those claims, quoted by release (the release
+  ranges themselves are `helpers.ui.lessons.version_story`, generated from the engine table).
 """
 from __future__ import annotations
 
@@ -404,7 +405,7 @@ ENGINE_LINES = (
      "the mapping parameter starts as zeros: a d2t that never arrives stays the identity"),
     ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 339,
      "if self.config.draft_vocab_size != target_vocab_size:",
-     "from 0.31.0 the parameter exists only with a reduced vocab"),
+     "here the parameter exists only with a reduced vocab (which releases: the version story)"),
     ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 429,
      'name = name.replace("d2t", "draft_id_to_target_id")', "the weight d2t is loaded into that parameter"),
     ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 386,

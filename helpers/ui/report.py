@@ -9,6 +9,14 @@ quantity with two values. Nothing but the user's inputs is read: every notebook 
 points at bundled sample data by default is overridden with the user's value or with None, and
 a section whose input was not given says so and how to give it. A notebook that fails is
 recorded with its error and the others still run. It writes only under `out`.
+
+With --target, every check the standalone commands make runs before the first notebook: what
+`speculate` refuses (the target's family, vocab, hidden size, the draft's embed_tokens against the
+target's, from the files: `helpers.model.preflight.check_target_fit`), the samples against the
+draft and target their capture.json names (`check_samples`), and the doctor with the target, whose
+errors follow the headline of the summary's conclusion (`target_doctor`). A conflict between
+drafting flags and a log's start-up line (`helpers.commands.report`) is quoted there too
+(`drafting_conflict`).
 """
 from __future__ import annotations
 
@@ -226,6 +234,20 @@ def validate(settings: RunSettings) -> RunSettings:
         read_log(p)  # a file with no line the kit reads is refused here, not in notebook 04
     if paths["samples"]:
         _check_samples(paths["samples"], _aux_width(checkpoint))
+    if paths["samples"] or paths["target"]:  # notebooks 03/04/07 load the draft: the loader's config checks now
+        from helpers.model.draft import estimate_load_bytes
+
+        estimate_load_bytes(c.opened or checkpoint, embed_from=paths["embed_from"])
+    if paths["target"]:  # what `speculate` checks before and after loading the pair, from the files alone
+        from helpers.model.preflight import check_target_fit, target_config_of
+        from helpers.model.target import check_speculation_target
+
+        check_speculation_target(paths["target"])
+        check_target_fit(c.opened, paths["target"], target_config_of(paths["target"], None), shown=s.checkpoint)
+    if paths["samples"]:  # samples captured from another target than the draft's or --target (their capture.json)
+        from helpers.model.preflight import check_samples
+
+        check_samples(checkpoint, paths["samples"], target=paths["target"], opened=c.opened)
     if s.device:
         resolve_device(s.device)
     if s.dtype:
@@ -255,6 +277,18 @@ def _check_out(out: Path, s: RunSettings) -> None:
         raise BadInputError(out, "exists and is not a folder")
 
 
+def target_doctor(s: RunSettings) -> list[str]:
+    """The doctor with --target (`d2t-lab doctor CHECKPOINT --target T`: the target's config and
+    embed_tokens), run before any notebook: its errors, one line each (notebook 06 checks the
+    target's config only, so the summary would not show them otherwise)."""
+    if not s.target:
+        return []
+    from helpers.doctor.diagnose import diagnose
+
+    found = diagnose(s.checkpoint, s.engine, s.target_config or None, check_weights=False, target=s.target)
+    return [f"doctor --target {s.target}: error {f.code}: {f.message}" for f in found if f.severity == "error"]
+
+
 def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print) -> ReportResult:
     """Validate `settings`, run `notebooks` on them into `out`, write summary.md / summary.json."""
     from helpers.ui.summary import summary_dict, summary_markdown
@@ -264,6 +298,9 @@ def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print
         notebooks = (*notebooks, SPECULATE)
     out = Path(out).resolve()
     _check_out(out, s)
+    doctor_lines = target_doctor(s)  # before any notebook, as the standalone doctor would say it
+    for line in doctor_lines if progress else ():
+        progress(line)
     out.mkdir(parents=True, exist_ok=True)
     import papermill as pm
 
@@ -283,6 +320,16 @@ def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print
             progress(f"[{i}/{len(notebooks)}] {name}: {status} in {run.seconds:.1f} s, {len(run.figures)} figure(s)")
     env = environment()
     summary = summary_dict(s, runs, env)
+    # what the checks before the notebooks found, right after the headline (conclusion[0] stays the verdict)
+    conflict = s.sources.get("drafting_conflict")  # flags against a log's start-up line (commands/report.py)
+    if conflict:
+        summary["drafting_conflict"] = conflict
+    if s.target:
+        summary["target_doctor"] = doctor_lines
+    found = ([conflict] if conflict else []) + doctor_lines
+    if found:
+        head = list(summary.get("conclusion") or [])
+        summary["conclusion"] = head[:1] + found + head[1:]
     summary["notebooks"] = [asdict(r) for r in runs]
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     (out / "summary.md").write_text(summary_markdown(s, runs, summary, env))
