@@ -299,3 +299,107 @@ def engine_runs_table(folder) -> "pd.DataFrame":
             row["answers"] = 1 + sum(s["num_accepted_draft_tokens"] for s in spec) / sum(s["num_spec_steps"] for s in spec)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# -- a sharded checkpoint, fixed by hand ------------------------------------------------------------------
+INDEX = "model.safetensors.index.json"
+
+
+def write_shards(src, dst, shards: int = 2) -> Path:
+    """A copy of the one-file draft `src` at `dst` (which must not exist) split into `shards` safetensors
+    files with their `model.safetensors.index.json`, as large checkpoints are stored. `src` is only read;
+    the mapping tensors go in the last shard (where trainers append them)."""
+    from safetensors.torch import load_file, save_file
+
+    src, dst = Path(src), Path(dst)
+    if dst.exists():
+        raise FileExistsError(dst)
+    dst.mkdir(parents=True)
+    shutil.copy(src / "config.json", dst / "config.json")
+    tensors = load_file(str(src / "model.safetensors"))
+    names = sorted(tensors, key=lambda k: (k in ("d2t", "t2d"), k))
+    per = -(-len(names) // shards)
+    weight_map, total = {}, 0
+    for s in range(shards):
+        part = {k: tensors[k].contiguous() for k in names[s * per:(s + 1) * per]}
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        save_file(part, str(dst / fname))
+        weight_map.update({k: fname for k in part})
+        total += sum(t.numel() * t.element_size() for t in part.values())
+    (dst / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return dst
+
+
+def shard_of(path, name: str = "d2t") -> str:
+    """The shard file that holds tensor `name`, read from the folder's index (the weight_map)."""
+    index = json.loads((Path(path) / INDEX).read_text())
+    return index["weight_map"][name]
+
+
+def fix_shard_by_hand(path) -> dict:
+    """The hand fix of a sharded draft whose d2t holds absolute ids, in place (run it on a copy): load the one
+    shard that holds d2t, write d2t - arange(N) into it, write the shard back, and rewrite the index (its
+    weight_map unchanged, `total_size` recounted from the shards). Returns what was done."""
+    from safetensors.torch import load_file, save_file
+
+    path = Path(path)
+    index = json.loads((path / INDEX).read_text())
+    shard = index["weight_map"]["d2t"]
+    tensors = load_file(str(path / shard))
+    before = tensors["d2t"].clone()
+    tensors["d2t"] = (before - torch.arange(before.numel())).contiguous()
+    save_file(tensors, str(path / shard))
+    total = 0
+    for f in sorted(set(index["weight_map"].values())):
+        total += sum(t.numel() * t.element_size() for t in load_file(str(path / f)).values())
+    index["metadata"] = {**index.get("metadata", {}), "total_size": total}
+    (path / INDEX).write_text(json.dumps(index, indent=2))
+    untouched = sorted(set(index["weight_map"].values()) - {shard})
+    return {"shard holding d2t": shard, "shards left untouched": untouched,
+            "d2t before, first five": before[:5].tolist(), "d2t after, first five": tensors["d2t"][:5].tolist(),
+            "index total_size": total}
+
+
+# -- the real engine -------------------------------------------------------------------------------------------
+def engine_run_labels(folder) -> list[str]:
+    """One line per recorded run under `folder`: the run, the engine's package and release, when and by what
+    it was recorded, and the exact command the engine was started with."""
+    out = []
+    for run in sorted(Path(folder).glob("*/run.json")):
+        info = json.loads(run.read_text())
+        out.append(f"{info['run']}: {info.get('package', info['engine'])} (release {info['release']}), recorded "
+                   f"{info.get('recorded', '?')} by {info.get('made_by', '?')}, {'real' if info.get('real') else 'synthetic'}"
+                   f" run; prompts: {info.get('prompts', '?')}\n    command: {info['command']}")
+    return out
+
+
+def engine_log_lines(folder, run: str) -> list[str]:
+    """A recorded run's own log lines: its start-up line, its last `SpecDecoding metrics` line (the accept length
+    over the last interval, as vLLM counts it) and the first line of the error it stopped on, those it has."""
+    import re
+
+    lines = (Path(folder) / run / "server.log").read_text(errors="replace").splitlines()
+    start = [ln for ln in lines if "Starting vLLM server" in ln][:1]
+    metrics = [ln for ln in lines if "SpecDecoding metrics:" in ln][-1:]
+    error = [ln for ln in lines if (" ERROR " in ln or re.match(r"\w+(Error|Exception): ", ln))
+             and re.search(r"\w+(Error|Exception): ", ln) and "EngineDeadError" not in ln][:1]
+    return start + metrics + error
+
+
+def live_engine_runs(out, runs=("healthy", "d2t-absolute")) -> Path | None:
+    """Run the broken and healthy engine-pair drafts in real vLLM (scripts/record_engine_runs.py, the
+    engine tests' harness) when the engine environment exists (D2T_ENGINE_VENV or .venv-engine); returns the
+    folder of the new recordings, or None when there is no engine environment (the recorded runs are shown
+    instead). Minutes per run on a CPU."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    venv = Path(os.environ.get("D2T_ENGINE_VENV", root / ".venv-engine"))
+    script = root / "scripts" / "record_engine_runs.py"
+    if not (venv / ".d2t-engine-installed").exists() or not script.exists():
+        return None
+    out = Path(out)
+    subprocess.run([sys.executable, str(script), "--out", str(out), "--runs", ",".join(runs)], check=True, cwd=root)
+    found = sorted(out.glob("vllm-*"))
+    return found[-1] if found else None

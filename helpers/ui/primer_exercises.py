@@ -7,7 +7,9 @@ something the notebook's prose does not state (a test searches the prose above e
 its answer). The answers are not written here: `ANSWER_SHA` holds a SHA-256 of each, and
 `check(n, answer)` decides right or wrong by it; the reason for a wrong answer is worked out from
 the library. `solutions()` computes the answers (the notebook calls it only with
-`solutions=True`; a test checks it against the hashes). `check` never raises.
+`solutions=True`; a test checks it against the hashes). `check` never raises. The tree exercise (11)
+is checked by computing its answer with the kit's own tree expectation (`helpers.acceptance.tree`),
+to within `TREE_TOLERANCE`, rather than by a hash.
 """
 from __future__ import annotations
 
@@ -41,6 +43,10 @@ ALL_ZERO_CASES = {  # exercise 6: four checkpoints at Kimi-K2.5's sizes with an 
     "C": f"draft vocab {KIMI_N:,}, target vocab {KIMI_V:,}, t2d True at target ids 0..{KIMI_N - 1:,}",
     "D": f"draft vocab {KIMI_N:,}, target vocab {KIMI_V:,}, t2d True at target ids 124..{KIMI_N + 123:,}",
 }
+# exercise 11: a rank table (depth x rank: the share of tokens that are the draft's rank-r candidate) and a tree
+TREE_Q = ((0.7, 0.15), (0.6, 0.2))
+TREE_SHAPE = {"steps": 2, "topk": 2, "num_draft_tokens": 4}  # SGLang's three flags (the root counted)
+TREE_TOLERANCE = 0.005
 EXERCISES = {
     1: "the kept target ids of the practice vocab (its draft vocab), ascending, as a list of ints",
     2: "d2t for the practice vocab, as a list of ints",
@@ -58,6 +64,10 @@ EXERCISES = {
     9: "with the Kimi mapping, which target id do the engines propose for draft id 20,000 (an int)?",
     10: "the Kimi draft is served with a d2t that never loaded (vLLM's zeros): of the target ids it can then "
         "propose, how many are tokens its draft vocab keeps (an int)?",
+    11: f"SGLang drafts a tree with --speculative-num-steps {TREE_SHAPE['steps']} --speculative-eagle-topk "
+        f"{TREE_SHAPE['topk']} --speculative-num-draft-tokens {TREE_SHAPE['num_draft_tokens']} from a draft whose rank "
+        f"table is TREE_Q = {[list(r) for r in TREE_Q]} (row: depth, column: rank): its expected accept length "
+        "(a number, two decimals)?",
 }
 ANSWER_SHA = {  # sha256 of "primer exercise {n}: {canonical answer}"
     1: "0a5cdfaf2fddbfc18bd7bf9f277061361be5ef9c326a88058ae64b090e27953b",
@@ -83,9 +93,13 @@ HINTS = {
     8: "Hint: load the file with helpers.io.checkpoint.load_mapping and count i + d2t[i] >= V.",
     9: "Hint: target = i + d2t[i]; kimi.d2t holds the offsets.",
     10: "Hint: with zeros the engines propose target ids 0..N-1; t2d says which of those are kept.",
+    11: "Hint: list the candidates (the topk children of the root, then the topk children of the topk most probable "
+        "nodes of each depth), each with the product of the rank probabilities on its path; keep the "
+        "num_draft_tokens - 1 most probable; the accept length is 1 + the sum of their path probabilities.",
 }
 LIST_ANSWERS = (1, 2)
 LETTER_ANSWERS = (3, 6)
+FLOAT_ANSWERS = (11,)
 
 
 def _digest(n: int, canon: str) -> str:
@@ -137,7 +151,15 @@ def _solutions() -> dict:
         8: int((served_abs >= kimi_abs.target_vocab_size).sum()),
         9: int(kimi.targets("offset")[20_000]),
         10: int(kimi.t2d[:kimi.draft_vocab_size].sum()),
+        11: round(_tree_answer(), 2),
     }
+
+
+def _tree_answer() -> float:
+    """Exercise 11 with the kit's tree expectation (the one every front end predicts with)."""
+    from helpers.acceptance.tree import tree_expected
+
+    return tree_expected([list(r) for r in TREE_Q], TREE_SHAPE["steps"], TREE_SHAPE["topk"], TREE_SHAPE["num_draft_tokens"])
 
 
 def solutions() -> dict:
@@ -159,6 +181,13 @@ def _canon(n: int, answer):
         except (TypeError, ValueError):
             return None
         return out if all(float(x) == int(x) for x in answer) else None
+    if n in FLOAT_ANSWERS:
+        if isinstance(answer, (bool, str)) or answer is None:
+            return None
+        try:
+            return float(answer)
+        except (TypeError, ValueError):
+            return None
     if n == 4 and isinstance(answer, str):
         return P.tokens.index(answer.strip()) if answer.strip() in P.tokens else None
     return canon_int(answer)
@@ -171,6 +200,8 @@ def _text(canon) -> str:
 def is_right(n: int, answer) -> bool:
     """Whether `answer` to exercise n matches the stored hash."""
     canon = _canon(n, answer)
+    if n in FLOAT_ANSWERS:
+        return canon is not None and abs(canon - _tree_answer()) <= TREE_TOLERANCE
     return canon is not None and _digest(n, _text(canon)) == ANSWER_SHA[n]
 
 
@@ -200,6 +231,8 @@ def _why_right(n: int, got) -> str:
         return "those draft ids index past the end of the vocab: from the engines' code, an index error, not a wrong token."
     if n == 9:
         return "20,000 + d2t[20,000]."
+    if n == 11:
+        return "1 + the path probabilities of the three most probable candidates (helpers.acceptance.tree.tree_expected)."
     return "the kept ids below N: the rest of 0..N-1 are tokens the draft never learnt to mean."
 
 
@@ -243,6 +276,25 @@ def _what_is_wrong(n: int, got) -> str:  # the correct answer is worked out here
         return "identity is right only where kept[i] = i, not for every draft id. " + HINTS[7]
     if n == 9 and got == 20_000:
         return "20,000 is the draft id itself. " + HINTS[9]
+    if n == 11:
+        return _tree_wrong(got)
     if n == 10 and got == KIMI_N:
         return "not every id below N is kept. " + HINTS[10]
     return f"{got} is not it. {HINTS[n]}"
+
+
+def _tree_wrong(got: float) -> str:
+    """What a wrong tree answer most likely did (the right one is computed, never printed)."""
+    from helpers.acceptance.chain import chain_expected
+
+    q = [list(r) for r in TREE_Q]
+    chain = chain_expected([r[0] for r in q], TREE_SHAPE["steps"])
+    every = 1 + sum(q[0]) + sum(a * b for a in q[0] for b in q[1])  # every candidate kept
+    if abs(got - chain) <= TREE_TOLERANCE:
+        return "that is the chain (rank 0 at every depth): the tree also keeps a rank-1 node. " + HINTS[11]
+    if abs(got - every) <= TREE_TOLERANCE:
+        return ("that keeps every candidate: SGLang verifies only num_draft_tokens - 1 of them, the most probable. "
+                + HINTS[11])
+    if got < 1:
+        return "an accept length is never below 1: the target's own token always counts. " + HINTS[11]
+    return f"{got} is not it. {HINTS[11]}"
