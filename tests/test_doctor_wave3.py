@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers.doctor.diagnose import diagnose
-from helpers.doctor.findings import NO_EFFECT
+from helpers.doctor.registry import NO_EFFECT
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"

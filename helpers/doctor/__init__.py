@@ -2,6 +2,7 @@
 between two drafts, the fixer and its plan, and `inspect`.
 
 Modules (import them by name; this file imports nothing):
+- `registry`
 - `findings`
 - `checks_config`
 - `checks_mapping`
@@ -18,5 +19,5 @@ Modules (import them by name; this file imports nothing):
 - `inspection`
 """
 
-__all__ = ["findings", "checks_config", "checks_mapping", "checks_weights", "checks_variants", "checks_target", "checks_capture", "checks_method",
+__all__ = ["registry", "findings", "checks_config", "checks_mapping", "checks_weights", "checks_variants", "checks_target", "checks_capture", "checks_method",
            "checks_dflash", "diagnose", "diff", "fix_plan", "fix", "inspection"]

@@ -13,7 +13,8 @@ is only a note. The check runs for the engines whose table says so (rule `aux.un
 from __future__ import annotations
 
 from helpers.core.engines import EngineAt, aux_layer_ids, captured_layers
-from helpers.doctor.findings import NO_EFFECT, CheckContext
+from helpers.doctor.findings import CheckContext
+from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config
 
 _PLACES = {"nested": "eagle_config.eagle_aux_hidden_state_layer_ids",

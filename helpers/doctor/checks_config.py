@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers.doctor.findings import NO_EFFECT, CheckContext, has_error
+from helpers.doctor.findings import CheckContext, has_error
+from helpers.doctor.registry import NO_EFFECT
 from helpers.model.config_fields import Problem
 from helpers.model.draft import ShapeMismatch, loading_refusal
 

@@ -31,8 +31,9 @@ import torch
 from helpers.core.engines import EngineAt
 from helpers.doctor.checks_mapping import check_mapping
 from helpers.doctor.checks_weights import check_finite
-from helpers.doctor.findings import NO_EFFECT, CheckContext, Findings
+from helpers.doctor.findings import CheckContext, Findings
 from helpers.doctor.findings import fmt_number as _fmt
+from helpers.doctor.registry import NO_EFFECT
 from helpers.io.checkpoint import Checkpoint, read_mapping_tensors
 from helpers.model.dflash import (
     LAYER_NORMS,

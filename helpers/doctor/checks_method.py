@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 
 from helpers.core.engines import EngineAt
-from helpers.doctor.findings import NO_EFFECT, CheckContext
+from helpers.doctor.findings import CheckContext
+from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config
 
 PEAGLE_ARCHS = ("PEagleDraftModel", "PeagleLlamaForCausalLM", "PeagleQwen3ForCausalLM")

@@ -23,8 +23,9 @@ from __future__ import annotations
 from helpers.core.engines import ENGINE_NAMES, aux_layer_ids
 from helpers.core.errors import BadInputError
 from helpers.doctor.checks_weights import head_rule_tail
-from helpers.doctor.findings import NO_EFFECT, CheckContext
+from helpers.doctor.findings import CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
+from helpers.doctor.registry import NO_EFFECT
 from helpers.io import remote
 from helpers.io.checkpoint import open_checkpoint
 from helpers.model.config_fields import eagle_config

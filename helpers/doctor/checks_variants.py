@@ -18,7 +18,8 @@ from helpers.core.engines import (
     draft_family,
     parse_key,
 )
-from helpers.doctor.findings import NO_EFFECT, CheckContext
+from helpers.doctor.findings import CheckContext
+from helpers.doctor.registry import NO_EFFECT
 from helpers.model.config import NEMO_ARCH, modelopt_double_norm
 
 _FIX = {

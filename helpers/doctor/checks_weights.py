@@ -25,8 +25,9 @@ from helpers.core.engines import (
     parse_key,
 )
 from helpers.doctor.checks_variants import variant_of_key
-from helpers.doctor.findings import NO_EFFECT, CheckContext
+from helpers.doctor.findings import CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
+from helpers.doctor.registry import NO_EFFECT
 from helpers.io.checkpoint import Checkpoint
 from helpers.io.tensor_files import torch_load
 from helpers.model.fit import init_signature, text_config

@@ -68,7 +68,8 @@ from helpers.doctor.checks_weights import (
     check_key_layout,
     check_shapes,
 )
-from helpers.doctor.findings import NO_EFFECT, CheckContext, Findings, has_error
+from helpers.doctor.findings import CheckContext, Findings, has_error
+from helpers.doctor.registry import NO_EFFECT
 from helpers.io.checkpoint import (
     Checkpoint,
     flat_config,

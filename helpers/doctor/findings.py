@@ -1,7 +1,8 @@
 """Findings: what the doctor reports about a checkpoint, and what its checks write into.
 
 A `Finding` is one problem (or fact) with a stable code, a severity (error / warning / info),
-one line saying what is wrong and one saying how to fix it. `CheckContext` is what every check
+one line saying what is wrong and one saying how to fix it; its code, severity, effect and engine
+must be what the code's entry in `helpers.doctor.registry` declares (else ValueError). `CheckContext` is what every check
 function receives: the opened checkpoint, the engines asked about (each at the release whose
 rules apply, `helpers.core.engines.EngineAt`), the flat config and the findings so far.
 """
@@ -11,12 +12,8 @@ from dataclasses import dataclass, field, replace
 
 from helpers.core.engine_table import SERVE_RESULTS
 from helpers.core.engines import EngineAt, engine_at, worst_outcome
+from helpers.doctor.registry import NO_EFFECT, SEVERITIES, check_finding
 from helpers.io.checkpoint import Checkpoint
-
-SEVERITIES = ("error", "warning", "info")
-# The effect of a finding that changes nothing by itself in how an engine serves (what it points at is
-# said per engine by another finding): it never leaves a prediction incomplete.
-NO_EFFECT = "none"
 
 
 @dataclass(frozen=True)
@@ -37,6 +34,7 @@ class Finding:
     def __post_init__(self):
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+        check_finding(self.code, self.severity, self.effect, self.engine)  # its registry entry declares it
         object.__setattr__(self, "message", " ".join(self.message.split()))
         object.__setattr__(self, "fix", " ".join(self.fix.split()))
 

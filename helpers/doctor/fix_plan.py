@@ -1,7 +1,7 @@
 """The fixer's results: what a fix would change (`FixPlan`) and what it wrote (`FixResult`).
 
 Both render themselves for the CLI (`report()`, and `to_json()` for `fix --json`);
-`CANNOT_REPAIR` says, per error code, what a fix would need that it cannot supply.
+what a fix would need that it cannot supply is each code's `cannot_repair` in `helpers.doctor.registry`.
 """
 from __future__ import annotations
 
@@ -9,26 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.doctor.findings import Finding, Findings, has_error
-
-# What each error needs that fix cannot supply (the refusal line names it).
-CANNOT_REPAIR = {
-    "d2t-missing": "needs the producer's d2t tensor",
-    "d2t-arange": "needs the producer's d2t tensor",
-    "d2t-invalid": "needs the producer's d2t tensor",
-    "d2t-identity-reduced-vocab": "needs the producer's d2t tensor",
-    "t2d-mismatch": "needs the t2d exported with this d2t",
-    "vocab-size-mismatch": "needs config.json sizes that match the weights",
-    "key-layout": "needs the missing or unknown weights re-exported",
-    "lm-head-missing": "needs the draft's lm_head re-exported",
-    "fc-shape": "needs the draft trained for this target, or target_hidden_size in config.json",
-    "embed-missing": "needs the draft's own embed_tokens",
-    "aux-layers": "needs aux layer ids the target has",
-    "nonfinite-weights": "needs finite weights (an earlier training checkpoint)",
-    "lm-head-borrowed": "needs lm_head re-exported, or draft_vocab_size deleted from config.json",
-    "embed-mismatch": "needs the target's embed_tokens (or none) in place of the draft's",
-    "mapping-drift": "needs the d2t/t2d the head was trained with (the previous checkpoint's)",
-}
-
+from helpers.doctor.registry import cannot_repair
 
 
 @dataclass
@@ -63,7 +44,7 @@ class FixPlan:
         if not codes:
             who = "sglang and vllm" if self.engine == "all" else self.engine
             return f"nothing to fix for {who}: the doctor finds no error in the keys, mapping or config ({force})"
-        parts = [f"{c} ({CANNOT_REPAIR.get(c, 'not something fix changes')})" for c in codes]
+        parts = [f"{c} ({cannot_repair(c)})" for c in codes]
         return f"cannot repair {', '.join(parts)}; nothing written ({force})"
 
     def as_dict(self) -> dict:
