@@ -275,7 +275,9 @@ def test_sglang_generate_meta_info_and_server_info(cli):
     assert out["accept_length"] == pytest.approx(4 * 32 / steps)  # SGLang: completion_tokens / spec_verify_ct
     assert [q["accept_length"] for q in out["requests"]] == pytest.approx([32 / _spec(r)["num_spec_steps"] for r in resp])
     assert out["drafting"] == {"shape": "chain, 3 tokens", "steps": 3, "topk": 1, "num_draft_tokens": 4,
-                               "source": "/get_server_info"}
+                               "source": "/get_server_info", "vllm": {"num_speculative_tokens": 3},
+                               "sglang": {"speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                                          "speculative_num_draft_tokens": 4}}
     assert out["metrics_accept_length"] is None and out["target_check"]["compared"] == 4
 
 

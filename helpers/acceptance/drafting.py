@@ -9,14 +9,21 @@
 
 A chain of K drafted tokens is `Drafting(K)` (= `Drafting.chain(K)`), vLLM's
 `num_speculative_tokens = K`. The conversions to each engine's names live here and nowhere else:
-`sglang()`, `vllm()` and `eagle()` (the EAGLE reference code's `depth = steps - 1`, `top_k`,
-`total_token = num_draft_tokens`: its first drafting step runs before the depth loop), and
-`from_flags` reads the kit's CLI / JSON names (`--steps`, `--topk`, `--draft-tokens`).
+`sglang()`, `vllm()`, `engine_flags()` (both, as the JSON states a shape) and `eagle()` (the EAGLE
+reference code's `depth = steps - 1`, `top_k`, `total_token = num_draft_tokens`: its first
+drafting step runs before the depth loop).
 
-`--draft-tokens` is SGLang's `num_draft_tokens` (root counted) whenever `--steps` or `--topk` is
-given. Alone, it keeps each command's older meaning: `simulate`, `rate-for` and `speculate` read
-it as a chain of K drafted tokens (`lone="drafted"`); `metrics` and `report`, whose flags always
-followed SGLang, as num_draft_tokens (`lone="sglang"`, a chain of K - 1).
+`read_flags` / `from_flags` read every command's shape flags, once, each with one meaning: the
+engines' own (`--num-speculative-tokens K`: vLLM's chain of K; `--speculative-num-steps`,
+`--speculative-eagle-topk`, `--speculative-num-draft-tokens`: SGLang's, the root counted) and the
+kit's older aliases `--steps`, `--topk`, `--draft-tokens` (= SGLang's three, `--draft-tokens`
+counting the root). Two flags naming one setting with different values, or vLLM's K beside an
+SGLang shape it is not, are refused in one line. `--draft-tokens` with no other shape flag is the
+one spelling that meant two things (a chain of K drafted tokens in `simulate`, `rate-for`,
+`speculate`, `reproduce`; SGLang's count, a chain of K - 1, in `metrics` and `report`): it keeps
+the first meaning where it had it (`lone="drafted"`) and is refused with one line naming the
+explicit flags where it had the second (`lone="refuse"`); `lone="sglang"` is the Python API's
+(`RunSettings`, log settings) SGLang reading.
 
 `check()` is the one check every command runs on drafting settings: the shapes SGLang accepts
 (steps >= 1, topk >= 1, at least one drafted token; with topk 1, num_draft_tokens = steps + 1,
@@ -37,6 +44,39 @@ FLAGS = {"steps": "--steps", "topk": "--topk", "num_draft_tokens": "--draft-toke
 # SGLang's server-argument names -> the kit's (CLI flags and JSON fields without the dashes)
 SGLANG_NAMES = {"speculative_num_steps": "steps", "speculative_eagle_topk": "topk",
                 "speculative_num_draft_tokens": "draft_tokens"}
+ALIASES = {"steps": "--steps", "topk": "--topk", "draft_tokens": "--draft-tokens"}  # the kit's older spellings
+SGLANG_FLAGS = {kit: "--" + name.replace("_", "-") for name, kit in SGLANG_NAMES.items()}
+VLLM_FLAG = "--num-speculative-tokens"
+LONE = ("drafted", "sglang", "refuse")
+
+
+def _whole(flag: str, v) -> None:
+    if v is not None and (isinstance(v, bool) or not float(v).is_integer()):
+        raise ValueError(f"{flag} {v!r}: not a whole number")
+
+
+def _low(flag: str, v) -> str | None:
+    """The one message for a value below what its setting allows (None: it is not)."""
+    v = int(v)
+    if flag in ("--steps", "--speculative-num-steps") and v < 1:
+        return f"{flag} {v}: the drafting depth must be at least 1 (SGLang --speculative-num-steps)"
+    if flag in ("--topk", "--speculative-eagle-topk") and v < 1:
+        return f"{flag} {v}: must be at least 1 (1: a chain)"
+    if flag in ("--draft-tokens", "--speculative-num-draft-tokens") and v < 2:
+        return (f"{flag} {v}: SGLang's num-draft-tokens counts the root, so it must be at least 2 (the root "
+                "and one drafted token)")
+    if flag in ("--num-speculative-tokens", "chain") and v < 1:
+        return f"{'--draft-tokens' if flag == 'chain' else flag} {v}: a chain needs at least 1 drafted token"
+    return None
+
+
+def _tree_needs_n(topk: int) -> str:
+    return f"--topk {topk}: a tree needs --draft-tokens (SGLang --speculative-num-draft-tokens, root counted)"
+
+
+def _refuse_low(flag: str, v) -> None:
+    if v is not None and (why := _low(flag, v)):
+        raise ValueError(why)
 
 
 def tree_candidates(steps: int, topk: int) -> int:
@@ -56,8 +96,7 @@ class Drafting:
     def __post_init__(self):
         for name in ("steps", "topk", "num_draft_tokens"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or int(v) != v):
-                raise ValueError(f"{FLAGS[name]} {v!r}: not a whole number")
+            _whole(FLAGS[name], v)
             if v is not None:
                 object.__setattr__(self, name, int(v))
         if self.num_draft_tokens is None:
@@ -89,80 +128,103 @@ class Drafting:
         """From the EAGLE reference code's `depth`, `top_k`, `total_token`."""
         return cls(int(depth) + 1, int(top_k), int(total_token)).check()
 
+    @staticmethod
+    def read_flags(steps=None, topk=None, draft_tokens=None, *, num_speculative_tokens=None,
+                   speculative_num_steps=None, speculative_eagle_topk=None, speculative_num_draft_tokens=None,
+                   lone: str = "drafted") -> dict:
+        """Every spelling of the shape -> {steps, topk, draft_tokens} in SGLang's terms (None: not
+        given; draft_tokens counts the root). One meaning per flag (see the module docstring);
+        ValueError, one line naming the flags, on two that disagree or a lone `--draft-tokens`
+        where `lone="refuse"`."""
+        if lone not in LONE:
+            raise ValueError(f"lone must be one of {', '.join(LONE)}, got {lone!r}")
+        old = {"steps": steps, "topk": topk, "draft_tokens": draft_tokens}
+        new = {"steps": speculative_num_steps, "topk": speculative_eagle_topk,
+               "draft_tokens": speculative_num_draft_tokens}
+        for name in old:
+            _whole(ALIASES[name], old[name])
+            _whole(SGLANG_FLAGS[name], new[name])
+        _whole(VLLM_FLAG, num_speculative_tokens)
+        out = {}
+        for name in old:
+            a, b = old[name], new[name]
+            if a is not None and b is not None and int(a) != int(b):
+                raise ValueError(f"{ALIASES[name]} {a} and {SGLANG_FLAGS[name]} {b} name the same setting with two "
+                                 "values: give one")
+            out[name] = None if a is None and b is None else int(b if b is not None else a)
+        given = {name: (SGLANG_FLAGS[name] if new[name] is not None else ALIASES[name])
+                 for name in out if out[name] is not None}
+        k = num_speculative_tokens
+        if k is not None:
+            _refuse_low(VLLM_FLAG, k)
+            chain = {"steps": int(k), "topk": 1, "draft_tokens": int(k) + 1}
+            for name, flag in given.items():
+                if out[name] != chain[name]:
+                    raise ValueError(f"{VLLM_FLAG} {k} and {flag} {out[name]} disagree: vLLM's num_speculative_tokens "
+                                     f"{k} is a chain of {k} (SGLang --speculative-num-steps {k} "
+                                     f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {int(k) + 1}); "
+                                     "give one shape")
+            return {"steps": int(k), "topk": 1, "draft_tokens": out["draft_tokens"]}
+        if out["steps"] is None and out["topk"] is None and out["draft_tokens"] is not None:
+            n, flag = out["draft_tokens"], given["draft_tokens"]
+            if flag == SGLANG_FLAGS["draft_tokens"] or lone == "refuse":
+                raise ValueError(f"{flag} {n} alone gives no depth: a vLLM chain of K is {VLLM_FLAG} K; SGLang's "
+                                 "shape is --speculative-num-steps S [--speculative-eagle-topk T "
+                                 "--speculative-num-draft-tokens N], N counting the root")
+            if lone == "drafted":  # the older meaning of these commands: K drafted tokens
+                _refuse_low("chain", n)
+                return {"steps": n, "topk": None, "draft_tokens": None}
+            _refuse_low(flag, n)  # lone == "sglang": the root counted
+            return {"steps": n - 1, "topk": None, "draft_tokens": None}
+        return out
+
     @classmethod
     def from_flags(cls, steps=None, topk=None, draft_tokens=None, *, lone: str = "drafted",
-                   positions: int | None = None) -> Drafting | None:
-        """The kit's CLI / JSON names -> a checked `Drafting`, or None when nothing says the shape.
-
-        `draft_tokens` is SGLang's num_draft_tokens when `steps` or `topk` is given; alone it is
-        K drafted tokens (`lone="drafted"`) or num_draft_tokens (`lone="sglang"`). With nothing
-        given, a chain as long as the `positions` a source reports (None when it reports none).
-        ValueError (one line, naming the flag) on a shape no engine runs.
-        """
-        if lone not in ("drafted", "sglang"):
-            raise ValueError(f"lone must be 'drafted' or 'sglang', got {lone!r}")
-        for name, v in (("steps", steps), ("topk", topk), ("num_draft_tokens", draft_tokens)):
-            if v is not None and (isinstance(v, bool) or not float(v).is_integer()):
-                raise ValueError(f"{FLAGS[name]} {v!r}: not a whole number")
+                   positions: int | None = None, **engine_flags) -> Drafting | None:
+        """The shape flags (the kit's aliases positionally, the engines' own by keyword:
+        `num_speculative_tokens`, `speculative_num_steps`, ...) -> a checked `Drafting`, or None when
+        nothing says the shape. With nothing given, a chain as long as the `positions` a source
+        reports (None when it reports none). ValueError (one line, naming the flag) on a shape no
+        engine runs or flags that disagree."""
+        f = cls.read_flags(steps, topk, draft_tokens, lone=lone, **engine_flags)
+        steps, topk, draft_tokens = f["steps"], f["topk"], f["draft_tokens"]
         if steps is None and topk is None:
-            if draft_tokens is None:
-                return None if not positions else cls(int(positions)).check()
-            n = int(draft_tokens)
-            if lone == "drafted":
-                if n < 1:
-                    raise ValueError(f"--draft-tokens {n}: a chain needs at least 1 drafted token")
-                return cls(n).check()
-            if n < 2:
-                raise ValueError(f"--draft-tokens {n}: SGLang's num-draft-tokens counts the root, so it must be "
-                                 "at least 2 (the root and one drafted token)")
-            return cls(n - 1).check()
+            return None if not positions else cls(int(positions)).check()
+        cls.check_flags(steps, topk, draft_tokens)
         if steps is None:
-            if int(topk) > 1:
+            if topk > 1:
                 raise ValueError(f"--topk {topk}: a tree also needs --steps (SGLang --speculative-num-steps)")
-            if topk is not None and int(topk) < 1:
-                raise ValueError(f"--topk {topk}: must be at least 1 (1: a chain)")
             if draft_tokens is None:
-                raise ValueError("--topk 1 alone gives no chain length: add --steps K (or --draft-tokens)")
-            return cls.from_flags(None, None, draft_tokens, lone=lone)
-        k = 1 if topk is None else int(topk)
+                raise ValueError(f"--topk 1 alone gives no chain length: add {VLLM_FLAG} K (or --steps K)")
+            return cls(draft_tokens - 1).check()  # topk 1 and SGLang's count: a chain of N - 1
+        k = 1 if topk is None else topk
         if k > 1 and draft_tokens is None:
-            raise ValueError(f"--topk {k}: a tree needs --draft-tokens (SGLang --speculative-num-draft-tokens, "
-                             "root counted)")
-        return cls(int(steps), k, None if draft_tokens is None else int(draft_tokens)).check()
+            raise ValueError(_tree_needs_n(k))
+        return cls(steps, k, draft_tokens).check()
 
     @staticmethod
     def check_flags(steps=None, topk=None, draft_tokens=None, *, lone: str = "sglang") -> None:
         """Each given flag on its own (before a source fills the others): ValueError naming it."""
-        for name, v in (("steps", steps), ("topk", topk), ("num_draft_tokens", draft_tokens)):
-            if v is not None and (isinstance(v, bool) or not float(v).is_integer()):
-                raise ValueError(f"{FLAGS[name]} {v!r}: not a whole number")
-        if steps is not None and int(steps) < 1:
-            raise ValueError(f"--steps {steps}: the drafting depth must be at least 1 (SGLang --speculative-num-steps)")
-        if topk is not None and int(topk) < 1:
-            raise ValueError(f"--topk {topk}: must be at least 1 (1: a chain)")
-        least = 1 if lone == "drafted" and steps is None and topk is None else 2
-        if draft_tokens is not None and int(draft_tokens) < least:
-            raise ValueError(f"--draft-tokens {draft_tokens}: " + (
-                "a chain needs at least 1 drafted token" if least == 1 else
-                "SGLang's num-draft-tokens counts the root, so it must be at least 2 (the root and one drafted token)"))
+        for flag, v in (("--steps", steps), ("--topk", topk), ("--draft-tokens", draft_tokens)):
+            _whole(flag, v)
+        least = "chain" if lone == "drafted" and steps is None and topk is None else "--draft-tokens"
+        for flag, v in (("--steps", steps), ("--topk", topk), (least, draft_tokens)):
+            _refuse_low(flag, v)
 
     # -- the one check ------------------------------------------------------------------------------
     def check(self, engine: str | None = None) -> Drafting:
         """Refuse a shape SGLang (or vLLM, with `engine="vllm"`) does not run: ValueError, one line."""
         s, k, n = self.steps, self.topk, self.num_draft_tokens
-        if s < 1:
-            raise ValueError(f"--steps {s}: the drafting depth must be at least 1 (SGLang --speculative-num-steps)")
-        if k < 1:
-            raise ValueError(f"--topk {k}: must be at least 1 (1: a chain)")
+        _refuse_low("--steps", s)
+        _refuse_low("--topk", k)
         if n is None:
-            raise ValueError(f"--topk {k}: a tree needs --draft-tokens (SGLang --speculative-num-draft-tokens)")
-        if n < 2:
-            raise ValueError(f"--draft-tokens {n}: SGLang's num-draft-tokens counts the root, so it must be at "
-                             "least 2 (the root and one drafted token)")
+            raise ValueError(_tree_needs_n(k))
+        _refuse_low("--draft-tokens", n)
         if k == 1 and n != s + 1:
             raise ValueError(f"--draft-tokens {n}: with --topk 1 a {s}-step chain verifies {s + 1} tokens with the "
-                             f"root (SGLang sets --speculative-num-draft-tokens to steps + 1 when topk is 1); "
-                             f"give --draft-tokens {s + 1} or leave it out")
+                             f"root (SGLang's num-draft-tokens counts the root and is steps + 1 when topk is 1); "
+                             f"give --draft-tokens {s + 1} or leave it out; vLLM's "
+                             f"num_speculative_tokens {n} is {VLLM_FLAG} {n}")
         most = tree_candidates(s, k) + 1
         if n > most:
             raise ValueError(f"--draft-tokens {n}: a tree of --steps {s} --topk {k} holds at most {most} tokens with "
@@ -196,6 +258,17 @@ class Drafting:
         """vLLM's speculative_config: a chain only (ValueError for a tree)."""
         self.check("vllm")
         return {"num_speculative_tokens": self.steps}
+
+    def engine_flags(self) -> dict:
+        """The shape in both engines' terms, as every JSON states it: SGLang's three settings, and
+        vLLM's num_speculative_tokens (None for a tree: vLLM drafts chains)."""
+        return {"sglang": self.sglang(), "vllm": self.vllm() if self.is_chain else None}
+
+    def launch_flags(self) -> str:
+        """The shape as the engines' launch flags, to copy into a command line."""
+        out = (f"SGLang --speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
+               f"--speculative-num-draft-tokens {self.num_draft_tokens}")
+        return out + (f"; vLLM num_speculative_tokens {self.steps}" if self.is_chain else "")
 
     def eagle(self) -> dict:
         """The EAGLE reference code's names: its first drafting step runs before `depth` more."""
@@ -299,4 +372,5 @@ def simulation(accept_rate, drafting: Drafting, trials: int = 100_000, tree_form
         steps=d.steps if tree_form else None, expected_accept_length=exact, monte_carlo_mean=mc.mean,
         monte_carlo_stderr=mc.stderr, trials=mc.trials, z=mc.z,
         distribution={str(k): v for k, v in mc.to_dict()["distribution"].items()}, drafting=d.label, **extra,
+        **d.engine_flags(),
     )

@@ -63,18 +63,14 @@ class Prediction:
 
     def engines(self) -> dict:
         """The shape in the engines' own flag names (vLLM drafts chains: None for a tree)."""
-        d = self.drafting
-        return {"sglang": d.sglang(), "vllm": d.vllm() if d.is_chain else None}
+        return self.drafting.engine_flags()
 
     def assumption_text(self) -> list[str]:
         return [f"{name}: {ASSUMPTIONS[name]}" for name in self.assumptions]
 
     def flags(self) -> str:
         """The shape as the engines' own flags: SGLang's, and vLLM's for a chain."""
-        d = self.drafting
-        out = (f"SGLang --speculative-num-steps {d.steps} --speculative-eagle-topk {d.topk} "
-               f"--speculative-num-draft-tokens {d.num_draft_tokens}")
-        return out + (f"; vLLM num_speculative_tokens {d.steps}" if d.is_chain else "")
+        return self.drafting.launch_flags()
 
     def text(self) -> str:
         """One line: the value, the shape (and its engine flags), what it rests on, what it lacked."""

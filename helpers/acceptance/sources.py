@@ -73,6 +73,7 @@ class Acceptance:
     source_rate: float | None = None  # the source's own rate figure, as printed
     notes: list = field(default_factory=list)
     counts: dict = field(default_factory=dict)  # lines / parsed / garbled / missing of the reading
+    drafting_flags: dict | None = None  # `drafting` in both engines' terms (`Drafting.engine_flags`)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -189,6 +190,7 @@ def log_conversion(summary: dict) -> dict:
         drafting, out["note"] = None, f"the log's drafting settings are not a shape SGLang runs: {e}"
     length, rate = summary.get("mean_accept_length"), summary.get("mean_accept_rate")
     out["drafting"] = None if drafting is None else drafting.label
+    out["drafting_flags"] = None if drafting is None else drafting.engine_flags()  # both engines' terms
     if drafting is not None and length is not None:
         try:
             out["per_token_rate"] = drafting.rate_for(length)
@@ -241,7 +243,7 @@ def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
         acc.notes.append(f"warning: {how} give a chain of {d.steps} but the source reports acceptance at {len(u)} "
                          f"positions: is --steps right? (the per-token rate is implied under {d.steps})")
     if d is not None:
-        acc.drafting = d.label
+        acc.drafting, acc.drafting_flags = d.label, d.engine_flags()
         if acc.accept_length is not None:
             try:
                 acc.per_token_rate = d.rate_for(acc.accept_length)

@@ -172,34 +172,90 @@ def figure_path(path, what: str = "figure"):
     return p
 
 
+SHAPE_TEXT = """\
+Drafting shape, as the engines spell it (copy it from the launch command): vLLM's
+--num-speculative-tokens K (a chain of K drafted tokens), or SGLang's --speculative-num-steps S
+--speculative-eagle-topk T --speculative-num-draft-tokens N (N counts the root: a chain of S
+verifies S + 1). --steps, --topk and --draft-tokens are aliases of SGLang's three, --draft-tokens
+counting the root beside any other shape flag. Flags that disagree (--num-speculative-tokens 3
+--speculative-num-steps 5, --steps 3 --speculative-num-steps 4): one line, exit 2."""
+
 DRAFT_TOKENS_LONE = {
-    "drafted": "alone: a chain of K drafted tokens (the older meaning, kept)",
-    "sglang": "alone: SGLang's count with the root, a chain of K - 1",
+    "drafted": "alone (no other shape flag): a chain of N drafted tokens, this command's older meaning, kept",
+    "refuse": "alone it is refused (it meant a chain of N - 1 here before): give --num-speculative-tokens K",
 }
+SHAPE_DESTS = ("steps", "topk", "draft_tokens", "num_speculative_tokens", "speculative_num_steps",
+               "speculative_eagle_topk", "speculative_num_draft_tokens")
 
 
-def drafting(p, lone: str, title: str | None = None) -> None:
-    """--steps / --topk / --draft-tokens, read by `helpers.acceptance.drafting.Drafting.from_flags`.
+def drafting(p, lone: str, title: str | None = None, *, aliases: bool = True, vllm: bool = True,
+             group: bool = True) -> None:
+    """The drafting-shape flags as the engines spell them, plus the kit's older aliases; all read
+    by `shape_flags` -> `helpers.acceptance.drafting.Drafting.read_flags`, one meaning each.
 
-    With --steps or --topk, --draft-tokens is SGLang's --speculative-num-draft-tokens (root
-    counted); alone it keeps the command's older meaning (`lone`: "drafted" or "sglang")."""
-    g = p.add_argument_group(title) if title else p
-    g.add_argument("--steps", type=int, default=None, metavar="S",
-                   help="drafting depth: SGLang --speculative-num-steps; with --topk 1 (or no --topk) a chain of S")
-    g.add_argument("--topk", type=int, default=None, metavar="T",
-                   help="SGLang --speculative-eagle-topk: children per expanded node (1: a chain)")
-    g.add_argument("--draft-tokens", type=int, default=None, metavar="K",
-                   help="with --steps/--topk: SGLang --speculative-num-draft-tokens, the root counted (a chain of S "
-                        f"verifies S + 1); {DRAFT_TOKENS_LONE[lone]}")
+    `lone`: what `--draft-tokens` with no other shape flag means here ("drafted": a chain of N, the
+    older meaning of simulate/rate-for/speculate/reproduce; "refuse": one line, where it meant N - 1).
+    `aliases=False` leaves out --steps/--topk/--draft-tokens (a command whose --steps means something
+    else); `vllm=False` leaves out --num-speculative-tokens (a command that declares it itself);
+    `group=False` adds them to `p` as it is (an argument group already)."""
+    g = p if not group else p.add_argument_group(
+        title or "drafting shape (the engines' own flags, to copy from a launch command)")
+    if vllm:
+        g.add_argument("--num-speculative-tokens", type=int, default=None, metavar="K",
+                       help="vLLM's speculative_config num_speculative_tokens: a chain of K drafted tokens")
+    g.add_argument("--speculative-num-steps", type=int, default=None, metavar="S",
+                   help="SGLang's drafting depth (with --speculative-eagle-topk 1, a chain of S)")
+    g.add_argument("--speculative-eagle-topk", type=int, default=None, metavar="T",
+                   help="SGLang's children per expanded node (1: a chain)")
+    g.add_argument("--speculative-num-draft-tokens", type=int, default=None, metavar="N",
+                   help="SGLang's tokens verified per step, the root counted (a chain of S verifies S + 1)")
+    if not aliases:
+        return
+    g.add_argument("--steps", type=int, default=None, metavar="S", help="alias of --speculative-num-steps")
+    g.add_argument("--topk", type=int, default=None, metavar="T", help="alias of --speculative-eagle-topk")
+    g.add_argument("--draft-tokens", type=int, default=None, metavar="N",
+                   help="alias of --speculative-num-draft-tokens (the root counted) beside any other shape flag; "
+                        f"{DRAFT_TOKENS_LONE[lone]}")
+
+
+def shape_flags(args, lone: str) -> dict:
+    """The shape flags given, read once (`Drafting.read_flags`): {steps, topk, draft_tokens} in
+    SGLang's terms, None where not given; flags that disagree or mean nothing alone: one line, exit 2."""
+    from helpers.acceptance.drafting import Drafting
+    from helpers.core.errors import BadInputError
+
+    given = {name: getattr(args, name, None) for name in SHAPE_DESTS}
+    try:
+        return Drafting.read_flags(**given, lone=lone)
+    except ValueError as e:
+        raise BadInputError(None, str(e)) from None
+
+
+def as_typed(args, message: str) -> str:
+    """A shape message in the spelling the user typed: the engines' flag names when no alias was given."""
+    import re
+
+    if any(getattr(args, name, None) is not None for name in ("steps", "topk", "draft_tokens")):
+        return message
+    for alias, flag in (("--steps", "--speculative-num-steps"), ("--topk", "--speculative-eagle-topk"),
+                        ("--draft-tokens", "--speculative-num-draft-tokens")):
+        message = re.sub(rf"(?<![\w-]){alias}\b", flag, message)
+    return message
+
+
+def shape_given(args) -> bool:
+    """Whether any shape flag was given."""
+    return any(getattr(args, name, None) is not None for name in SHAPE_DESTS)
 
 
 def drafting_from(args, lone: str, positions: int | None = None):
     """The `Drafting` the flags give (None when none given and no `positions`); a shape no engine
-    runs is one line naming the flag, exit 2."""
+    runs, or flags that disagree, is one line naming the flag, exit 2."""
     from helpers.acceptance.drafting import Drafting
     from helpers.core.errors import BadInputError
 
+    f = shape_flags(args, lone)
     try:
-        return Drafting.from_flags(args.steps, args.topk, args.draft_tokens, lone=lone, positions=positions)
+        return Drafting.from_flags(f["steps"], f["topk"], f["draft_tokens"], lone=lone, positions=positions)
     except ValueError as e:
-        raise BadInputError(None, str(e)) from None
+        raise BadInputError(None, as_typed(args, str(e))) from None

@@ -33,7 +33,7 @@ expected_one_rate, notes, assumptions}] per --predict shape (default: a chain of
 or of a chain of S drafted tokens with --predict S (vLLM's num_speculative_tokens = S). The
 prediction is the exact expectation of the measured rank table (per step, the share of labels at
 each rank of the draft's top k, on the validation split when there is one); score at least S steps
-and top-K (--steps S --topk K) for it to use measured ranks at every depth. It assumes teacher
+and top-K (--steps S --accuracy-topk K) for it to use measured ranks at every depth. It assumes teacher
 forcing, independence across depths, every position weighted equally, and that a depth after an
 accepted sibling ranks as after the rank-0 draft (the JSON lists them); `d2t-lab speculate` measures
 the accept length with the target in the loop (docs/prediction-calibration.md).
@@ -47,6 +47,9 @@ a manifest naming another target (hidden size, vocab, captured layers, a target 
 the draft does not share, or a --target-head other than the one captured) is refused in one line
 naming the manifest, what it says and what the draft expects; samples without one are scored as is.
 
+--accuracy-topk K (older alias --topk) is the k of top-k accuracy, not a drafting shape: the
+JSON keeps its name `topk` at the top level.
+
 Exit 0 when scored; 2 with one line on unusable input."""
 
 
@@ -55,7 +58,9 @@ def add_arguments(p) -> None:
     p.add_argument("--samples", metavar="SAMPLES", required=True, help="hidden-state samples folder (may hold train/ and val/)")
     _options.readings(p)
     p.add_argument("--steps", type=int, default=1, help="drafting steps to score (default 1)")
-    p.add_argument("--topk", type=int, default=5, help="k of top-k accuracy (default 5)")
+    p.add_argument("--accuracy-topk", "--topk", dest="topk", type=int, default=5, metavar="K",
+                   help="k of top-k accuracy (default 5); --topk is its older alias (here it is not SGLang's "
+                        "tree branching --speculative-eagle-topk: a tree to predict is --predict S/K/N)")
     p.add_argument("--predict", action="append", default=None, metavar="S/K/N",
                    help="predict the accept length of SGLang's tree S/K/N (steps/topk/draft tokens, root "
                         "counted) or of a chain of S (--predict S); repeatable (default: a chain of --steps)")
@@ -92,8 +97,8 @@ def run(args) -> int:
     from helpers.measure.evaluate import evaluate
 
     readings = _options.parse_readings(args.readings)
-    if args.steps < 1 or args.topk < 1:
-        raise BadInputError(None, "--steps and --topk must be at least 1")
+    if args.steps < 1 or args.topk < 1:  # --topk: --accuracy-topk's older alias
+        raise BadInputError(None, "--steps and --accuracy-topk (--topk) must be at least 1")
     try:
         from helpers.core.devices import parse_dtype
 

@@ -29,7 +29,8 @@ a rate outside [0, 1]; a negative count) is named with its line number and never
 one line, exit 2.
 The drafting settings on the log's start-up line (SGLang's server_args=..., vLLM's
 num_speculative_tokens) are read and used: the per-token rate the mean accept length implies
-under them, and which definition SGLang's accept rate follows in this build.
+under them, and which definition SGLang's accept rate follows in this build (--json: conversion
+{drafting, per_token_rate, accept_rate_definition, drafting_flags{sglang{...}, vllm{...} or null}}).
 
 Forced acceptance: a log whose server was started with a benchmark setting that presets
 acceptance (SGLang SGLANG_SIMULATE_ACC_LEN > 0, vLLM rejection_sample_method "synthetic",

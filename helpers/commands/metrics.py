@@ -21,8 +21,9 @@ SOURCE is a URL or a file:
         server log, or a SpecForge training log (acc_i, simulated_acc_len).
 --interval S (a URL): scrape twice S seconds apart and use the counters' difference (vLLM's
 counters count from server start; the difference is what the traffic in between did).
-Drafting settings: --steps/--topk/--draft-tokens (SGLang's names: --draft-tokens counts the root,
-alone a chain of K - 1), else what the source states (SGLang's server_args line in either form or
+""" + _options.SHAPE_TEXT + """
+--draft-tokens alone (it meant a chain of N - 1 here, and a chain of N elsewhere) is refused in one
+line naming --num-speculative-tokens. Drafting settings: the flags, else what the source states (SGLang's server_args line in either form or
 server info, vLLM's num_speculative_tokens), else a chain as long as the positions reported; read
 and checked by the same code as `rate-for` (a shape SGLang does not run: one line, exit 2), with
 a warning when a chain's length differs from the positions the source reports.
@@ -49,7 +50,7 @@ def add_arguments(p) -> None:
     p.add_argument("source", metavar="SOURCE", help="a URL (/metrics or /get_server_info) or a file")
     p.add_argument("--interval", type=float, default=None, metavar="S",
                    help="URL only: scrape twice, S seconds apart, and difference the counters")
-    _options.drafting(p, "sglang")
+    _options.drafting(p, "refuse")
     p.add_argument("--year", type=int, default=None, metavar="Y", help="year of a vLLM log's times (default: this year)")
     p.add_argument("--launch-command", metavar="TEXT", default=None,
                    help="the command the server was started with (env assignments included), read for forced acceptance")
@@ -65,16 +66,19 @@ def run(args) -> int:
 
     from helpers.acceptance.drafting import Drafting
 
+    shape = _options.shape_flags(args, "refuse")  # the engines' flags and the aliases, read once
     try:
-        Drafting.check_flags(args.steps, args.topk, args.draft_tokens, lone="sglang")
+        Drafting.check_flags(shape["steps"], shape["topk"], shape["draft_tokens"], lone="sglang")
+        if shape["steps"] is not None and (shape["topk"] in (None, 1) or shape["draft_tokens"] is not None):
+            Drafting.from_flags(shape["steps"], shape["topk"], shape["draft_tokens"], lone="sglang")  # whole: checked
     except ValueError as e:
-        raise BadInputError(None, str(e)) from None
+        raise BadInputError(None, _options.as_typed(args, str(e))) from None
     out = output_file(args.out, "metrics JSON") if args.out else None
     if args.interval is not None and not args.interval > 0:
         raise BadInputError(None, f"--interval must be a positive number of seconds, got {args.interval}")
     table = read_metrics(args.source, interval=args.interval, year=args.year)
     if not table.settings and table.forced is None:  # the source states no drafting: the flags' bounds the rows
-        _restrict_to_flags(table, args)
+        _restrict_to_flags(table, shape)
     forced = table.forced
     if forced is None and args.launch_command:
         from helpers.serving.startup import setup_from_text
@@ -90,21 +94,21 @@ def run(args) -> int:
         _write(out, obj)
         print(jsontext.dumps(obj, indent=2) if args.json else f"{table.source}: {forced_line(forced)}")
         return 0
-    acc = normalise(table, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
+    acc = normalise(table, steps=shape["steps"], topk=shape["topk"], draft_tokens=shape["draft_tokens"])
     obj = {**acc.to_dict(), "forced_acceptance": None, "reading": table.to_json()}
     _write(out, obj)
     print(jsontext.dumps(obj, indent=2) if args.json else acc.report() + _invalid_lines(table))
     return 0
 
 
-def _restrict_to_flags(table, args) -> None:
-    """Rows above what the --steps/--topk/--draft-tokens drafting emits per verify step move to
-    invalid_rows (`helpers.serving.bounds`); none left: one line, exit 2."""
+def _restrict_to_flags(table, shape: dict) -> None:
+    """Rows above what the drafting flags' shape emits per verify step move to invalid_rows
+    (`helpers.serving.bounds`); none left: one line, exit 2."""
     from helpers.acceptance.drafting import Drafting
     from helpers.core.errors import BadInputError
     from helpers.serving import bounds
 
-    flags = Drafting.from_flags(args.steps, args.topk, args.draft_tokens, lone="sglang")
+    flags = Drafting.from_flags(shape["steps"], shape["topk"], shape["draft_tokens"], lone="sglang")
     if flags is None:
         return
     table.restrict(bounds.maximum_for(flags.kit()))

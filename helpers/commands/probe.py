@@ -17,7 +17,10 @@ time, greedy (temperature 0), and measures the accept length it achieved on them
 What the server is: GET /v1/models (the served model: --model, default the first listed),
 /metrics (vLLM vllm:spec_decode_* counters, SGLang sglang:*), SGLang /get_server_info (drafting
 settings). Drafting settings: SGLang's server info; vLLM's num_spec_tokens in the answers, else
---num-speculative-tokens K, else a start-up log (--log FILE), else the positions /metrics counts.
+the shape flags as the engines spell them (--num-speculative-tokens K, vLLM's chain; or SGLang's
+--speculative-num-steps S --speculative-eagle-topk T --speculative-num-draft-tokens N, the root
+counted; flags that disagree: one line, exit 2), else a start-up log (--log FILE), else the
+positions /metrics counts. JSON drafting{..., sglang{...}, vllm{num_speculative_tokens} or null}.
 
 What is sent: with --target DIR each prompt is rendered with the target's tokenizer and chat
 template exactly as `speculate` does (--chat-template) and sent as token ids: vLLM
@@ -84,8 +87,6 @@ def add_arguments(p) -> None:
                    help="the served target's Hugging Face folder: send token ids and check the served tokens")
     p.add_argument("--checkpoint", metavar="DRAFT", default=None,
                    help="the served draft's checkpoint (needs --target): compare with the engine-free loop")
-    p.add_argument("--num-speculative-tokens", type=int, default=None, metavar="K",
-                   help="vLLM's num_speculative_tokens when the server does not report it")
     p.add_argument("--log", metavar="FILE", default=None,
                    help="the server's start-up log (its drafting settings, algorithm, forced acceptance)")
     p.add_argument("--launch-command", metavar="TEXT", default=None,
@@ -93,6 +94,8 @@ def add_arguments(p) -> None:
                         "and forced acceptance")
     p.add_argument("--engine", type=_options.aux_engine_value, default=None, metavar="ENGINE[==VERSION]",
                    help="whose aux-layer convention the engine-free loop uses: sglang or vllm (default: the server's)")
+    _options.drafting(p, "refuse", "drafting shape, when the server does not report it (the engines' own flags)",
+                      aliases=False)
     _options.chat_template(p)
     _options.device_dtype(p)
     _options.embed_from(p)
@@ -108,6 +111,7 @@ def run(args) -> int:
                         ("--num-speculative-tokens", args.num_speculative_tokens)):
         if value is not None and value < 1:
             raise BadInputError(None, f"{flag} must be at least 1, got {value}")
+    given = _options.drafting_from(args, "refuse")  # the shape flags, read once; None when none given
     if args.checkpoint and not args.target:
         raise BadInputError(None, "--checkpoint needs --target DIR: the engine-free loop runs the draft with its target")
     out = output_file(args.out, "probe JSON") if args.out else None
@@ -150,8 +154,10 @@ def run(args) -> int:
     sent = [(r.index, None if ids is None else ids[k], r.prompt_messages()) for k, r in enumerate(records)]
     measured = measure(server, sent, max_new_tokens=args.max_new_tokens, model=model,
                        progress=_options.show_progress(args))
-    drafting, drafting_source, notes = drafting_of(server, measured, num_speculative_tokens=args.num_speculative_tokens,
-                                                   log=args.log)
+    drafting, drafting_source, notes = drafting_of(server, measured, log=args.log,
+                                                   num_speculative_tokens=given.steps if given and given.is_chain else None)
+    if given is not None and drafting_source not in ("/get_server_info", "num_spec_tokens in the answers"):
+        drafting, drafting_source = given, "the drafting flags"  # the server states none: the flags' shape
     result = ProbeResult(measured, model, drafting, drafting_source, str(prompts), bundled, args.max_new_tokens,
                          notes=notes, setup=setup)
     from helpers.commands.logs import algorithm_findings

@@ -13,17 +13,18 @@ The inverse of `simulate`: the single per-token acceptance rate A whose exact ex
 length, under the drafting given, equals the measured L (bonus token counted, as engines print
 it). Found by bisection on the same closed form (chain) or exact tree expectation `simulate` uses.
 
-Chain: --draft-tokens K alone is K drafted tokens (the older meaning, kept), --steps K (or
---steps K --topk 1 [--draft-tokens K+1]) the same chain in SGLang's names. Tree (--topk T
---steps S --draft-tokens N): N is SGLang's --speculative-num-draft-tokens, which counts the root.
-Whenever --steps or --topk is given, --draft-tokens counts the root. The drafting is read and
-checked by the same code as `metrics` (a shape SGLang does not run is refused, one line, exit 2),
-so `rate-for --topk 1 --steps S` gives the rate `metrics --topk 1 --steps S` implies.
+""" + _options.SHAPE_TEXT + """
+--draft-tokens K with no other shape flag is a chain of K drafted tokens (this command's older
+meaning, kept; = --num-speculative-tokens K). The drafting is read and checked by the same code as `metrics` (a shape SGLang does not run is refused, one line, exit 2),
+so `rate-for --num-speculative-tokens S` gives the rate `metrics --num-speculative-tokens S` implies.
 Also prints the `accept rate` SGLang's log would show for L under its two definitions (accept
 length / num_draft_tokens, or accepted drafts / (num_draft_tokens - 1)): neither is a per-token
 rate, so never feed a logged accept rate to `simulate --accept-rate`.
 
-Example: d2t-lab rate-for --accept-length 1.91 --draft-tokens 16 --topk 4 --steps 5   (A ~ 0.21)"""
+Example: d2t-lab rate-for --accept-length 1.91 --speculative-num-steps 5 --speculative-eagle-topk 4
+         --speculative-num-draft-tokens 16   (A ~ 0.21)
+JSON (--json): ..., sglang{speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens},
+vllm{num_speculative_tokens} (null for a tree)."""
 
 
 def add_arguments(p) -> None:
@@ -37,11 +38,15 @@ def run(args) -> int:
 
     drafting = _options.drafting_from(args, "drafted")
     if drafting is None:
-        print("error: give --draft-tokens K (a chain of K) or --steps S [--topk T --draft-tokens N]", file=sys.stderr)
+        from helpers.commands.simulate import NO_SHAPE
+
+        print(f"error: {NO_SHAPE}", file=sys.stderr)
         return 2
-    try:
-        r = rate_for(args.accept_length, drafting, given={"draft_tokens": args.draft_tokens, "topk": args.topk,
-                                                          "steps": args.steps})
+    typed = {"draft_tokens": args.draft_tokens, "topk": args.topk, "steps": args.steps}
+    try:  # the JSON echoes the older flags as typed, else the engines' flags in SGLang's terms
+        r = rate_for(args.accept_length, drafting, given=typed if any(v is not None for v in typed.values())
+                     else _options.shape_flags(args, "drafted"))
+        r.update(drafting.engine_flags())
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -28,7 +28,10 @@ quoted in the summary's conclusion. With --target DIR --prompts FILE the report 
 real speculative decoding with that target under both readings of d2t (token view, measured vs
 predicted accept length, tokens/s; --max-prompts, --max-new-tokens, --temperature), and the
 doctor (06) checks the draft against the target's config. The drafting settings come from
---steps/--topk/--draft-tokens, else from the first --log with SGLang's server_args= (or vLLM's
+the shape flags (vLLM's --num-speculative-tokens K; SGLang's --speculative-num-steps,
+--speculative-eagle-topk, --speculative-num-draft-tokens, the root counted; aliases --steps,
+--topk, --draft-tokens; --draft-tokens alone, a chain of N - 1 here before, is refused in one
+line naming --num-speculative-tokens), else from the first --log with SGLang's server_args= (or vLLM's
 num_speculative_tokens) line, else a 3-token chain; summary.md says which. When flags and such a
 log disagree, the conflict is named (on stdout, in summary.md's conclusion and summary.json's
 drafting_conflict) and the log's settings are used, what the server ran (--drafting-from flags:
@@ -64,14 +67,10 @@ def add_arguments(p) -> None:
                    help="Hugging Face target folder: also run speculative decoding with it (notebook 07; needs --prompts)")
     g.add_argument("--prompts", metavar="FILE", default=None, help="JSONL prompts for --target")
     g.add_argument("--target-head", default=None, help="target final norm + lm_head, to score against the target's argmax")
-    d = p.add_argument_group("deployment (SGLang's names; default: from the log's server_args, else a 3-token chain)")
-    d.add_argument("--steps", type=int, default=None, help="drafting depth, --speculative-num-steps")
-    d.add_argument("--topk", type=int, default=None, help="--speculative-eagle-topk (1: a chain)")
-    d.add_argument("--draft-tokens", type=int, default=None,
-                   help="--speculative-num-draft-tokens, the root counted (default steps + 1; with --topk 1 it must be "
-                        "steps + 1, as SGLang sets it; alone, a chain of N - 1)")
+    d = p.add_argument_group("deployment (the engines' flags; default: from the log's server_args, else a 3-token chain)")
+    _options.drafting(d, "refuse", group=False)
     d.add_argument("--drafting-from", choices=("log", "flags"), default="log",
-                   help="when --steps/--topk/--draft-tokens and a --log's start-up line disagree, whose settings the "
+                   help="when the shape flags and a --log's start-up line disagree, whose settings the "
                         "report uses: the log's (default: what the server ran) or the flags'; the conflict is named "
                         "either way")
     d.add_argument("--baseline-tps", type=float, default=None, help="decode tokens/s without speculation")
@@ -97,8 +96,9 @@ def settings_from_args(args) -> RunSettings:
         spec_tps=args.spec_tps, target=args.target, prompts=args.prompts, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
         max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
     )
+    shape = _options.shape_flags(args, "refuse")  # the engines' flags and the aliases, read once
     try:
-        by_flags = resolve_drafting(s, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens)
+        by_flags = resolve_drafting(s, **shape)
         chosen = by_flags
         conflict = drafting_conflict(args, s, by_flags)
         if conflict is not None:
@@ -124,8 +124,8 @@ def drafting_conflict(args, s: RunSettings, by_flags: RunSettings):
 
     from helpers.serving.startup import read_drafting
 
-    given = [f"--{n.replace('_', '-')} {v}" for n, v in (("steps", args.steps), ("topk", args.topk),
-                                                           ("draft_tokens", args.draft_tokens)) if v is not None]
+    given = [f"--{n.replace('_', '-')} {getattr(args, n)}" for n in _options.SHAPE_DESTS
+             if getattr(args, n, None) is not None]
     if not given:
         return None
     for log in s.logs:

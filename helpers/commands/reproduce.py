@@ -20,8 +20,10 @@ by z = (engine-free accept length - L) / sqrt(its stderr² + S²): the wirings w
 reproduce the measured number. Each row says which engines make that mistake. A misconfiguration
 that cannot happen to this draft is listed with the reason and not run.
 
-Give the drafting settings the server used (SGLang's --steps/--topk/--draft-tokens, or a chain
-of --draft-tokens K) and, if known, the standard error of the measured accept length (--stderr;
+Give the drafting settings the server used, as its launch command spells them (vLLM's
+--num-speculative-tokens K; SGLang's --speculative-num-steps S --speculative-eagle-topk T
+--speculative-num-draft-tokens N, the root counted; aliases --steps, --topk, --draft-tokens, and
+--draft-tokens K alone a chain of K; default a chain of 5) and, if known, the standard error of the measured accept length (--stderr;
 `d2t-lab logs` and the report print it).
 
 JSON (--json): accept_length, stderr, settings, prompts, verdict, best{...}, correct{...},

@@ -11,10 +11,12 @@ DESCRIPTION = """\
 Expected accept length (tokens per verify step, the target's bonus token included, so >= 1) for
 a per-token acceptance rate A, exactly and by Monte Carlo with its standard error.
 
-Chain (--draft-tokens K alone, as before; or --steps K): K drafted tokens, E = (1 - A^(K+1)) / (1 - A).
-Tree (--topk T --steps S, SGLang's --speculative-eagle-topk / --speculative-num-steps):
-  --draft-tokens is SGLang's --speculative-num-draft-tokens, which counts the root, so the tree
-  keeps K - 1 drafted nodes: those of highest path probability among the beam-search candidates
+""" + _options.SHAPE_TEXT + """
+
+Chain (--num-speculative-tokens K; --draft-tokens K alone, as before; or --steps K): K drafted
+tokens, E = (1 - A^(K+1)) / (1 - A).
+Tree (--speculative-num-steps S --speculative-eagle-topk T --speculative-num-draft-tokens N):
+  N counts the root, so the tree keeps N - 1 drafted nodes: those of highest path probability among the beam-search candidates
   (at most T + (S - 1) T^2 of them; with --topk 1 SGLang verifies exactly S + 1 tokens).
   With --steps or --topk, --draft-tokens always counts the root; a shape SGLang does not run
   (e.g. --steps 3 --topk 1 --draft-tokens 8) is refused in one line naming the flag, exit 2.
@@ -23,13 +25,20 @@ Tree (--topk T --steps S, SGLang's --speculative-eagle-topk / --speculative-num-
 A may be one rate or a comma-separated list: per drafted position (chain, K values) or per depth
 (tree, S values).
 
-Work sizes: --draft-tokens and --steps at most 256, --topk at most 64, --trials 2 to 100,000,000;
+Work sizes: draft tokens and steps at most 256, topk at most 64, --trials 2 to 100,000,000;
 more is refused in one line (exit 2). No engine drafts more than a few dozen tokens per verify
 step, past 256 drafted tokens a chain's accept length no longer moves (A^257 < 2e-12 for A <= 0.9),
 and 100,000,000 trials (about a second) already give a standard error below 1e-4 of the spread.
 
-Example: d2t-lab simulate --accept-rate 0.21 --draft-tokens 16 --topk 4 --steps 5
-(the investigation's serving setup: accept length ~1.9)."""
+Example: d2t-lab simulate --accept-rate 0.21 --speculative-num-steps 5 --speculative-eagle-topk 4
+         --speculative-num-draft-tokens 16   (the investigation's serving setup: accept length ~1.9)
+JSON (--json): ..., sglang{speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens},
+vllm{num_speculative_tokens} (null for a tree): the shape in both engines' terms."""
+
+
+NO_SHAPE = ("give the drafting shape: --num-speculative-tokens K (vLLM, a chain of K; or --draft-tokens K "
+            "alone) or --speculative-num-steps S [--speculative-eagle-topk T --speculative-num-draft-tokens N] "
+            "(SGLang; aliases --steps, --topk, --draft-tokens)")
 
 
 def add_arguments(p) -> None:
@@ -59,11 +68,16 @@ def check_sizes(args) -> None:
 
     if args.trials < 2:
         raise BadInputError("--trials", f"{args.trials:,} is fewer than 2 (a standard error needs two draws)")
-    limits = (("--draft-tokens", args.draft_tokens, MAX_DRAFT_TOKENS,
-               "no engine drafts more per verify step; past 256 a chain's accept length no longer moves"),
-              ("--steps", args.steps, MAX_DRAFT_TOKENS, "no engine drafts deeper; past 256 the accept length no "
-                                                        "longer moves"),
-              ("--topk", args.topk, MAX_TOPK, "SGLang runs 1 to 10; more only multiplies the candidates"),
+    more = "no engine drafts more per verify step; past 256 a chain's accept length no longer moves"
+    deeper = "no engine drafts deeper; past 256 the accept length no longer moves"
+    wider = "SGLang runs 1 to 10; more only multiplies the candidates"
+    limits = (("--draft-tokens", args.draft_tokens, MAX_DRAFT_TOKENS, more),
+              ("--speculative-num-draft-tokens", args.speculative_num_draft_tokens, MAX_DRAFT_TOKENS, more),
+              ("--num-speculative-tokens", args.num_speculative_tokens, MAX_DRAFT_TOKENS, more),
+              ("--steps", args.steps, MAX_DRAFT_TOKENS, deeper),
+              ("--speculative-num-steps", args.speculative_num_steps, MAX_DRAFT_TOKENS, deeper),
+              ("--topk", args.topk, MAX_TOPK, wider),
+              ("--speculative-eagle-topk", args.speculative_eagle_topk, MAX_TOPK, wider),
               ("--trials", args.trials, MAX_TRIALS, "1e8 trials already give a standard error below 1e-4 of the "
                                                     "spread"))
     for flag, value, high, why in limits:  # the low ends: the drafting shape's own check names them
@@ -75,13 +89,15 @@ def run(args) -> int:
     check_sizes(args)
     drafting = _options.drafting_from(args, "drafted")
     if drafting is None:
-        print("error: give --draft-tokens K (a chain of K) or --steps S [--topk T --draft-tokens N]", file=sys.stderr)
+        print(f"error: {NO_SHAPE}", file=sys.stderr)
         return 2
     try:
         from helpers.acceptance.drafting import simulation
 
+        sglang_named = any(v is not None for v in (args.steps, args.topk, args.speculative_num_steps,
+                                                   args.speculative_eagle_topk))
         r = simulation(_rates(args.accept_rate), drafting, args.trials,
-                       tree_form=args.topk is not None or args.steps is not None)
+                       tree_form=sglang_named and args.num_speculative_tokens is None)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -12,10 +12,11 @@ HELP = "run speculative decoding with a Hugging Face target and the draft, per r
 BUNDLED = Path(__file__).resolve().parents[2] / "data_samples"
 DESCRIPTION = """\
 Speculative decoding in plain PyTorch, as EAGLE-3 engines run it: the draft proposes from the
-target's aux hidden states of the accepted tokens (a chain: --draft-tokens K alone, the older
-meaning, or --steps K; SGLang's tree: --steps S --topk T --draft-tokens N, N counting the root
-whenever --steps or --topk is given; default a chain of 5; a shape SGLang does not run, e.g.
---steps 0 or --steps 3 --topk 1 --draft-tokens 8, is refused in one line), the target verifies every proposed token
+target's aux hidden states of the accepted tokens (a chain: --num-speculative-tokens K, vLLM's,
+or --draft-tokens K alone, the older meaning; SGLang's tree: --speculative-num-steps S
+--speculative-eagle-topk T --speculative-num-draft-tokens N, N counting the root, aliases --steps,
+--topk, --draft-tokens; default a chain of 5; a shape SGLang does not run, e.g. --steps 0 or
+--steps 3 --topk 1 --draft-tokens 8, or flags that disagree, are refused in one line), the target verifies every proposed token
 in one forward with its KV cache (a tree attention mask for trees) and keeps only the accepted
 tokens' cache rows. Temperature 0 verifies greedily (the output is token for token the target's
 own greedy output); temperature > 0 uses the rejection rule (the output follows the target's own
@@ -43,7 +44,9 @@ rank 0 merges the runs (sums of counts) and prints. With --temperature > 0 each 
 is seeded from --seed and its own index, so the tokens do not depend on how prompts are split.
 
 JSON (--json): checkpoint, target, prompts, readings{R: settings{reading, drafting, steps, topk,
-draft_tokens, num_draft_tokens, temperature, max_new_tokens, seed, engine, chat_template},
+draft_tokens, num_draft_tokens, temperature, max_new_tokens, seed, engine, chat_template,
+sglang{speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens},
+vllm{num_speculative_tokens} (null for a tree)},
 mean_accept_length, stderr, accept_length_definition, verify_steps, accepted_tokens,
 generated_tokens, histogram, accepted_per_position,
 per_position_unconditional, per_position_conditional, target_forwards, target_tokens_fed,

@@ -57,13 +57,14 @@ class SpecSettings:
 
     def to_dict(self) -> dict:
         """JSON: `draft_tokens` is K drafted tokens for a chain and num_draft_tokens (root counted)
-        for a tree, as before; `num_draft_tokens` is always SGLang's count."""
+        for a tree, as before; `num_draft_tokens` is always SGLang's count; `sglang` / `vllm` state the
+        shape in both engines' terms (`Drafting.engine_flags`)."""
         d = self.drafting
         return {"reading": self.reading, "drafting": "chain" if d.is_chain else "tree", "steps": d.steps,
                 "topk": d.topk, "draft_tokens": d.steps if d.is_chain else d.num_draft_tokens,
                 "num_draft_tokens": d.num_draft_tokens, "temperature": self.temperature,
                 "max_new_tokens": self.max_new_tokens, "seed": self.seed, "engine": self.engine,
-                "chat_template": self.chat_template}
+                "chat_template": self.chat_template, **d.engine_flags()}
 
 
 @dataclass

@@ -10,7 +10,8 @@ same quantity never shows two values in one bundle:
 - `draft_tokens`: SGLang's `--speculative-num-draft-tokens`, the verified root included
   (default `steps + 1`, a chain of `steps` drafted tokens).
 
-The three are read into one `helpers.acceptance.drafting.Drafting` (`RunSettings.drafting`), checked
+The three are read into one `helpers.acceptance.drafting.Drafting` (`RunSettings.drafting`; `is_chain`
+and `num_draft_tokens` are its, and `to_dict()` adds its `engine_flags()`), checked
 there (a shape SGLang does not run, e.g. steps 3 topk 1 draft_tokens 8, is a ValueError naming
 the flag). `resolve_drafting` fills the drafting settings from explicit values first, then from a serving
 log's start-up line (SGLang `server_args=`, vLLM `num_speculative_tokens`), then from defaults,
@@ -74,12 +75,12 @@ class RunSettings:
 
     @property
     def num_draft_tokens(self) -> int:
-        """SGLang's --speculative-num-draft-tokens: given, or steps + 1 (a chain)."""
-        return self.draft_tokens if self.draft_tokens is not None else self.steps + 1
+        """SGLang's --speculative-num-draft-tokens (the root counted): the `Drafting`'s."""
+        return self.drafting.num_draft_tokens
 
     @property
     def is_chain(self) -> bool:
-        return self.topk == 1
+        return self.drafting.is_chain
 
     def with_(self, **changes) -> RunSettings:
         return replace(self, **changes)
@@ -104,8 +105,10 @@ class RunSettings:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["draft_tokens"] = self.num_draft_tokens
-        d["drafting"] = self.drafting.label
+        drafting = self.drafting
+        d["draft_tokens"] = drafting.num_draft_tokens
+        d["drafting"] = drafting.label
+        d.update(drafting.engine_flags())  # the shape in both engines' terms: sglang{...}, vllm{...} or None
         return d
 
 
