@@ -355,3 +355,23 @@ def test_report_passes_the_target_to_the_doctor_and_the_run_settings_to_07(tmp_p
     assert spec["max_samples"] is None  # 07's older name for max_prompts: never the files-per-split value
     r = cli("report", "--help")
     assert "07_speculative_decoding" in r.stdout and "--max-prompts" in r.stdout and "--temperature" in r.stdout
+
+
+def test_an_error_printed_after_progress_is_switched_on_keeps_its_newline():
+    """Off a terminal, stderr goes through the progress line writer; `print` writes a message and
+    its newline separately, and the newline must survive (a bar's closing newline alone is dropped)."""
+    import io
+
+    from tqdm import tqdm
+
+    from helpers.commands import _options
+
+    out = io.StringIO()
+    lines = _options._ProgressLines(out)
+    print("error: config.json: draft_vocab_size is 800.0, expected a positive integer", file=lines)
+    for _ in tqdm(range(3), desc="scoring", file=lines):
+        pass
+    print("second line", file=lines)
+    text = out.getvalue()
+    assert text.startswith("error: config.json: draft_vocab_size is 800.0, expected a positive integer\n"), text
+    assert text.endswith("\nsecond line\n") and "\n\n" not in text, text

@@ -114,14 +114,19 @@ class _ProgressLines:
     def __init__(self, stream):
         self.stream = stream
         self.bars: dict[str, list[float]] = {}  # bar name -> [first seen, last shown (0: never)]
+        self.after_bar = False  # the last text written was a bar's redraw
 
     def write(self, text: str) -> int:
         import time
 
         if not text.startswith("\r"):
-            if text != "\n":  # tqdm ends a bar with a newline: the lines here are whole already
+            # tqdm ends a bar with a lone newline (the lines here are whole already); any other lone
+            # newline is the end of a line, e.g. the one `print` writes after an error message
+            if text != "\n" or not self.after_bar:
                 self.stream.write(text)
+            self.after_bar = False
             return len(text)
+        self.after_bar = True
         line = text.replace("\r", "").strip()
         if not line:
             return len(text)
