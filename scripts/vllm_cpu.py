@@ -54,7 +54,10 @@ def free_port() -> int:
 
 
 def engine_env(threads: int = 1) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
+    # no colour codes in the log, even when started from a Jupyter kernel (which sets FORCE_COLOR)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH")) and k not in ("FORCE_COLOR", "CLICOLOR_FORCE")}
+    env.update({"NO_COLOR": "1", "VLLM_LOGGING_COLOR": "0"})
     env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                 "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
                 "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
@@ -176,7 +179,8 @@ class Server:
         return Outcome(False, time.time() - t0, f"no answer on /health within {timeout:.0f} s")
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        text = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        return re.sub(r"\x1b\[[0-9;]*m", "", text)  # a log written with colour codes reads the same
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -75,6 +75,7 @@ COLUMNS = [
     "accepted_tps", "drafted_tps", "per_position", "drafts", "variable", "cut",
 ]
 
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # terminal colour codes (vLLM colours its log when it thinks a terminal reads it)
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 # `, ` followed by `Key: ` where a key starts with a letter or '#' and holds no ':' or ','
 _FIELD_SPLIT = re.compile(r",\s+(?=[A-Za-z#][^:,]*:\s)")

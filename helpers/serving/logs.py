@@ -21,6 +21,7 @@ from pathlib import Path
 from helpers.core.errors import BadInputError
 from helpers.serving import bounds
 from helpers.serving.log_lines import (
+    ANSI_COLOUR,
     _CONTAINER,
     _VLLM_TIME,
     COLUMNS,
@@ -200,6 +201,8 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
     drafting, setup = {}, Setup()
     for n, line in enumerate(lines, start=1):
         total += 1
+        if "\x1b" in line:
+            line = ANSI_COLOUR.sub("", line)
         try:
             row = parse_line(line, year=year)
         except Garbled as e:

@@ -378,7 +378,9 @@ def engine_log_lines(folder, run: str) -> list[str]:
     over the last interval, as vLLM counts it) and the first line of the error it stopped on, those it has."""
     import re
 
-    lines = (Path(folder) / run / "server.log").read_text(errors="replace").splitlines()
+    from helpers.serving.log_lines import ANSI_COLOUR
+
+    lines = ANSI_COLOUR.sub("", (Path(folder) / run / "server.log").read_text(errors="replace")).splitlines()
     start = [ln for ln in lines if "Starting vLLM server" in ln][:1]
     metrics = [ln for ln in lines if "SpecDecoding metrics:" in ln][-1:]
     error = [ln for ln in lines if (" ERROR " in ln or re.match(r"\w+(Error|Exception): ", ln))
