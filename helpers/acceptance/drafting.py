@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from helpers.acceptance.chain import chain_expected, rate_for_accept_length, simulate_chain
 from helpers.acceptance.montecarlo import SimResult
 from helpers.acceptance.tree import build_tree, simulate_tree, tree_expected
+from helpers.core.engines import engine_at
 
 FLAGS = {"steps": "--steps", "topk": "--topk", "num_draft_tokens": "--draft-tokens"}
 # SGLang's server-argument names -> the kit's (CLI flags and JSON fields without the dashes)
@@ -174,7 +175,7 @@ class Drafting:
             if lone == "drafted":  # the older meaning of these commands: K drafted tokens
                 _refuse_low("chain", n)
                 return {"steps": n, "topk": None, "draft_tokens": None}
-            _refuse_low(flag, n)  # lone == "sglang": the root counted
+            _refuse_low(flag, n)  # the root counted (the Python API's third meaning)
             return {"steps": n - 1, "topk": None, "draft_tokens": None}
         return out
 
@@ -213,7 +214,8 @@ class Drafting:
 
     # -- the one check ------------------------------------------------------------------------------
     def check(self, engine: str | None = None) -> Drafting:
-        """Refuse a shape SGLang (or vLLM, with `engine="vllm"`) does not run: ValueError, one line."""
+        """Refuse a shape SGLang does not run, or a tree for an `engine` whose table says it drafts
+        chains only (rule `draft.tree`): ValueError, one line."""
         s, k, n = self.steps, self.topk, self.num_draft_tokens
         _refuse_low("--steps", s)
         _refuse_low("--topk", k)
@@ -229,8 +231,9 @@ class Drafting:
         if n > most:
             raise ValueError(f"--draft-tokens {n}: a tree of --steps {s} --topk {k} holds at most {most} tokens with "
                              f"the root ({k} + {s - 1} x {k * k} drafted candidates), SGLang cannot pick more")
-        if engine == "vllm" and k > 1:
-            raise ValueError(f"--topk {k}: vLLM drafts a chain (num_speculative_tokens); a tree is SGLang's")
+        if engine is not None and k > 1 and engine_at(engine).value("draft.tree") == "absent":
+            raise ValueError(f"--topk {k}: {engine_at(engine).name} drafts a chain (num_speculative_tokens); "
+                             "a tree is SGLang's")
         return self
 
     # -- what it is ---------------------------------------------------------------------------------

@@ -139,11 +139,6 @@ def sglang_rate_definition(accept_length: float, rate: float, draft_tokens: int,
     return "length/N" if a <= b else "(length-1)/(N-1)"
 
 
-def sglang_rate_to_length(rate: float, draft_tokens: int, definition: str) -> float:
-    n = int(draft_tokens)
-    return rate * n if definition == "length/N" else 1.0 + rate * (n - 1)
-
-
 # -- drafting and the per-token rate --------------------------------------------------------------
 def drafting_for(steps=None, topk=None, draft_tokens=None, positions: int | None = None) -> Drafting | None:
     """The drafting the per-token rate is implied under, from SGLang's names (draft_tokens counts

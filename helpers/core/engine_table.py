@@ -23,6 +23,47 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+# The rule keys, each with its words (the rule table in docs/doctor-findings.md is made from these):
+# an `Engine` holding a key not declared here, or a lookup of one (`EngineAt.span`/`value`), raises.
+RULES = {
+    "layout.write": "layout `fix` writes", "layout.midlayer": "`midlayer.*` keys", "layout.layers.0": "`layers.0.*` keys",
+    "prefix.model": "`model.*` keys", "prefix.model.midlayer": "`model.midlayer.*` keys",
+    "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
+    "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
+    "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
+    "aux.count": "aux hidden states fc takes",
+    "aux.unread": "aux ids named where it does not look",
+    "layers.count": "config `num_hidden_layers` != 1",
+    "fc_norm": "EAGLE-3.1 `fc_norm`", "norm_output": "EAGLE-3.1 `norm_output`",
+    "fc_norm.speculators": "`fc_norm`, speculators config", "norm_output.speculators": "`norm_output`, speculators config",
+    "norm_before_fc": "`norm_before_fc` (`input_norm`)", "norm_before_fc.speculators": "`norm_before_fc`, speculators config",
+    "norm_before_residual": "`norm_before_residual`", "qk_norm": "q/k norms (Qwen3 layer)",
+    "attention_bias": "q/k/v biases (`attention_bias`)", "sliding_window": "sliding window from the config",
+    "hidden_double_norm": "Model-Optimizer's double norm of the carried state",
+    "lm_head.borrow": "target's `lm_head` used instead of the draft's", "embed.borrow": "draft's own `embed_tokens`",
+    "mla": "MLA draft class", "mla.detect": "`kimi_k2` detected as MLA", "mla.fc_norm": "MLA draft `fc_norm`",
+    "mla.norm_output": "MLA draft `norm_output`", "mla.norm_before_fc": "MLA draft `norm_before_fc`",
+    "mla.prefix.model": "MLA draft `model.*` keys", "mla.unknown": "MLA draft: names it has no parameter for",
+    "mla.requires_q_lora": "MLA draft needs `q_lora_rank`", "mla.layers.count": "MLA draft `num_hidden_layers` != 1",
+    "mla.mtp-rewrite": "`deepseek_v3` draft turned into the MTP model",
+    "peagle": "P-EAGLE draft (speculators `peagle`)", "mask_hidden": "P-EAGLE's `mask_hidden` weight",
+    "parallel_drafting": "`parallel_drafting: true` in the speculative config",
+    "use_heterogeneous_vocab": "`use_heterogeneous_vocab` option", "custom_class": "`custom_class` method",
+    "method.checkpoint": "method against a draft class that declares its own",
+    "method.rename": "EAGLE-3 draft served with method `eagle`",
+    "share.packed": "target's packed-quantized embedding / head shared with the draft",
+    "dflash.aux.from": "DFlash / DSpark draft: aux ids read from", "dflash.aux.shift": "DFlash / DSpark: added to its 0-based ids",
+    "dflash.method.detect": "DFlash / DSpark method detected from", "dflash.vocab.map": "DFlash draft: d2t map built when the vocab",
+    "dflash.dspark.vocab.map": "DSpark draft: d2t map built when the vocab is",
+    "dflash.dspark.reduced": "pruned DSpark draft without `lm_head` / d2t", "dflash.xpress.vocab": "XPress draft vocab",
+    "dflash.head.borrow": "DFlash draft: target's `lm_head` used",
+    # the engine's drafting, not the checkpoint: whether it drafts trees (topk > 1), and how its proposer
+    # turns a draft id into a target id through d2t (helpers.ui.primer.engine_propose)
+    "draft.tree": "tree drafts (topk > 1)",
+    "d2t.apply": "draft id to target id through d2t",
+}
+
+
 @dataclass(frozen=True)
 class Span:
     """One behaviour over a release range: `since`..`until` inclusive (None: open-ended)."""
@@ -166,6 +207,9 @@ SGLANG = Engine(
     files={"mha": "sglang/srt/models/llama_eagle3.py", "mla": "sglang/srt/models/kimi_k25_eagle3.py",
            "aux": "sglang/srt/models/llama.py (set_eagle3_layers_to_capture)"},
     rules={
+        # drafting: hot_token_id = d2t + arange at load; topk > 1 drafts a tree
+        "d2t.apply": (s(*ALWAYS, "hot-token-id"),),
+        "draft.tree": (s(*ALWAYS, "reads"),),
         # key layouts and names (llama_eagle3.load_weights)
         "layout.write": (s(*ALWAYS, "midlayer"),),  # the layout `fix` writes for this engine
         "layout.midlayer": (s(*ALWAYS, "loads"),),
@@ -187,6 +231,8 @@ SGLANG = Engine(
         "norm_before_residual": (s(*ALWAYS, "absent"),),
         "qk_norm": (s(*ALWAYS, "absent"),),
         "attention_bias": (s(*ALWAYS, "absent"),),  # q/k/v built without bias in every release read
+        # the config's window is never read: the draft attends to the whole context; from 0.5.12 the launch flag
+        # --speculative-draft-window-size windows the Llama draft (not the MLA one) by each query's real position
         "sliding_window": (s(*ALWAYS, "absent"),),  # the config's window is never read
         "hidden_double_norm": (s(*ALWAYS, "absent"),),  # the carried state gets hidden_norm only
         # the target's lm_head over the draft's: never, then whenever draft_vocab_size is absent (untied)
@@ -349,6 +395,9 @@ VLLM = Engine(
                   "(0.34.0)",
            "mla.detect": "vllm/transformers_utils/model_arch_config_convertor.py (is_deepseek_mla)"},
     rules={
+        # drafting: logits scattered into target columns arange + d2t; a chain (num_speculative_tokens)
+        "d2t.apply": (s(*ALWAYS, "scatter"),),
+        "draft.tree": (s(*ALWAYS, "absent"),),
         "layout.write": (s(*ALWAYS, "layers.0"),),
         "layout.midlayer": (s(*ALWAYS, "loads"),),  # renamed to layers.0.
         "layout.layers.0": (s(*ALWAYS, "loads"),),
@@ -379,6 +428,10 @@ VLLM = Engine(
         "norm_before_residual": (s(None, "0.10.0", "absent"), s("0.10.1", None, "reads")),
         "qk_norm": (s(None, "0.23.0", "absent"), s("0.24.0", None, "reads")),  # qwen3_eagle3.py, Qwen3 layers
         "attention_bias": (s(None, "0.15.1", "absent"), s("0.16.0", None, "reads")),  # from attention_bias: true
+        # sliding window: from 0.10.2 `per_layer_sliding_window` from `layer_types` (llama.py / qwen3_eagle3.py),
+        # by each query's real position, so a drafted token at t + k sees the context keys s > t + k - W (the
+        # kit, as speculators trains, anchors the window at t: helpers.model.layer.context_allowed); 0.8.5-0.10.0
+        # read only `interleaved_sliding_window`, 0.10.1 indexes `layer_types` by the absolute layer number
         "sliding_window": (s(None, "0.10.1", "absent"), s("0.10.2", None, "reads")),  # per layer_types
         "hidden_double_norm": (s(*ALWAYS, "absent"),),
         # 0.8.5 keeps the draft's; 0.9.0-0.11.0 take the target's (shapes equal); 0.11.1+ keep a draft's own
@@ -465,6 +518,8 @@ TRTLLM = Engine(
     files={"mha": "tensorrt_llm/_torch/models/modeling_speculative.py",
            "mla": "tensorrt_llm/_torch/models/modeling_speculative.py"},
     rules={
+        # drafting: the draft id picked, then d2t[id] added
+        "d2t.apply": (s(*ALWAYS, "add-after-pick"),),
         "layout.write": (s(*ALWAYS, "midlayer"),),
         "layout.midlayer": (s(*ALWAYS, "loads"),),
         "layout.layers.0": (s(*ALWAYS, "loads"),),  # layers.N.* remapped to midlayer
@@ -539,6 +594,8 @@ LLAMACPP = Engine(
            "aux": "conversion/llama.py (target_layers) + common/speculative.cpp (llama_set_embeddings_layer_inp)",
            "log": "tools/server/server-context.cpp (draft acceptance = ...)"},
     rules={
+        # drafting: the GGUF stores arange + d2t (absolute ids)
+        "d2t.apply": (s(*ALWAYS, "absolute-ids"),),
         "layout.write": (s(*ALWAYS, "midlayer"),),
         "layout.midlayer": (s(*ALWAYS, "loads"),),  # renamed to model.layers.0.
         "layout.layers.0": (s(*ALWAYS, "loads"),),  # prefixed with model.
@@ -637,6 +694,8 @@ TOKENSPEED = Engine(
                   "+ models/base/causal_lm.py (set_eagle3_layers_to_capture)",
            "mla.detect": "tokenspeed/runtime/configs/model_config.py (_MLA_ARCHITECTURES)"},
     rules={
+        # drafting: SGLang's way: hot_token_id = d2t + arange at load
+        "d2t.apply": (s(*ALWAYS, "hot-token-id"),),
         # LlamaForCausalLMEagle3.load_weights: layers.0. -> midlayer.; a name is looked up as NAME or
         # model.NAME; any other name is dropped without a word
         "layout.write": (s(*ALWAYS, "midlayer"),),

@@ -2,7 +2,7 @@
 
 The facts are data in `helpers.core.engine_table` (one `Engine` per engine, each rule a tuple
 of release ranges). This module answers the questions the doctor, capture and speculate ask:
-`engines_at("sglang==0.5.10")` turns an `--engine` value into `EngineAt`s (an engine and the
+`engines_at("sglang==X.Y.Z")` turns an `--engine` value into `EngineAt`s (an engine and the
 release whose rules apply, with a one-line note when that release was assumed or is unknown);
 `EngineAt.span(rule)` is the behaviour at that release and `EngineAt.change(rule)` names the
 release where it starts or stops; `key_fate` says what the loader does with one stored tensor
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from helpers.core.engine_table import ACCEPT_CLASSES, ENGINE_TABLE, SERVE_RESULTS, Engine, Serve, Span
+from helpers.core.engine_table import ACCEPT_CLASSES, ENGINE_TABLE, RULES, SERVE_RESULTS, Engine, Serve, Span
 
 ENGINES = tuple(k for k, e in ENGINE_TABLE.items() if e.in_all)  # the engines `--engine all` checks
 ENGINE_KEYS = tuple(ENGINE_TABLE)  # every engine `--engine` can name
@@ -57,6 +57,20 @@ TOP_PARAMS = ("embed_tokens.weight", "fc.weight", "norm.weight")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # draft model types whose attention is MLA
 
 
+# -- the table, checked once -------------------------------------------------------------------------
+def check_table(table=ENGINE_TABLE) -> None:
+    """ValueError unless every rule key is declared in RULES and each rule's (and outcome's) ranges
+    run oldest first without overlap: each `until` before the next `since`, open ends only at the ends."""
+    for e in table.values():
+        for rule in e.rules:
+            if rule not in RULES:
+                raise ValueError(f"{e.key}: rule {rule!r} is not declared in helpers.core.engine_table.RULES")
+        for what, spans in (*e.rules.items(), *e.outcomes.items()):
+            for a, b in zip(spans, spans[1:]):
+                if a.until is None or b.since is None or not _v(a.until) < _v(b.since):
+                    raise ValueError(f"{e.key} {what}: range to {a.until} then from {b.since}: not whole and in order")
+
+
 # -- which engine, at which release -----------------------------------------------------------------
 def engine_key(name: str) -> str:
     """The table key for an engine name or alias ('tensorrt-llm' -> 'trtllm'); ValueError if unknown."""
@@ -71,13 +85,16 @@ def _v(text: str) -> Version:
     return Version(text)
 
 
+check_table()
+
+
 @dataclass(frozen=True)
 class EngineAt:
     """An engine and the release whose rules apply (`version`), with how it was chosen."""
 
     engine: Engine
     version: str | None  # None: an engine read at a commit (no release)
-    asked: str | None = None  # the version specifier given (e.g. "==0.5.10", ">=0.30"), None: none given
+    asked: str | None = None  # the version specifier given (e.g. "==X.Y.Z", ">=X.Y"), None: none given
     note: str | None = None  # one line when the version was assumed or is not a release read
 
     @property
@@ -90,7 +107,7 @@ class EngineAt:
 
     @property
     def label(self) -> str:
-        """'SGLang 0.5.23' / 'TensorRT-LLM @ 00679c66': the release the findings are about."""
+        """'SGLang X.Y.Z' / 'TensorRT-LLM @ <commit>': the release the findings are about."""
         return f"{self.name} {self.engine.tag}{self.version}" if self.version else f"{self.name} @ {self.engine.snapshot}"
 
     @property
@@ -98,12 +115,24 @@ class EngineAt:
         return self.asked is None
 
     def has(self, rule: str) -> bool:
+        """Whether this engine's table holds `rule` (False too for a key no engine declares, so a
+        composed key such as `mla.fc.bias` can be asked)."""
         return rule in self.engine.rules
 
     def span(self, rule: str) -> Span | None:
-        """The behaviour of `rule` at this release (the last range starting at or before it)."""
+        """The behaviour of `rule` at this release (the range holding it); None when the engine's
+        table has no such rule. KeyError for a key the table does not declare (a typo)."""
+        if rule not in RULES:
+            raise KeyError(f"{rule!r} is not a rule key of helpers.core.engine_table.RULES")
         spans = self.engine.rules.get(rule)
         return self._pick(spans) if spans else None
+
+    def where(self, rule: str, value) -> Span | None:
+        """The first range of `rule` (any release read) where the engine does `value`: its `since` and
+        `until` name the releases to quote in a message ('serve with vLLM <until>'); None if it never does."""
+        if rule not in RULES:
+            raise KeyError(f"{rule!r} is not a rule key of helpers.core.engine_table.RULES")
+        return next((sp for sp in self.engine.rules.get(rule, ()) if sp.value == value), None)
 
     def value(self, rule: str, default=None):
         sp = self.span(rule)
@@ -120,20 +149,23 @@ class EngineAt:
         serve: Serve | None = sp.value
         if serve is None:  # a range of releases whose outcome was not read
             return None
-        release = f"{self.engine.tag}{self.version}" if self.version else None  # as the engine names it: b10470
+        release = f"{self.engine.tag}{self.version}" if self.version else None  # as the engine names it: b<build>
         # checked: this release was run, and this row is one of the runs (not a row read in the code)
         checked = self.version in self.engine.run and (sp.pr or "").startswith("run in")
         return {"result": serve.result, "accept": serve.accept, "says": serve.says, "release": release,
                 "checked": checked, "run_in": list(self.engine.run), "source": sp.pr}
 
     def _pick(self, spans) -> Span:
+        """The range holding this release: since <= release <= until (the table's ranges are whole:
+        `check_table`), the newest for an engine read at a commit."""
         if self.version is None:
             return spans[-1]
-        v, hit = _v(self.version), spans[0]
+        v = _v(self.version)
         for sp in spans:
-            if sp.since is None or _v(sp.since) <= v:
-                hit = sp
-        return hit
+            if (sp.since is None or _v(sp.since) <= v) and (sp.until is None or v <= _v(sp.until)):
+                return sp
+        # between two ranges (a release the table does not name): the last range that started before it
+        return [sp for sp in spans if sp.since is None or _v(sp.since) <= v][-1]
 
     def change(self, rule: str) -> str:
         """Where the behaviour at this release starts and stops, in words ('' when it never changed)."""
@@ -153,7 +185,7 @@ class EngineAt:
 
     @property
     def spec(self) -> str:
-        """The `--engine` value naming this engine as it was asked ('sglang==0.5.10', 'vllm')."""
+        """The `--engine` value naming this engine as it was asked ('sglang==X.Y.Z', 'vllm')."""
         return self.key + (self.asked or "")
 
     def as_dict(self) -> dict:
@@ -170,7 +202,7 @@ _SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z_.-]*)\s*((?:==|>=|<=|~=|!=|>|<).*)?$")
 def engines_at(spec: str) -> tuple[EngineAt, ...]:
     """The engines an `--engine` value names, each at the release whose rules apply.
 
-    'all' (every engine with `in_all`), 'sglang', 'vllm==0.10.1', 'sglang>=0.5.12', 'trtllm'.
+    'all' (every engine with `in_all`), 'sglang', 'vllm==X.Y.Z', 'sglang>=X.Y', 'trtllm'.
     No version: the newest release read. A range: the oldest release read inside a lower bound
     (>=, >, ~=), else the newest inside it. A version newer than every release read: the newest
     release's rules with a note; older than all: the oldest's. ValueError for an unknown engine
@@ -206,11 +238,11 @@ def _at(e: Engine, asked: str | None) -> EngineAt:
     if not e.releases:
         note = f"{e.name}'s rules were read at commit {e.snapshot}, not per release"
         return EngineAt(e, None, asked, note + (f": {asked} is not checked against them" if asked else ""))
-    t = e.tag  # shown before a release: b10470
+    t = e.tag  # shown before a release (llama.cpp's b<build>)
     newest, oldest = e.releases[-1], e.releases[0]
     if asked is None:
         return EngineAt(e, newest, None, f"no {e.name} version given: the rules of {t}{newest}, the newest release read")
-    try:  # a tagged version (==b10158) is its number
+    try:  # a tagged version (==b<build>) is its number
         spec = SpecifierSet(re.sub(rf"(==|>=|<=|~=|!=|>|<)\s*{re.escape(t)}(?=\d)", r"\1", asked) if t else asked)
     except InvalidSpecifier:
         raise ValueError(f"{e.key}{asked}: not a version specifier (use {e.key}==X.Y.Z or {e.key}>=X.Y)") from None
@@ -302,6 +334,15 @@ def key_fate(at: EngineAt, key: str, mla: bool = False) -> str:
     return "loads" if is_known_param(info, mla) else unknown
 
 
+def support_starts(engine, rule: str) -> tuple[str | None, str | None, str | None]:
+    """For a rule that changed once or more: (the last release of the range before the newest one, the
+    newest range's first release, its PR)."""
+    spans = ENGINE_TABLE[engine_key(engine) if isinstance(engine, str) else engine.key].rules[rule]
+    if len(spans) < 2:
+        return None, None, None
+    return spans[-2].until, spans[-1].since, spans[-1].pr
+
+
 def worst_outcome(outcomes) -> dict | None:
     """The outcome that decides a checkpoint's fate: refuses, then crashes, then serves with the
     lowest accept class (about-1, at-most, unknown, as-trained). None when none is known."""
@@ -315,18 +356,13 @@ def worst_outcome(outcomes) -> dict | None:
     return min(known, key=rank)
 
 
-def engine_accepts(engine, key: str) -> bool:
-    """Would the engine's EAGLE-3 loader (newest release read, or the `EngineAt` given) load this tensor?"""
-    return key_fate(engine_at(engine), key) == "loads"
-
-
 # -- aux layers ----------------------------------------------------------------------------------------
 def aux_layer_ids(cfg: dict | None, engines=None) -> dict[str, list[int] | None]:
     """The aux layer ids each engine reads from a draft config (None: none read, engine default).
 
-    Where each engine looks is its `aux.from` rule: SGLang `eagle_config.eagle_aux_hidden_state_layer_ids`
-    ("nested"); vLLM the top-level one (speculators configs), and from 0.22.0 the nested one too;
-    "top-alone": the top-level one only in a config without `eagle_config` (TokenSpeed).
+    Where each engine looks is its `aux.from` rule, per release: "nested" is
+    `eagle_config.eagle_aux_hidden_state_layer_ids`, "top" the top-level one (speculators configs),
+    "top-alone" the top-level one only in a config without `eagle_config`.
     `engines`: `EngineAt`s (default: every engine at its newest release).
     """
     cfg = cfg or {}
@@ -382,39 +418,7 @@ def draft_family(cfg: dict | None) -> dict:
 
 
 # -- the table in words (docs/doctor-findings.md quotes it) -------------------------------------------
-RULE_WORDS = {
-    "layout.write": "layout `fix` writes", "layout.midlayer": "`midlayer.*` keys", "layout.layers.0": "`layers.0.*` keys",
-    "prefix.model": "`model.*` keys", "prefix.model.midlayer": "`model.midlayer.*` keys",
-    "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
-    "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
-    "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
-    "aux.count": "aux hidden states fc takes",
-    "aux.unread": "aux ids named where it does not look",
-    "layers.count": "config `num_hidden_layers` != 1",
-    "fc_norm": "EAGLE-3.1 `fc_norm`", "norm_output": "EAGLE-3.1 `norm_output`",
-    "fc_norm.speculators": "`fc_norm`, speculators config", "norm_output.speculators": "`norm_output`, speculators config",
-    "norm_before_fc": "`norm_before_fc` (`input_norm`)", "norm_before_fc.speculators": "`norm_before_fc`, speculators config",
-    "norm_before_residual": "`norm_before_residual`", "qk_norm": "q/k norms (Qwen3 layer)",
-    "attention_bias": "q/k/v biases (`attention_bias`)", "sliding_window": "sliding window from the config",
-    "hidden_double_norm": "Model-Optimizer's double norm of the carried state",
-    "lm_head.borrow": "target's `lm_head` used instead of the draft's", "embed.borrow": "draft's own `embed_tokens`",
-    "mla": "MLA draft class", "mla.detect": "`kimi_k2` detected as MLA", "mla.fc_norm": "MLA draft `fc_norm`",
-    "mla.norm_output": "MLA draft `norm_output`", "mla.norm_before_fc": "MLA draft `norm_before_fc`",
-    "mla.prefix.model": "MLA draft `model.*` keys", "mla.unknown": "MLA draft: names it has no parameter for",
-    "mla.requires_q_lora": "MLA draft needs `q_lora_rank`", "mla.layers.count": "MLA draft `num_hidden_layers` != 1",
-    "mla.mtp-rewrite": "`deepseek_v3` draft turned into the MTP model",
-    "peagle": "P-EAGLE draft (speculators `peagle`)", "mask_hidden": "P-EAGLE's `mask_hidden` weight",
-    "parallel_drafting": "`parallel_drafting: true` in the speculative config",
-    "use_heterogeneous_vocab": "`use_heterogeneous_vocab` option", "custom_class": "`custom_class` method",
-    "method.checkpoint": "method against a draft class that declares its own",
-    "method.rename": "EAGLE-3 draft served with method `eagle`",
-    "share.packed": "target's packed-quantized embedding / head shared with the draft",
-    "dflash.aux.from": "DFlash / DSpark draft: aux ids read from", "dflash.aux.shift": "DFlash / DSpark: added to its 0-based ids",
-    "dflash.method.detect": "DFlash / DSpark method detected from", "dflash.vocab.map": "DFlash draft: d2t map built when the vocab",
-    "dflash.dspark.vocab.map": "DSpark draft: d2t map built when the vocab is",
-    "dflash.dspark.reduced": "pruned DSpark draft without `lm_head` / d2t", "dflash.xpress.vocab": "XPress draft vocab",
-    "dflash.head.borrow": "DFlash draft: target's `lm_head` used",
-}
+RULE_WORDS = RULES  # each declared rule key in words (the table declares them)
 
 
 def _cell(e: Engine, rule: str) -> str:

@@ -1,7 +1,7 @@
 """The doctor's capture check: aux-layer ids the config names where an engine release does not look.
 
 An engine reads the draft's aux-layer ids from the places its `aux.from` rule names, and from none at
-all where the release captures a fixed set (llama.cpp b9606-b10157, whose converter always wrote the
+all where the release captures a fixed set (an empty `aux.from`: a converter that always wrote the
 target layers 2, L//2, L-3). When the config names ids only where the engine does not look, the
 engine captures its default layers instead of the ones named, starts, and logs nothing about it: the
 draft is fed hidden states it was not trained on (TokenSpeed PR #526: accept length 1.00 before it
@@ -88,7 +88,7 @@ def _unread(c: CheckContext, at: EngineAt, named: list[int], where: str, n: int 
 
 
 def _first_reading(at: EngineAt) -> str:
-    """'from llama.cpp b10158 (#25794) it reads ...': the first later release that reads the ids elsewhere."""
+    """'from <engine> <release> (<PR>) it reads ...': the first later release that reads the ids elsewhere."""
     spans = at.engine.rules.get("aux.from") or ()
     here = at.span("aux.from")
     for sp in spans[spans.index(here) + 1:] if here in spans else ():

@@ -63,7 +63,7 @@ def check_dflash(c: CheckContext, target_cfg: dict | None, d2t=None, t2d=None, u
     keys = [k for k in c.ck.tensors.keys()]
     _about(c, d)
     for at in c.engine_list:
-        if at.key != "vllm" or not isinstance(at.value("dflash.aux.shift"), int):
+        if not isinstance(at.value("dflash.aux.shift"), int):  # an engine whose DFlash path was not read
             c.add("dflash-draft", "info",
                   f"{at.label}: the kit has not read how this release serves {d.kind} drafts; its checks are vLLM's",
                   "check with --engine vllm", effect=NO_EFFECT, engine=at.key)
@@ -143,8 +143,9 @@ def _config_fields(c: CheckContext, d: DFlashDraft, at: EngineAt) -> None:
             c.add("dflash-config", "warning",
                   f"{name} takes method {d.method} from '{d.method}' in the model path (or a few architectures); "
                   f"{Path(path).name} has none, so without a method it is served as a plain draft model",
-                  f"pass --speculative-config '{{\"method\": \"{d.method}\", ...}}' (vLLM 0.34.0 reads the method from "
-                  "the architecture)", engine=e)
+                  f"pass --speculative-config '{{\"method\": \"{d.method}\", ...}}' ({at.name} "
+                  f"{at.where('dflash.method.detect', 'architecture').since} reads the method from the architecture)",
+                  engine=e)
 
 
 # -- layer ids -------------------------------------------------------------------------------------------

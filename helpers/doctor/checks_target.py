@@ -20,7 +20,7 @@ behaviour each rests on was read in the source (docs/doctor-findings.md names fi
 """
 from __future__ import annotations
 
-from helpers.core.engines import ENGINE_NAMES, aux_layer_ids
+from helpers.core.engines import ENGINE_NAMES, aux_layer_ids, engine_at
 from helpers.core.errors import BadInputError
 from helpers.doctor.checks_weights import head_rule_tail
 from helpers.doctor.findings import CheckContext
@@ -76,11 +76,15 @@ def check_algorithm(c: CheckContext, target_cfg: dict | None, algorithm: str | N
               f"set architectures to [\"LlamaForCausalLMEagle3\"] in config.json and serve with {_FLAGS}")
 
 
+# the first vLLM release that serves a draft's own head (rule lm_head.borrow), quoted in lm-head-borrowed
+_VLLM_OWN_HEAD = engine_at("vllm").where("lm_head.borrow", "no-own-head").since
+
+
 def check_head_borrow(c: CheckContext) -> None:
     """lm-head-borrowed / lm-head-missing, per engine release whose loader decides by draft_vocab_size whether
-    to take the target's lm_head (rule `lm_head.borrow`: SGLang from 0.5.2 and TokenSpeed when
-    draft_vocab_size is absent, `load_lm_head_from_target`; SGLang before 0.5.2 never). The other engines'
-    missing head is `helpers.doctor.checks_weights._head_missing`."""
+    to take the target's lm_head (rule `lm_head.borrow` "no-draft-vocab": when draft_vocab_size is
+    absent, `load_lm_head_from_target`; "never": it keeps the draft's). The other engines' missing head
+    is `helpers.doctor.checks_weights._head_missing`."""
     if (c.ck.config or {}).get("tie_word_embeddings"):
         return
     lm, dv, v = c.shape("lm_head.weight"), c.cfg.get("draft_vocab_size"), c.cfg.get("vocab_size")
@@ -95,7 +99,8 @@ def check_head_borrow(c: CheckContext) -> None:
             if dv is None and isinstance(v, int) and lm[0] == v and borrows:
                 c.add("lm-head-borrowed", "warning",
                       f"{at.label}: config.json has no draft_vocab_size: it then loads the TARGET's lm_head over this "
-                      f"checkpoint's trained {_fmt(lm[0])}-row head (load_lm_head_from_target); vLLM (0.11.1 on) "
+                      f"checkpoint's trained {_fmt(lm[0])}-row head (load_lm_head_from_target); "
+                      f"vLLM ({_VLLM_OWN_HEAD} on) "
                       f"serves the trained one{tail}",
                       f"set draft_vocab_size = {lm[0]} in config.json to serve the trained head", engine=at.key)
             continue

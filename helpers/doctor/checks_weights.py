@@ -223,7 +223,7 @@ _HEAD_WORDS = {"never": "never takes the target's head", "not-read": "was not re
 
 
 def head_rule_tail(at: EngineAt) -> str:
-    """' [up to vLLM 0.11.0 it takes ...; from 0.11.1 (#28549) it ...]': where the release's lm_head.borrow
+    """' [up to vLLM X it takes ...; from Y (#PR) it ...]': where the release's lm_head.borrow
     rule starts and what the next one does ('' when the rule never changed)."""
     spans = at.engine.rules.get("lm_head.borrow") or ()
     sp = at.span("lm_head.borrow")

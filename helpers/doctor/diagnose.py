@@ -115,7 +115,7 @@ WEIGHT_SCAN_CODES = ("nonfinite-weights",)  # the findings of the one check that
 
 def diagnose_each(path, engine: str = "all", target_config=None, *, check_weights: bool = True, scanned=None):
     """(findings for `engine`, {engine: findings} for each engine it covers, keyed by the `--engine` value
-    naming it, e.g. "vllm==0.10.1"), weights scanned once.
+    naming it, e.g. "vllm==X.Y.Z"), weights scanned once.
 
     The per-engine lists share the NaN/Inf finding of the one scan instead of reading every
     weight again per engine (a draft's weights are gigabytes). `scanned`: findings of an earlier
@@ -137,8 +137,8 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     """All findings for the draft checkpoint at `path`, errors first (a `Findings` list, whose
     `to_dict()` is the `doctor --json` object and `report()` the doctor's text).
 
-    `engine`: 'sglang', 'vllm', 'trtllm' or 'all', with an optional version ('sglang==0.5.10',
-    'vllm>=0.30'): the rules of that release apply (`helpers.core.engines.engines_at`; none given:
+    `engine`: an engine key of the table ('sglang', 'vllm', ...) or 'all', with an optional version
+    ('sglang==X.Y.Z', 'vllm>=X.Y'): the rules of that release apply (`helpers.core.engines.engines_at`; none given:
     the newest release read, said in `Findings.versions`). `target_config`: the target's config.json (path or dict),
     for the aux-layer and size checks. `check_weights=False` skips the NaN/Inf scan (the only
     check that reads every weight). `target`: the target's folder (config.json and, when there,

@@ -8,8 +8,9 @@ at its OLD slot (A's mapping). A draft fine-tuned from A whose mapping was rebui
 while its lm_head rows kept A's order agrees under A's mapping, not its own: that is mapping
 drift, and `check_drift` (the doctor's `--previous`) reports it as `mapping-drift`, with how many of
 B's draft slots (`slots_changed`) now name another token than their carried-over head row: half or
-more predicts an accept length about 1 (vLLM 0.32.0 served the engine pair's `d2t-stale` copy at
-1.0), fewer an accept length at or below the trained one (`mapping-drift.partial`).
+more predicts an accept length about 1 (vLLM served the engine pair's `d2t-stale` copy at 1.0: the
+engine table's `mapping-drift.error` outcome), fewer an accept length at or below the trained one
+(`mapping-drift.partial`).
 
 Each side's encoding verdict is read first (`VocabMapping.verdict`): a draft whose `d2t` is
 stored as absolute ids is compared under the absolute reading (what its table means), and the

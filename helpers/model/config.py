@@ -130,8 +130,8 @@ def is_mla(cfg: dict) -> bool:
 def _mla_fields(cfg: dict, flat: dict, where) -> dict:
     """The MLA attention's sizes (DeepSeek-V3 names) and the EAGLE-3.1 flags of MLA drafts.
 
-    SGLang's kimi_k25_eagle3 (0.5.13+) and NeMo Automodel both compute logits from the normed
-    state; `norm_output: true` feeds that normed state to the next step (SGLang: the aux it returns;
+    SGLang's kimi_k25_eagle3 (where its `mla.norm_output` rule reads it) and NeMo Automodel both
+    compute logits from the normed state; `norm_output: true` feeds that normed state to the next step (SGLang: the aux it returns;
     NeMo: the forward's output), as speculators' does. NeMo's draft (architectures
     `LlamaEagle3DraftModel`) leaves YaRN's mscale out of the softmax scale; SGLang and transformers
     apply it.

@@ -24,9 +24,10 @@ top-level `target_layer_ids` (+1), `layer_ids` = `dflash_config.layer_ids` / `ea
 (as given). None found: the target's default capture (2, L // 2, L - 3), and `fc` sized for the
 draft's `num_hidden_layers` states.
 
-Sources: vLLM 0.34.0 `v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`, `model_executor/models/
-{qwen3_dflash,qwen3_dspark,qwen3_xpress,registry}.py`, `v1/worker/gpu/spec_decode/speculator_config.py`;
-0.22.0 / 0.33.0 `v1/worker/gpu_model_runner.py`; z-lab/dflash `dflash/model.py`.
+Sources: vLLM's `v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`, `model_executor/models/
+{qwen3_dflash,qwen3_dspark,qwen3_xpress,registry}.py`, `v1/worker/gpu/spec_decode/speculator_config.py`,
+`v1/worker/gpu_model_runner.py` (the releases of each, per rule `dflash.*`, are the engine table's);
+z-lab/dflash `dflash/model.py`.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from helpers.core.engines import engine_at
 
 # architectures[0] -> (kind, the model file vLLM builds it with). The kind fixes vLLM's method: dflash
 # and xpress drafts are served with method "dflash", dspark drafts with "dspark" (each registered
-# model's speculator config, vLLM 0.34.0 registry.py / speculator_config.py).
+# model's speculator config, vLLM's registry.py / speculator_config.py).
 ARCHITECTURES = {
     "DFlashDraftModel": ("dflash", "qwen3_dflash.py"),
     "DFlash2DraftModel": ("dflash", "qwen3_dflash2.py"),
@@ -249,10 +250,10 @@ def capture_per_engine(d: DFlashDraft, engines, num_layers: int | None = None) -
     out = {}
     for at in engines:
         try:
-            ids, place = vllm_aux_ids(d, at) if at.key == "vllm" else (None, None)
+            ids, place = vllm_aux_ids(d, at) if at.has("dflash.aux.from") else (None, None)
         except ValueError:
             ids, place = None, None
-        if at.key != "vllm" or not isinstance(at.value("dflash.aux.shift"), int):
+        if not isinstance(at.value("dflash.aux.shift"), int):  # the table holds the rule for the engines read
             out[at.key] = None
             continue
         if ids is None and num_layers is not None:

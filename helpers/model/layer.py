@@ -71,17 +71,9 @@ def context_allowed(anchor: torch.Tensor, n_keys: int, window: int | None) -> to
     models/eagle3/attention.py) compares key and query indices within the step-0 sequence, and
     `extend_mask_for_draft_tokens` / `extend_dense_mask_for_draft_tokens` reuse that block for
     every later step, adding only the diagonal; the kit's fixture
-    data_samples/producers/speculators_sliding_window checks this. The engines differ:
-
-    - vLLM (>= 0.10.2, `per_layer_sliding_window` from `layer_types`, llama.py / qwen3_eagle3.py)
-      windows by each query's real position, so a drafted token at t + k sees only the context keys
-      s > t + k - W (W - k of them, plus its k chain keys): at steps >= 1 it attends to fewer
-      context keys than the draft was trained with. 0.8.5-0.10.0 read only
-      `interleaved_sliding_window`; 0.10.1 indexes `layer_types` by the absolute layer number.
-    - SGLang (0.4.6-0.5.23) ignores the draft config's `sliding_window` / `layer_types`: the draft
-      attends to the whole context. From 0.5.12 `--speculative-draft-window-size` windows the Llama
-      draft (not the MLA one) by each query's real position, like vLLM.
-    - SpecForge trains no windowed draft layer (its configs' window switches are ignored).
+    data_samples/producers/speculators_sliding_window checks this. Engines may window by each
+    query's real position instead (fewer context keys at steps >= 1) or not at all: the engine
+    table's `sliding_window` rule says which, per release (docs/doctor-findings.md, the rule table).
 
     The kit models the draft as trained (this rule, in evaluate and speculate alike), so its
     acceptance is the draft's own; an engine that windows differently can only score lower at

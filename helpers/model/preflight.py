@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.core.engines import captured_layers
+from helpers.core.engines import aux_convention, captured_layers, engine_at
 from helpers.core.errors import BadInputError
 from helpers.io import remote
 from helpers.io.inputs import conflicting, input_path
@@ -170,7 +170,8 @@ def check_aux_layers(layers, *, engine: str = "sglang", ck=None, fc_key=None, ta
         got = captured_layers(engine, list(layers), n)
         bad = [i for i in got if not 0 <= i < n]
         if bad:
-            shift = " (SGLang adds 1 to configured ids)" if engine == "sglang" else ""
+            add = aux_convention(engine)
+            shift = f" ({engine_at(engine).name} adds {add} to configured ids)" if isinstance(add, int) and add else ""
             raise BadInputError(None, f"{flag} {','.join(map(str, layers))} capture the input of layers {got}{shift}, "
                                 f"but the target has {n} layers (0..{n - 1})")
     return layers

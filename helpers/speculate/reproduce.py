@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from helpers.core.engine_table import ENGINE_TABLE
+from helpers.core.engines import ENGINES, aux_convention, support_starts
 from helpers.speculate.ladder import REPRODUCES_Z
 
 DEFAULT_WINDOW = 8  # the window a full-attention draft is wrongly given
@@ -33,6 +34,16 @@ class Miswiring:
     key: str
     label: str
     engines: str  # which engine versions make this mistake (static note)
+
+
+def _norms_dropped_until() -> str:
+    """Where each engine read dropped the EAGLE-3.1 norms, in words, from the engine table's rules."""
+    sg, sg_mla = support_starts("sglang", "fc_norm"), support_starts("sglang", "mla.fc_norm")
+    vl, vl_spec = support_starts("vllm", "fc_norm"), support_starts("vllm", "fc_norm.speculators")
+    sg_in, vl_in = support_starts("sglang", "norm_before_fc"), support_starts("vllm", "norm_before_fc")
+    return (f"SGLang up to {sg[0]} (MHA drafts; read from {sg[1]}, PR {sg[2]}) and {sg_mla[0]} (Kimi MLA drafts; "
+            f"{sg_mla[2]}), vLLM up to {vl[0]} ({vl[2]}; speculators-style configs up to {vl_spec[0]}, {vl_spec[2]}), "
+            f"input_norm (norm_before_fc) SGLang up to {sg_in[0]} and vLLM up to {vl_in[0]}")
 
 
 def _catalogue(window: int) -> list[Miswiring]:
@@ -52,11 +63,8 @@ def _catalogue(window: int) -> list[Miswiring]:
                   f"SGLang adds 1 to explicit eagle_aux_hidden_state_layer_ids ({sgl}), vLLM uses them as given "
                   f"({vll}): a draft trained for one engine and served by the other sees every aux layer shifted"),
         Miswiring("fc_norm_dropped", "EAGLE-3.1 norms dropped (fc_norm / input_norm / norm_output)",
-                  "engines older than their EAGLE-3.1 support drop fc_norm.* and ignore norm_output: SGLang up to "
-                  "0.5.11 (MHA drafts; read from 0.5.12, PR #24663) and 0.5.12.post1 (Kimi MLA drafts; #26506), "
-                  "vLLM up to 0.21.0 (#42764; speculators-style configs up to 0.24.0, #46488), input_norm "
-                  "(norm_before_fc) SGLang up to 0.5.16 and vLLM up to 0.17.1; `d2t-lab doctor --engine "
-                  "ENGINE==VERSION` names the rule at a release"),
+                  "engines older than their EAGLE-3.1 support drop fc_norm.* and ignore norm_output: "
+                  f"{_norms_dropped_until()}; `d2t-lab doctor --engine ENGINE==VERSION` names the rule at a release"),
         Miswiring("final_norm", "the final norm skipped before lm_head",
                   "an engine that ignores SpecForge's norm_output switch (false: lm_head on the un-normed state) "
                   "applies the final norm where the draft has none, or skips it where it has one; see "
@@ -202,7 +210,7 @@ def _explicit_aux_ids(draft) -> bool:
 
     if not getattr(draft, "source", None):
         return bool(draft.config.aux_layer_ids)
-    return any(draft_aux_ids(draft, e) for e in ("sglang", "vllm"))
+    return any(draft_aux_ids(draft, e) for e in ENGINES)
 
 
 def _emulation(key: str, target, draft, settings, window: int):
@@ -218,7 +226,9 @@ def _emulation(key: str, target, draft, settings, window: int):
     if key == "aux_convention":
         if not _explicit_aux_ids(draft):
             return "the draft's config states no aux layer ids: both engines capture 2, L//2, L-3", null, settings
-        other = "vllm" if settings.engine == "sglang" else "sglang"
+        mine = aux_convention(settings.engine)  # the other convention: the first engine whose shift differs
+        other = next((k for k in ENGINES if aux_convention(k) != mine),
+                     next(k for k in ENGINES if k != settings.engine))
         return None, null, replace(settings, engine=other)
     if key == "fc_norm_dropped":
         if not (cfg.fc_norm or cfg.norm_before_fc or cfg.feed_normed):
@@ -265,11 +275,6 @@ def run_wiring(target, draft, records, settings, key: str, *, window: int = DEFA
         return None
     with ctx:
         return speculate(target, draft, list(records), st)
-
-
-def wiring_keys(window: int = DEFAULT_WINDOW) -> list[str]:
-    """The catalogue's keys, in order (the correct wiring first)."""
-    return [m.key for m in _catalogue(window)]
 
 
 def reproduce(target, draft, records, settings, *, accept_length: float, stderr: float | None = None,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.core.engines import ENGINE_KEYS, engine_key
+from helpers.core.engines import ENGINE_KEYS, engine_at, engine_key
 from helpers.io.mapping import VocabMapping, build_from_frequencies
 
 
@@ -345,22 +345,22 @@ def engine_propose(draft_logits: torch.Tensor, d2t: torch.Tensor, engine: str, t
       logits are set into a target-vocab row of -inf at those ids.
     """
     n = d2t.numel()
-    engine = engine_key(engine)  # 'tensorrt-llm' -> 'trtllm'
-    if engine in ("sglang", "tokenspeed"):
+    way = engine_at(engine_key(engine)).value("d2t.apply")  # 'tensorrt-llm' -> 'trtllm'; the table's rule
+    if way == "hot-token-id":
         hot_token_id = d2t + torch.arange(n)  # [N]
         return hot_token_id[draft_logits.argmax(-1)]
-    if engine == "vllm":
+    if way == "scatter":
         full = draft_logits.new_full((*draft_logits.shape[:-1], target_vocab_size), float("-inf"))  # [B, V]
         full[..., torch.arange(n) + d2t] = draft_logits
         return full.argmax(-1)
-    if engine == "llamacpp":
+    if way == "absolute-ids":
         full = draft_logits.new_full((*draft_logits.shape[:-1], target_vocab_size), float("-inf"))  # [B, V]
         full[..., d2t + torch.arange(n)] = draft_logits  # the GGUF's d2t: absolute ids, written at conversion
         return full.argmax(-1)
-    if engine == "trtllm":
+    if way == "add-after-pick":
         draft = draft_logits.argmax(-1)
         return d2t[draft] + draft
-    raise ValueError(f"unknown engine {engine!r}; expected one of {ENGINE_KEYS}")
+    raise ValueError(f"the engine table has no d2t.apply rule for {engine!r} ({way!r}); engines: {ENGINE_KEYS}")
 
 
 def decode_table(m: VocabMapping, toy: ToyVocab = TOY):

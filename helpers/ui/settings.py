@@ -116,7 +116,7 @@ def resolve_engine(settings: RunSettings) -> RunSettings:
     """The engine release from a serving log when `settings.engine` names none.
 
     A log whose start-up lines state its engine's release (`helpers.serving.startup.read_engine_version`)
-    narrows 'all' to that engine, or adds the version to the engine named ('vllm' -> 'vllm==0.10.1');
+    narrows 'all' to that engine, or adds the version to the engine named ('vllm' -> 'vllm==X.Y.Z');
     an engine given with a version, or a log of another engine, leaves it as it is.
     `settings.sources['engine']` says where the value came from.
     """

