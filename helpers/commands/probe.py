@@ -7,9 +7,9 @@ from pathlib import Path
 from helpers.commands import _options
 from helpers.core import jsontext
 from helpers.core.errors import BadInputError
+from helpers.core.paths import bundled_samples
 
 HELP = "measure a running vLLM / SGLang speculative-decoding server with your prompts, and compare it with the checkpoint"
-BUNDLED = Path(__file__).resolve().parents[2] / "data_samples"
 DESCRIPTION = """\
 Sends your prompts to a running OpenAI-compatible speculative-decoding server, one request at a
 time, greedy (temperature 0), and measures the accept length it achieved on them.
@@ -116,7 +116,7 @@ def run(args) -> int:
         raise BadInputError(None, "--checkpoint needs --target DIR: the engine-free loop runs the draft with its target")
     out = output_file(args.out, "probe JSON") if args.out else None
     bundled = args.prompts is None
-    prompts = Path(args.prompts) if args.prompts else BUNDLED / "prompts.jsonl"
+    prompts = Path(args.prompts) if args.prompts else bundled_samples("--prompts", "prompts.jsonl")
     from helpers.io.inputs import input_path
     from helpers.io.prompts import read_prompts
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from helpers.commands import _options
 from helpers.core import jsontext
 from helpers.core.errors import BadInputError
+from helpers.core.paths import bundled_samples
 
 HELP = "run speculative decoding with a Hugging Face target and the draft, per reading of d2t"
-BUNDLED = Path(__file__).resolve().parents[2] / "data_samples"
 DESCRIPTION = """\
 Speculative decoding in plain PyTorch, as EAGLE-3 engines run it: the draft proposes from the
 target's aux hidden states of the accepted tokens (a chain: --num-speculative-tokens K, vLLM's,
@@ -35,7 +35,8 @@ prefill's first token not included), its mean and standard error, the histogram,
 (unconditional = accepted at position j / verify steps, vLLM's definition; conditional = / steps
 that reached j), target forwards (prefills + verify steps) per generated token.
 
---target and --prompts default to the bundled tiny target and prompts (data_samples/), so
+--target and --prompts default to the bundled tiny target and prompts (data_samples/, looked for
+in $D2T_LAB_SAMPLES, ./data_samples, then the checkout; a wheel does not ship them), so
   d2t-lab speculate data_samples/tiny_draft_sglang
 runs as is; --readings (or --reading) limits the run: offset, absolute, none, comma-separated, or all.
 
@@ -110,8 +111,8 @@ def run(args) -> int:
         raise BadInputError(None, f"--dtype: {e}") from None
     from helpers.model.preflight import preflight
 
-    target_dir = Path(args.target) if args.target else BUNDLED / "tiny_target"
-    prompts = Path(args.prompts) if args.prompts else BUNDLED / "prompts.jsonl"
+    target_dir = Path(args.target) if args.target else bundled_samples("--target", "tiny_target")
+    prompts = Path(args.prompts) if args.prompts else bundled_samples("--prompts", "prompts.jsonl")
     readings = _options.parse_readings(args.readings)
     drafting = _options.drafting_from(args, "drafted")  # flags first: checked before any file is touched
     if drafting is None:

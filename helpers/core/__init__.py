@@ -6,10 +6,11 @@ Modules (import them by name; this file imports nothing):
 - `errors`
 - `jsontext`: the one writer of the commands' JSON (never NaN or Infinity)
 - `outputs`
+- `paths`: where the bundled samples (data_samples/) and the checkout are
 - `devices`
 - `distributed`
 - `engine_table`
 - `engines`
 """
 
-__all__ = ["terms", "errors", "jsontext", "outputs", "devices", "distributed", "engine_table", "engines"]
+__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_table", "engines"]

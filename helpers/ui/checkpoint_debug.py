@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from helpers.core.paths import checkout_root
 from helpers.io.checkpoint import (
     flat_config,
     load_mapping,
@@ -396,7 +397,9 @@ def live_engine_runs(out, runs=("healthy", "d2t-absolute")) -> Path | None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]
+    root = checkout_root()  # the engine harness lives in the checkout, not in the wheel
+    if root is None:
+        return None
     venv = Path(os.environ.get("D2T_ENGINE_VENV", root / ".venv-engine"))
     script = root / "scripts" / "record_engine_runs.py"
     if not (venv / ".d2t-engine-installed").exists() or not script.exists():

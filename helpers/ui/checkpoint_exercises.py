@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-from pathlib import Path
 
 import torch
 
+from helpers.core.paths import bundled_samples
 from helpers.ui.exercises import canon_int, canon_letters, verdict
 
-BROKEN = Path(__file__).resolve().parents[2] / "data_samples" / "tiny_draft_absolute"
+BROKEN = "tiny_draft_absolute"  # in the bundled samples
 FILE_CASES = {  # exercise 1: five checkpoints of a draft with N = 800 and V = 4,096, by their files
     "A": "model.safetensors: d2t [800] int64 (non-decreasing, max 3,292), t2d [4096] bool with 800 True; "
          "nonzero(t2d) == arange(800) + d2t",
@@ -79,7 +79,7 @@ def _solutions() -> dict:
     """Every answer, computed once from the files (the notebook calls this only with solutions=True)."""
     from helpers.io.checkpoint import load_mapping
 
-    m = load_mapping(BROKEN)
+    m = load_mapping(bundled_samples("checkpoint exercises", BROKEN))
     v = m.target_vocab_size
     served = m.targets("offset")  # what the engines compute from the stored values
     return {

@@ -16,19 +16,18 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-from pathlib import Path
 
 import torch
 
+from helpers.core.paths import bundled_samples
 from helpers.io.mapping import VocabMapping
 from helpers.ui.exercises import canon_int, canon_letters, verdict
 from helpers.ui.primer import PRACTICE, served_targets
 
 P = PRACTICE
 N, V = P.draft_vocab_size, P.target_vocab_size
-SAMPLES = Path(__file__).resolve().parents[2] / "data_samples"
-KIMI, KIMI_ABSOLUTE = SAMPLES / "kimi_k25_mapping", SAMPLES / "kimi_k25_mapping_absolute"
-SMALL_DRAFT = SAMPLES / "tiny_draft_sglang"
+KIMI, KIMI_ABSOLUTE = "kimi_k25_mapping", "kimi_k25_mapping_absolute"  # in the bundled samples
+SMALL_DRAFT = "tiny_draft_sglang"
 CANDIDATES = {  # exercise 3: which could a trainer have written for the practice sizes?
     "A": (0, 0, 2, 2, 4),
     "B": (0, 1, 1, 0, 2),
@@ -119,7 +118,7 @@ def _kimi_zero_cases() -> str:
     """Exercise 6 on tensors of Kimi's sizes: the cases whose kept ids are exactly 0..N-1."""
     from helpers.io.checkpoint import load_mapping
 
-    kimi = load_mapping(KIMI)
+    kimi = load_mapping(bundled_samples("primer exercises", KIMI))
     shifted = torch.zeros(KIMI_V, dtype=torch.bool)
     shifted[124:KIMI_N + 124] = True
     low = torch.zeros(KIMI_V, dtype=torch.bool)
@@ -137,8 +136,9 @@ def _solutions() -> dict:
 
     m = P.mapping()
     kept = m.t2d_ids
-    small = load_mapping(SMALL_DRAFT)
-    kimi, kimi_abs = load_mapping(KIMI), load_mapping(KIMI_ABSOLUTE)
+    small = load_mapping(bundled_samples("primer exercises", SMALL_DRAFT))
+    kimi = load_mapping(bundled_samples("primer exercises", KIMI))
+    kimi_abs = load_mapping(bundled_samples("primer exercises", KIMI_ABSOLUTE))
     served_abs = served_targets(kimi_abs.d2t, kimi_abs.draft_vocab_size)
     return {
         1: kept.tolist(),

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from helpers.core.errors import BadInputError
+from helpers.core.paths import checkout_root
 from helpers.io import remote
 from helpers.ui.notebook import read_numbers
 from helpers.ui.settings import RunSettings
@@ -34,8 +35,8 @@ from helpers.ui.settings import RunSettings
 
 def notebook_dir() -> Path:
     """The notebooks: the checkout's notebooks/ folder, or the copy installed with the package."""
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "pyproject.toml").is_file() and (checkout / "notebooks").is_dir():
+    checkout = checkout_root()
+    if checkout is not None and (checkout / "notebooks").is_dir():
         return checkout / "notebooks"
     from importlib.util import find_spec
 
