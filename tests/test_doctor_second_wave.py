@@ -126,7 +126,7 @@ def test_drift_twin_with_its_head_moved_is_no_error(broken):
 
 def test_diff_figure_counts_every_moved_id(broken):
     from helpers.doctor.diff import diff_drafts
-    from helpers.plots import plot_draft_diff
+    from helpers.plots.draft_diff import plot_draft_diff
 
     d = diff_drafts(SAMPLES / "tiny_draft_sglang", broken["mapping-drift"]["draft"])
     fig = plot_draft_diff(d)

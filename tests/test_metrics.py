@@ -334,7 +334,8 @@ def test_online_offline_figure(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from helpers.plots import plot_online_offline, read_figure_metadata, save_figure
+    from helpers.plots.provenance import read_figure_metadata, save_figure
+    from helpers.plots.serving import plot_online_offline
 
     online = [0.3, 0.1, 0.03]
     text = compare_online_offline(online, [0.8, 0.7, 0.6], measured=[0.78, 0.55, 0.33])

@@ -39,11 +39,11 @@ def _check_02(out, executed):
     """Notebook 02 saves each figure it shows, with the verdict and source of what it drew."""
     import hashlib
 
-    from helpers import plots
+    from helpers.plots.provenance import read_figure_metadata
 
-    verdicts = {p.stem: plots.read_figure_metadata(p)["verdict"] for p in out.glob("readings_*.png")}
+    verdicts = {p.stem: read_figure_metadata(p)["verdict"] for p in out.glob("readings_*.png")}
     assert verdicts == {"readings_mapping": "offset", "readings_misencoded": "absolute"}
-    meta = plots.read_figure_metadata(out / "readings_mapping.png")
+    meta = read_figure_metadata(out / "readings_mapping.png")
     d2t = NOTEBOOKS.parent / "data_samples" / "kimi_k25_mapping" / "d2t.pt"
     assert meta["source_sha256"] == hashlib.sha256(d2t.read_bytes()).hexdigest()
 

@@ -17,9 +17,19 @@ import torch
 from matplotlib.colors import to_hex
 
 import helpers
-from helpers import plots
-from helpers.io.checkpoint import load_mapping
 from helpers.core.errors import BadInputError
+from helpers.io.checkpoint import load_mapping
+from helpers.plots import mapping as plot_mapping
+from helpers.plots.accuracy import accuracy_table, plot_accuracy, plot_step_accuracy
+from helpers.plots.findings import plot_findings
+from helpers.plots.mapping import (STANDARD, plot_coverage_strip, plot_gap_histogram, plot_offset_histogram,
+                                   plot_readings, plot_staircase, save_mapping_figures)
+from helpers.plots.provenance import read_figure_metadata, save_figure
+from helpers.plots.speculation import (plot_accept_length_over_time, plot_accept_lengths, plot_prediction_curve,
+                                       plot_throughput)
+from helpers.plots.style import BAD as BAD_COLOUR
+from helpers.plots.style import DPI, set_style, style
+from helpers.plots.tokens import plot_token_view, token_style
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -45,12 +55,12 @@ def _close_figures():
 
 def _red(artist) -> bool:
     fc = artist.get_facecolor() if hasattr(artist, "get_facecolor") else None
-    return fc is not None and to_hex(fc if np.ndim(fc) == 1 else fc[0]) == plots.BAD.lower()
+    return fc is not None and to_hex(fc if np.ndim(fc) == 1 else fc[0]) == BAD_COLOUR.lower()
 
 
 # -- staircase ------------------------------------------------------------------------------------
 def test_staircase_draws_d2t_and_its_first_step(good):
-    ax = plots.plot_staircase(good, zoom=None)
+    ax = plot_staircase(good, zoom=None)
     line = ax.lines[0]
     y = np.asarray(line.get_ydata())
     assert np.array_equal(y, good.d2t.numpy())
@@ -62,18 +72,18 @@ def test_staircase_draws_d2t_and_its_first_step(good):
     # the V - N line sits at 163,840 - 32,000, and nothing of a valid d2t lies above it
     hlines = [l for l in ax.lines if np.allclose(l.get_ydata(), 131_840)]
     assert len(hlines) == 1
-    assert not any(to_hex(l.get_color()) == plots.BAD.lower() and l.get_linewidth() > 2 for l in ax.lines)
+    assert not any(to_hex(l.get_color()) == BAD_COLOUR.lower() and l.get_linewidth() > 2 for l in ax.lines)
 
 
 def test_staircase_of_the_absolute_copy_is_the_offset_staircase_plus_arange(good, bad):
-    a = np.asarray(plots.plot_staircase(good, zoom=None).lines[0].get_ydata())
-    b = np.asarray(plots.plot_staircase(bad, zoom=None).lines[0].get_ydata())
+    a = np.asarray(plot_staircase(good, zoom=None).lines[0].get_ydata())
+    b = np.asarray(plot_staircase(bad, zoom=None).lines[0].get_ydata())
     assert np.array_equal(b, a + np.arange(a.size))
 
 
 def test_staircase_marks_entries_above_v_minus_n_only_for_the_misencoded_copy(good, bad):
-    ax = plots.plot_staircase(bad, zoom=(1000, 1010))
-    red = [l for l in ax.lines if to_hex(l.get_color()) == plots.BAD.lower() and l.get_linewidth() > 2]
+    ax = plot_staircase(bad, zoom=(1000, 1010))
+    red = [l for l in ax.lines if to_hex(l.get_color()) == BAD_COLOUR.lower() and l.get_linewidth() > 2]
     assert len(red) == 1
     drawn = np.asarray(red[0].get_ydata(), dtype=float)
     expected = int((bad.d2t > 163_840 - 32_000).sum())
@@ -84,7 +94,7 @@ def test_staircase_marks_entries_above_v_minus_n_only_for_the_misencoded_copy(go
 
 def test_staircase_on_a_given_axes_returns_it(good):
     fig, ax = plt.subplots()
-    assert plots.plot_staircase(good, ax=ax) is ax
+    assert plot_staircase(good, ax=ax) is ax
 
 
 @pytest.mark.parametrize("fn", ["plot_staircase", "plot_offset_histogram", "plot_gap_histogram", "plot_coverage_strip",
@@ -93,15 +103,15 @@ def test_mapping_figures_take_a_loaded_mapping_not_a_path(fn):
     args = ("offset",) if fn == "reading_stats" else ()
     for given in (GOOD, str(GOOD)):
         with pytest.raises(TypeError, match=r"takes a VocabMapping.*helpers\.io\.checkpoint\.load_mapping"):
-            getattr(plots, fn)(given, *args)
+            getattr(plot_mapping, fn)(given, *args)
     assert not plt.get_fignums()  # refused before drawing anything
 
 
 def test_save_mapping_figures_refuses_a_path_before_writing(tmp_path):
     with pytest.raises(TypeError, match="save_mapping_figures takes a VocabMapping, not a PosixPath"):
-        plots.save_mapping_figures(GOOD, tmp_path / "figs")
+        save_mapping_figures(GOOD, tmp_path / "figs")
     assert not (tmp_path / "figs").exists()
-    assert not hasattr(plots, "as_mapping")
+    assert not hasattr(plot_mapping, "as_mapping")
 
 
 def test_plots_modules_import_one_way():
@@ -112,10 +122,8 @@ def test_plots_modules_import_one_way():
     allowed = {
         "style": set(), "provenance": {"style"}, "mapping": {"style", "provenance"},
         "accuracy": {"style"}, "speculation": {"style"}, "serving": {"style"}, "findings": {"style"}, "tokens": {"style"},
-        "__init__": {"style", "provenance", "mapping", "accuracy", "speculation", "serving", "findings", "tokens"},
+        "draft_diff": {"style"}, "__init__": set(),
     }
-    allowed["draft_diff"] = {"style"}
-    allowed["__init__"] = allowed["__init__"] | {"draft_diff"}
     outside_ok = {"helpers", "helpers.io", "helpers.io.mapping", "helpers.core.errors", "helpers.io.checkpoint"}
     folder = helpers.__path__[0] + "/plots"
     for name, ok in allowed.items():
@@ -136,7 +144,7 @@ def test_plots_modules_import_one_way():
 
 # -- histograms ------------------------------------------------------------------------------------
 def test_offset_histogram_counts_every_draft_id_and_reds_the_impossible(good, bad):
-    ax = plots.plot_offset_histogram(good, bins=60)
+    ax = plot_offset_histogram(good, bins=60)
     bars = ax.containers[0].patches
     heights = np.array([p.get_height() for p in bars])
     assert heights.sum() == 32_000
@@ -144,18 +152,18 @@ def test_offset_histogram_counts_every_draft_id_and_reds_the_impossible(good, ba
     assert not any(_red(p) and p.get_height() > 0 for p in bars)
     assert "d2t" in ax.get_xlabel() and "token ids" in ax.get_xlabel()
 
-    ax = plots.plot_offset_histogram(bad, bins=60)
+    ax = plot_offset_histogram(bad, bins=60)
     red = sum(p.get_height() for p in ax.containers[0].patches if _red(p))
     assert red == int((bad.d2t > 131_840).sum()) > 0
     assert f"{int(red):,} above V − N" in ax.get_title()
 
 
 def test_offset_histogram_log_option(good):
-    assert plots.plot_offset_histogram(good, log=True).get_yscale() == "log"
+    assert plot_offset_histogram(good, log=True).get_yscale() == "log"
 
 
 def test_gap_histogram_bars_equal_the_gaps_between_kept_ids(good):
-    ax = plots.plot_gap_histogram(good, max_gap=30)
+    ax = plot_gap_histogram(good, max_gap=30)
     heights = np.array([p.get_height() for p in ax.patches])
     assert len(heights) == 32  # gaps 0..30 and one overflow bar
     kept = np.sort(good.d2t.numpy() + np.arange(32_000))
@@ -167,14 +175,14 @@ def test_gap_histogram_bars_equal_the_gaps_between_kept_ids(good):
 
 
 def test_gap_histogram_shows_duplicates_under_the_wrong_reading(good, bad):
-    wrong = plots.plot_gap_histogram(good, reading="absolute", log=True)
+    wrong = plot_gap_histogram(good, reading="absolute", log=True)
     assert wrong.get_yscale() == "log"
     assert wrong.patches[0].get_height() == 32_000 - 20_954  # draft ids sharing a target id
     assert _red(wrong.patches[0])
     assert "absolute reading" in wrong.get_xlabel()
     # the misencoded copy read as offsets: every gap is one too large, no gap of 1 at all
-    shifted = plots.plot_gap_histogram(bad, reading="offset", max_gap=30)
-    right = plots.plot_gap_histogram(good, reading="offset", max_gap=30)
+    shifted = plot_gap_histogram(bad, reading="offset", max_gap=30)
+    right = plot_gap_histogram(good, reading="offset", max_gap=30)
     hs = [p.get_height() for p in shifted.patches]
     hr = [p.get_height() for p in right.patches]
     assert hs[1] == 0 and hs[2:31] == hr[1:30]
@@ -188,7 +196,7 @@ def _stairs(ax):
 
 
 def test_coverage_strip_shares_add_up_to_the_kept_ids(good):
-    ax = plots.plot_coverage_strip(good, bin_size=320)
+    ax = plot_coverage_strip(good, bin_size=320)
     kept, t2d = _stairs(ax)[0], _stairs(ax)[-1]
     values, edges = kept.get_data()[0], kept.get_data()[1]
     assert np.isclose(values.sum() * 320, 32_000)
@@ -203,7 +211,7 @@ def test_coverage_strip_shares_add_up_to_the_kept_ids(good):
 
 
 def test_coverage_strip_puts_the_misencoded_ids_past_the_vocab_end(bad):
-    ax = plots.plot_coverage_strip(bad, bin_size=320, prefix=None)
+    ax = plot_coverage_strip(bad, bin_size=320, prefix=None)
     red = [p for p in _stairs(ax) if _red(p)]
     assert len(red) == 1
     out = int(((bad.d2t + torch.arange(32_000)) >= 163_840).sum())
@@ -214,7 +222,7 @@ def test_coverage_strip_puts_the_misencoded_ids_past_the_vocab_end(bad):
 
 # -- the readings side by side --------------------------------------------------------------------
 def test_readings_side_by_side_make_the_wrong_one_look_wrong(good):
-    fig = plots.plot_readings(good)
+    fig = plot_readings(good)
     off, ab = fig.axes[:2]
     assert "offset reading" in off.get_title() and "absolute reading" in ab.get_title()
     assert "0 of 32,000 ids ≠ t2d" in off.get_title() and "0 duplicates" in off.get_title()
@@ -231,7 +239,7 @@ def test_readings_side_by_side_make_the_wrong_one_look_wrong(good):
 
 
 def test_readings_mirror_between_the_sample_and_its_misencoded_copy(good, bad):
-    g, b = plots.plot_readings(good), plots.plot_readings(bad)
+    g, b = plot_readings(good), plot_readings(bad)
     # the misencoded copy's absolute reading draws exactly what the sample's offset reading draws
     assert np.array_equal(b.axes[1].lines[1].get_ydata(), g.axes[0].lines[1].get_ydata())
     assert "✓" in b.axes[1].get_title() and "✗" in b.axes[0].get_title()
@@ -241,10 +249,10 @@ def test_readings_mirror_between_the_sample_and_its_misencoded_copy(good, bad):
 
 def test_readings_accept_given_axes(good):
     fig, axes = plt.subplots(1, 3)
-    got = plots.plot_readings(good, ax=axes, readings=("offset", "absolute", "none"))
+    got = plot_readings(good, ax=axes, readings=("offset", "absolute", "none"))
     assert got is fig and "no mapping" in axes[2].get_title()
     with pytest.raises(ValueError):
-        plots.plot_readings(good, ax=axes[:2], readings=("offset",))
+        plot_readings(good, ax=axes[:2], readings=("offset",))
 
 
 # -- accuracy -------------------------------------------------------------------------------------
@@ -266,7 +274,7 @@ class _Result:  # what evaluate() returns: only to_dict() matters here
 
 @pytest.mark.parametrize("result", [EVAL, EVAL["readings"], _Result()], ids=["to_dict", "plain", "object"])
 def test_accuracy_bars_per_reading(result):
-    ax = plots.plot_accuracy(result)
+    ax = plot_accuracy(result)
     heights = [round(p.get_height(), 6) for p in ax.patches]
     assert len(heights) == 6  # top-1 and top-k for three readings
     assert heights[:3] == [74.7, 0.0, 1.2] and heights[3:] == [91.2, 0.4, 3.0]
@@ -282,7 +290,7 @@ def test_accuracy_bars_draw_top_k_only_when_more_than_one_candidate_was_scored(t
 
     r = evaluate(samples_dir / "tiny_draft_sglang", samples_dir / "tiny_hidden_states" / "val",
                  readings=("offset", "absolute"), steps=1, topk=topk, max_samples=2, progress=False)
-    ax = plots.plot_accuracy(r)
+    ax = plot_accuracy(r)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert len(ax.patches) == (2 if topk == 1 else 4)  # one bar per reading, plus top-k when k > 1
     assert ("top-3" in labels) == (topk == 3) and "top-k" not in labels
@@ -290,19 +298,19 @@ def test_accuracy_bars_draw_top_k_only_when_more_than_one_candidate_was_scored(t
 
 
 def test_accuracy_per_step_lines_and_splits():
-    ax = plots.plot_step_accuracy(EVAL)
+    ax = plot_step_accuracy(EVAL)
     assert len(ax.lines) == 3
     assert np.allclose(ax.lines[0].get_ydata(), [74.7, 61.0, 52.0])
     assert list(ax.lines[0].get_xdata()) == [0, 1, 2]
     assert "step" in ax.get_xlabel() and "%" in ax.get_ylabel()
     split = {"train": {"offset": {"top1": 80.0, "step_top1": [80.0, 70.0]}},
              "val": {"offset": {"top1": 75.0, "step_top1": [75.0, 60.0]}}}
-    df = plots.accuracy_table(split)
+    df = accuracy_table(split)
     assert df["split"].tolist() == ["train", "val"] and df["top1"].tolist() == [80.0, 75.0]  # percent kept
-    ax = plots.plot_accuracy(split)
+    ax = plot_accuracy(split)
     assert [round(p.get_height(), 6) for p in ax.patches] == [80.0, 75.0]
     with pytest.raises(BadInputError):
-        plots.accuracy_table({"coverage": 0.9})
+        accuracy_table({"coverage": 0.9})
 
 
 def test_accuracy_from_the_evaluate_json_layout_pooled_and_per_split():
@@ -314,15 +322,15 @@ def test_accuracy_from_the_evaluate_json_layout_pooled_and_per_split():
         "splits": {"train": {"coverage": 0.9, "readings": {"offset": {"top1": 0.72, "topk": 0.91, "step_top1": [0.72, 0.5]}}},
                    "val": {"coverage": 0.9, "readings": {"offset": {"top1": 0.68, "topk": 0.88, "step_top1": [0.68, 0.45]}}}},
     }
-    df = plots.accuracy_table(d)
+    df = accuracy_table(d)
     assert df["split"].isna().tolist() == [True, True, False, False] and df["split"].tolist()[2:] == ["train", "val"]
     assert np.isnan(df["top1"][1])  # nothing scored stays NaN, not 0
-    pooled = plots.plot_accuracy(d)
+    pooled = plot_accuracy(d)
     assert [round(p.get_height(), 6) for p in pooled.patches] == [70.0, 0.0, 90.0, 0.0]
-    per_split = plots.plot_accuracy(d, splits=True)
+    per_split = plot_accuracy(d, splits=True)
     assert [round(p.get_height(), 6) for p in per_split.patches] == [72.0, 68.0, 91.0, 88.0]
     assert [t.get_text() for t in per_split.get_xticklabels()] == ["offset\n(train)", "offset\n(val)"]
-    steps = plots.plot_step_accuracy(d, splits=True)
+    steps = plot_step_accuracy(d, splits=True)
     assert [list(l.get_ydata()) for l in steps.lines] == [[72.0, 50.0], [68.0, 45.0]]
 
 
@@ -330,7 +338,7 @@ def test_accuracy_from_the_evaluate_json_layout_pooled_and_per_split():
 def test_accept_length_distribution_from_lengths_and_from_a_histogram():
     rng = np.random.default_rng(0)
     lengths = np.minimum(rng.geometric(0.55, 5000), 8)
-    ax = plots.plot_accept_lengths(lengths)
+    ax = plot_accept_lengths(lengths)
     vals, counts = np.unique(lengths, return_counts=True)
     assert [p.get_height() for p in ax.patches] == counts.tolist()
     assert [p.get_x() + p.get_width() / 2 for p in ax.patches] == pytest.approx(vals.tolist())
@@ -339,7 +347,7 @@ def test_accept_length_distribution_from_lengths_and_from_a_histogram():
     assert "accept length" in ax.get_xlabel() and "bonus" in ax.get_xlabel()
 
     hist = dict(zip(vals.tolist(), counts.tolist()))
-    ax2 = plots.plot_accept_lengths(hist, share=True)
+    ax2 = plot_accept_lengths(hist, share=True)
     assert [p.get_height() for p in ax2.patches] == pytest.approx((counts / counts.sum()).tolist())
     assert "share" in ax2.get_ylabel()
 
@@ -347,7 +355,7 @@ def test_accept_length_distribution_from_lengths_and_from_a_histogram():
 def test_accept_length_distribution_from_a_replay_histogram():
     # what helpers.acceptance.chain.ReplayResult.histogram / to_dict()["histogram"] hold (JSON keys are strings)
     hist = {"1": 700, "2": 200, "3": 80, "4": 20}
-    ax = plots.plot_accept_lengths({"histogram": hist, "mean": 1.42})
+    ax = plot_accept_lengths({"histogram": hist, "mean": 1.42})
     assert [p.get_height() for p in ax.patches] == [700, 200, 80, 20]
     mean = [l for l in ax.lines if "mean" in l.get_label()][0].get_xdata()[0]
     assert mean == pytest.approx((700 + 400 + 240 + 80) / 1000)
@@ -356,7 +364,7 @@ def test_accept_length_distribution_from_a_replay_histogram():
 
 def test_throughput_curve_and_break_even_with_the_investigation_numbers():
     cost = 90 * 1.9 / 46.7  # the step cost that puts 1.9 at 46.7 tok/s
-    ax = plots.plot_throughput(90, cost, measured=[(1.9, 46.7)])
+    ax = plot_throughput(90, cost, measured=[(1.9, 46.7)])
     x, y = np.asarray(ax.lines[0].get_xdata()), np.asarray(ax.lines[0].get_ydata())
     assert np.allclose(y, 90 * x / cost)
     be = [l for l in ax.lines if "break-even" in l.get_label()][0]
@@ -368,32 +376,32 @@ def test_throughput_curve_and_break_even_with_the_investigation_numbers():
     from helpers.acceptance.throughput import throughput_model
 
     model = throughput_model(90, 1.9, 46.7)  # the simulate module's model draws the same curve
-    ax2 = plots.plot_throughput(model)
+    ax2 = plot_throughput(model)
     assert np.allclose(ax2.lines[0].get_ydata(), 90 * np.asarray(ax2.lines[0].get_xdata()) / model.step_cost)
 
 
 def test_accept_length_over_time_from_a_log_table():
     t = pd.date_range("2026-01-01 10:00", periods=30, freq="10s")
     df = pd.DataFrame({"time": t, "accept_length": np.linspace(1.5, 2.1, 30)})
-    ax = plots.plot_accept_length_over_time(df, prediction=3.2)
+    ax = plot_accept_length_over_time(df, prediction=3.2)
     assert np.allclose(ax.lines[0].get_ydata(), df["accept_length"])
     assert any(np.allclose(l.get_ydata(), 3.2) for l in ax.lines[1:])
     assert ax.get_xlabel() == "time" and "accept length" in ax.get_ylabel()
     by_line = pd.DataFrame({"line": [3, 9, 15], "accept_length": [1.9, 1.8, 2.0]})
-    ax = plots.plot_accept_length_over_time(by_line, prediction=[2.0, 2.0, 2.0])
+    ax = plot_accept_length_over_time(by_line, prediction=[2.0, 2.0, 2.0])
     assert list(ax.lines[0].get_xdata()) == [3, 9, 15] and ax.get_xlabel() == "log line number"
     gaps = pd.DataFrame({"line": [1, 2, 3], "accept_length": [1.5, np.nan, 2.5]})  # a stats row without one
-    ax = plots.plot_accept_length_over_time(gaps, prediction=[1.0, 9.0, 2.0])
+    ax = plot_accept_length_over_time(gaps, prediction=[1.0, 9.0, 2.0])
     assert list(ax.lines[0].get_xdata()) == [1, 3] and list(ax.lines[-1].get_ydata()) == [1.0, 2.0]
     with pytest.raises(BadInputError, match="accept-length column"):
-        plots.plot_accept_length_over_time(pd.DataFrame({"line": [1], "tps": [3.0]}))
+        plot_accept_length_over_time(pd.DataFrame({"line": [1], "tps": [3.0]}))
 
 
 def test_accept_length_over_time_from_a_bundled_sglang_log():
     from helpers.serving.logs import read_log
 
     log = read_log(SAMPLES / "logs" / "sglang.log")
-    ax = plots.plot_accept_length_over_time(log, prediction=2.5)
+    ax = plot_accept_length_over_time(log, prediction=2.5)
     rows = log.table[log.table["accept_length"].notna()]
     assert np.allclose(ax.lines[0].get_ydata(), rows["accept_length"]) and len(rows) > 10
     assert f"over {len(rows):,} log records" in ax.get_title()
@@ -401,12 +409,12 @@ def test_accept_length_over_time_from_a_bundled_sglang_log():
 
 # -- saving with provenance ---------------------------------------------------------------------------
 def test_save_figure_metadata_round_trip(tmp_path, good):
-    ax = plots.plot_staircase(good)
+    ax = plot_staircase(good)
     before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-    written = plots.save_figure(ax.figure, tmp_path / "stair.png", source=GOOD, verdict=good.verdict(),
+    written = save_figure(ax.figure, tmp_path / "stair.png", source=GOOD, verdict=good.verdict(),
                                 caption="bug report", formats=("png", "svg"))
     assert [p.suffix for p in written] == [".png", ".svg"] and all(p.exists() for p in written)
-    meta = plots.read_figure_metadata(written[0])
+    meta = read_figure_metadata(written[0])
     d2t_file = GOOD / "d2t.pt"
     assert meta["source"] == str(d2t_file)
     assert meta["source_size"] == d2t_file.stat().st_size
@@ -417,7 +425,7 @@ def test_save_figure_metadata_round_trip(tmp_path, good):
     created = dt.datetime.fromisoformat(meta["created"])
     assert before <= created <= dt.datetime.now(dt.timezone.utc)
     assert meta["verdict"] == "offset" and meta["checkpoint"] == str(GOOD) and meta["caption"] == "bug report"
-    assert plots.read_figure_metadata(written[1]) == meta  # the SVG carries the same record
+    assert read_figure_metadata(written[1]) == meta  # the SVG carries the same record
     # the caption line is drawn in the saved image, and removed from the figure afterwards
     from PIL import Image
 
@@ -426,25 +434,25 @@ def test_save_figure_metadata_round_trip(tmp_path, good):
         h_saved = im.size[1]
     assert not any("verdict" in t.get_text() for t in ax.figure.texts)
     plain = tmp_path / "plain.png"
-    ax.figure.savefig(plain, bbox_inches="tight", pad_inches=0.12, dpi=plots.DPI)
+    ax.figure.savefig(plain, bbox_inches="tight", pad_inches=0.12, dpi=DPI)
     with Image.open(plain) as im:
         assert h_saved > im.size[1]  # room for the caption line
 
 
 def test_save_figure_with_a_mapping_as_source_and_unreadable_metadata(tmp_path, bad):
-    fig = plots.plot_readings(bad)
-    (png,) = plots.save_figure(fig, tmp_path / "r", source=bad, verdict="absolute")
-    meta = plots.read_figure_metadata(png)
+    fig = plot_readings(bad)
+    (png,) = save_figure(fig, tmp_path / "r", source=bad, verdict="absolute")
+    meta = read_figure_metadata(png)
     assert meta["checkpoint"] == str(BAD) and meta["verdict"] == "absolute"
     assert meta["source_sha256"] == hashlib.sha256((BAD / "d2t.pt").read_bytes()).hexdigest()
     other = tmp_path / "other.png"
     fig.savefig(other)
     with pytest.raises(BadInputError, match="no d2t-lab metadata"):
-        plots.read_figure_metadata(other)
+        read_figure_metadata(other)
     with pytest.raises(BadInputError, match="does not exist"):
-        plots.save_figure(fig, tmp_path / "x", source=tmp_path / "missing.pt")
+        save_figure(fig, tmp_path / "x", source=tmp_path / "missing.pt")
     with pytest.raises(ValueError, match="unsupported format 'doc'"):
-        plots.save_figure(fig, tmp_path / "y", formats=("png", "doc"))
+        save_figure(fig, tmp_path / "y", formats=("png", "doc"))
     assert not (tmp_path / "y.png").exists()  # every format is checked before anything is written
 
 
@@ -457,7 +465,7 @@ def test_logs_plot_is_saved_with_the_log_file_as_its_source(tmp_path, capsys):
     log = SAMPLES / "logs" / "sglang.log"
     out = tmp_path / "accept.png"
     assert main(["logs", str(log), "--plot", str(out)]) == 0
-    meta = plots.read_figure_metadata(out)
+    meta = read_figure_metadata(out)
     assert Path(meta["source"]).resolve() == log.resolve() and len(meta["sources"]) == 1
     assert meta["source_size"] == log.stat().st_size
     assert meta["source_sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
@@ -470,7 +478,7 @@ def test_logs_plot_is_saved_with_the_log_file_as_its_source(tmp_path, capsys):
     assert main(["logs", str(log), "--plot", str(tmp_path / "UPPER.PNG")]) == 0
     assert (tmp_path / "UPPER.PNG").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["logs", str(log), "--plot", str(tmp_path / "bare")]) == 0
-    assert plots.read_figure_metadata(tmp_path / "bare.png")["source"] == meta["source"]
+    assert read_figure_metadata(tmp_path / "bare.png")["source"] == meta["source"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["UPPER.PNG", "accept.pdf", "accept.png", "bare.png"]
     capsys.readouterr()
 
@@ -484,13 +492,12 @@ def test_style_is_not_applied_at_import_and_set_style_applies_it():
     mpl.rcdefaults()
     for name in ("style", "provenance", "mapping", "accuracy", "speculation", "findings"):  # every module runs again
         importlib.reload(sys.modules[f"helpers.plots.{name}"])
-    importlib.reload(plots)
     assert mpl.rcParams["axes.spines.top"] is True and mpl.rcParams["axes.grid"] is False
-    assert callable(plots.style) and hasattr(plots.style(), "__enter__")  # the context manager, not the module
-    ax = plots.plot_throughput(90, 3.0)
+    assert hasattr(style(), "__enter__")  # the context manager
+    ax = plot_throughput(90, 3.0)
     assert not ax.spines["top"].get_visible() and ax.xaxis.get_gridlines()[0].get_visible()  # the kit's style
     assert mpl.rcParams["axes.spines.top"] is True  # ... without touching the global rcParams
-    plots.set_style()
+    set_style()
     assert mpl.rcParams["axes.spines.top"] is False and mpl.rcParams["axes.grid"] is True
     mpl.rcdefaults()
 
@@ -500,9 +507,9 @@ def test_figures_command_writes_the_standard_figures_with_metadata(tmp_path, cli
     r = cli("figures", BAD, "-o", tmp_path, "--prefix", "kimi_absolute")
     assert r.returncode == 0, r.stderr
     files = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert files == sorted(f"kimi_absolute_{n}.png" for n in plots.STANDARD)
+    assert files == sorted(f"kimi_absolute_{n}.png" for n in STANDARD)
     for p in tmp_path.glob("*.png"):
-        meta = plots.read_figure_metadata(p)
+        meta = read_figure_metadata(p)
         assert meta["verdict"] == "absolute" and meta["source"] == str(BAD / "d2t.pt")
         assert 10_000 < p.stat().st_size < 250_000
     bad = cli("figures", tmp_path / "nope", "-o", tmp_path)
@@ -518,7 +525,7 @@ def test_plot_findings_grid_colours_each_code_by_worst_severity():
                    F(code="key-layout", severity="warning")],
         "after": [{"code": "key-layout", "severity": "info"}],
     }
-    ax = plots.plot_findings(rows)
+    ax = plot_findings(rows)
     grid = ax.images[0].get_array()
     assert [t.get_text() for t in ax.get_xticklabels()] == ["d2t-absolute", "key-layout"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["before", "after"]
@@ -532,7 +539,7 @@ def test_plot_prediction_curve_draws_the_closed_form():
     from helpers.acceptance.drafting import Drafting
 
     chain = Drafting(4)
-    ax = plots.plot_prediction_curve([chain], marks={"measured": (0.5, chain.expected(0.5))}, rates=[0.0, 0.5, 0.9])
+    ax = plot_prediction_curve([chain], marks={"measured": (0.5, chain.expected(0.5))}, rates=[0.0, 0.5, 0.9])
     line = ax.lines[0]
     assert list(line.get_xdata()) == [0.0, 0.5, 0.9]
     assert np.allclose(line.get_ydata(), [chain_expected(a, 4) for a in (0.0, 0.5, 0.9)])
@@ -549,13 +556,13 @@ def test_token_view_figure_marks_each_token_by_how_it_came(tmp_path):
            "draft_pos": [-1, 0, 1, -1], "mean_accept_length": 2.0}
     miss = {**run, "kinds": ["target", "correction", "correction", "correction"], "draft_pos": [-1] * 4,
             "mean_accept_length": 1.0}
-    fig = plots.plot_token_view({"offset": run, "absolute": miss})
+    fig = plot_token_view({"offset": run, "absolute": miss})
     ax0, ax1 = fig.axes[:2]
     colours = [[to_hex(p.get_facecolor()) for p in ax.patches] for ax in (ax0, ax1)]
-    bad = plots.token_style("correction")[0].lower()
+    bad = token_style("correction")[0].lower()
     assert colours[0][1] != colours[0][2] and colours[0][3] == bad  # draft positions shaded apart
     assert colours[1][1:] == [bad] * 3
     assert "\u21b5" in [t.get_text() for t in ax0.texts]  # the newline token is visible
     assert "accept length 1.00" in ax1.get_title()
-    written = plots.save_figure(fig, tmp_path / "tv", source=None)
-    assert written[0].suffix == ".png" and plots.read_figure_metadata(written[0])
+    written = save_figure(fig, tmp_path / "tv", source=None)
+    assert written[0].suffix == ".png" and read_figure_metadata(written[0])

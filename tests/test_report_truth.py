@@ -105,7 +105,7 @@ def _text(bundle: Path, name: str) -> str:
 
 
 def test_no_bundled_data_in_a_users_bundle(healthy_bundle, samples_dir):
-    from helpers.plots import read_figure_metadata
+    from helpers.plots.provenance import read_figure_metadata
 
     needle = "data_samples"
     assert needle in str(samples_dir)  # the test would see the bundled folder's name if it leaked
@@ -119,7 +119,7 @@ def test_no_bundled_data_in_a_users_bundle(healthy_bundle, samples_dir):
 
 
 def test_figures_name_the_users_files(healthy_bundle, user_files):
-    from helpers.plots import caption_line, read_figure_metadata
+    from helpers.plots.provenance import caption_line, read_figure_metadata
 
     figs = healthy_bundle / "figures"
     log = read_figure_metadata(figs / "04_accept_length_simulation" / "logs_vs_prediction.png")

@@ -248,11 +248,6 @@ def as_typed(args, message: str) -> str:
     return message
 
 
-def shape_given(args) -> bool:
-    """Whether any shape flag was given."""
-    return any(getattr(args, name, None) is not None for name in SHAPE_DESTS)
-
-
 def drafting_from(args, lone: str, positions: int | None = None):
     """The `Drafting` the flags give (None when none given and no `positions`); a shape no engine
     runs, or flags that disagree, is one line naming the flag, exit 2."""

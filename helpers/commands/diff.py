@@ -49,7 +49,8 @@ def run(args) -> int:
         from pathlib import Path
 
         from helpers.core.errors import BadInputError
-        from helpers.plots import plot_draft_diff, save_figure
+        from helpers.plots.draft_diff import plot_draft_diff
+        from helpers.plots.provenance import save_figure
 
         out = _options.figure_path(args.out)
         fig = plot_draft_diff(d)

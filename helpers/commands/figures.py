@@ -18,7 +18,7 @@ Draw the standard figures of a checkpoint's d2t/t2d mapping and save them as PNG
   coverage     where the kept target ids lie in the target vocab
   readings     offset and absolute readings side by side against t2d (red: wrong target ids)
 Each PNG records the source files (path, size, SHA-256), the kit version and the time in its
-metadata (read it back with helpers.plots.read_figure_metadata), and carries a caption line
+metadata (read it back with helpers.plots.provenance.read_figure_metadata), and carries a caption line
 naming the checkpoint and the verdict. PATH is anything `inspect` reads.
 
 OUTDIR is created (with missing parents) when it does not exist.
@@ -41,7 +41,7 @@ def run(args) -> int:
 
     matplotlib.use("Agg")
     from helpers.io.checkpoint import load_mapping
-    from helpers.plots import save_mapping_figures
+    from helpers.plots.mapping import save_mapping_figures
 
     out_dir = output_dir(args.out_dir, "figures folder", create=False)  # created when the figures are saved
     if args.prefix is not None and (Path(args.prefix).name != args.prefix or args.prefix in (".", "..")):

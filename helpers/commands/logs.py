@@ -47,7 +47,7 @@ names (a draft class such as LlamaForCausalLMEagle3, or a draft path naming eagl
 --json: the summary plus every parsed row. --plot OUT.png: accept length over time (the suffix
 picks the format: .png, .svg, .pdf, ...; an existing file is replaced), with a caption line and
 metadata naming the log file (path, size, SHA-256; read a PNG's back with
-helpers.plots.read_figure_metadata).
+helpers.plots.provenance.read_figure_metadata).
 Exit 2 with one line when the file has no line this reader understands, or when the plot cannot
 be written there (no such folder, a folder in its place, an unknown suffix)."""
 
@@ -77,14 +77,15 @@ def plot_path(path: str) -> Path:
 
 
 def save_plot(log, path: Path) -> None:
-    """Draw accept length over time and save it with `plots.save_figure`: the caption line and
+    """Draw accept length over time and save it with `provenance.save_figure`: the caption line and
     the metadata name the log file (path, size, SHA-256); the suffix of `path` picks the format."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from helpers.plots import plot_accept_length_over_time, save_figure
+    from helpers.plots.provenance import save_figure
+    from helpers.plots.speculation import plot_accept_length_over_time
 
     ax = plot_accept_length_over_time(log.table, label=f"{', '.join(log.engines)} log")
     try:

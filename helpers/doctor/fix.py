@@ -349,13 +349,3 @@ def check_apart(src, dst) -> None:
                             "choose a folder outside it")
     if b in a.parents:
         raise BadInputError(dst, f"contains the checkpoint being fixed ({src}); choose a folder outside it")
-
-
-def unused_path(path) -> Path:
-    """`path`, or `path_2`, `path_3`, ... : the first that does not exist yet (fix never overwrites)."""
-    path = Path(path)
-    candidate, i = path, 1
-    while candidate.exists() or candidate.is_symlink():
-        i += 1
-        candidate = path.with_name(f"{path.name}_{i}")
-    return candidate

@@ -282,9 +282,6 @@ class VocabMapping:
         return out
 
     # -- conversions ------------------------------------------------------------------------
-    def with_d2t(self, d2t: torch.Tensor) -> VocabMapping:
-        return VocabMapping(d2t, self.t2d, target_vocab_size=self.target_vocab_size, sources=self.sources)
-
     def in_other_encoding(self) -> VocabMapping:
         """The same kept ids stored the other way: what a misencoded copy of this mapping looks like.
 

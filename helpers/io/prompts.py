@@ -132,11 +132,6 @@ def read_prompts(path: str | os.PathLike, max_records: int | None = None) -> Ite
             index += 1
 
 
-def count_prompts(path: str | os.PathLike, max_records: int | None = None) -> int:
-    """How many records `read_prompts` yields (the file is validated on the way)."""
-    return sum(1 for _ in read_prompts(path, max_records))
-
-
 def check_prompts(path, max_records: int | None = None, *, need_answer: bool = False,
                   flag: str = "--max-prompts") -> int:
     """The door for a prompt file: every record read (at most `max_records`, which must be at

@@ -72,7 +72,7 @@ class ReplayResult:
 
     @property
     def histogram(self) -> dict[int, int]:
-        """{accept length: positions}, for `helpers.plots.plot_accept_lengths`."""
+        """{accept length: positions}, for `helpers.plots.speculation.plot_accept_lengths`."""
         return {int(i): int(c) for i, c in enumerate(self.counts) if i > 0}
 
     @property

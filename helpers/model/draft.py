@@ -22,8 +22,8 @@ is the one layer-plus-head pass that `draft_steps` here and `helpers.model.draft
 `load_draft` reads SGLang/SpecForge (`midlayer.*`, flat config), speculators (`layers.0.*`,
 nested `transformer_layer_config`), NeMo Automodel and SGLang kimi_k25_eagle3 (MLA) checkpoints
 straight onto the device in the target dtype; it takes a path or an open `Checkpoint`.
-The config (`DraftConfig`, RoPE frequencies) is in `helpers.model.config`, devices and dtypes in
-`helpers.core.devices`; both are re-exported here.
+The config (`DraftConfig`, RoPE frequencies) lives in `helpers.model.config`, devices and dtypes in
+`helpers.core.devices`; import them from there (this module uses them, it does not re-export them).
 """
 from __future__ import annotations
 

@@ -156,12 +156,6 @@ class Drafter:
         return prop
 
     @staticmethod
-    def _ancestors(c: int, parent: list[int]):
-        while c > 0:
-            yield c
-            c = parent[c]
-
-    @staticmethod
     def _keep(score: list[float], draft_tokens: int) -> list[int]:
         """The draft_tokens - 1 best candidates (ties: earlier first), in creation order."""
         order = sorted(range(1, len(score)), key=lambda i: (-score[i], i))

@@ -379,7 +379,3 @@ def check_speculation_target(path) -> None:
     why = speculation_refusal(config)
     if why:
         raise BadInputError(path, f"cannot be a speculate target: {why}")
-
-
-def read_target_config(path) -> dict:
-    return read_config(Path(path) / "config.json")

@@ -37,10 +37,9 @@ def setup(**inputs) -> None:
         inputs = {k: ip.user_ns[k] for k in CHECKED if k in ip.user_ns}
     check_parameters(**inputs)
     try:
-        from helpers import plots
+        from helpers.plots.style import set_style
 
-        if hasattr(plots, "set_style"):
-            plots.set_style()
+        set_style()
     except ImportError:
         pass
 
@@ -89,7 +88,7 @@ class Outputs:
         """Save `fig` (a Figure or an Axes) as `name`.png when there is an output folder."""
         if self.dir is None:
             return []
-        from helpers.plots import save_figure
+        from helpers.plots.provenance import save_figure
 
         written = save_figure(fig, self.dir / name, source=source, verdict=verdict, caption=caption,
                               formats=self.formats)

@@ -27,17 +27,22 @@ from pathlib import Path
 import ipywidgets as W
 import torch
 
-from helpers import plots
 from helpers.core.devices import get_device
 from helpers.core.errors import BadInputError
+from helpers.core.paths import find_samples
 from helpers.core.terms import READINGS
 from helpers.io.checkpoint import find_checkpoints
 from helpers.io.samples import split_folders
 from helpers.measure.evaluate import evaluate
+from helpers.plots.accuracy import plot_accuracy, plot_step_accuracy
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "data_samples"
 _SAMPLE_SUFFIXES = (".ckpt", ".ckpt.gz")
+
+
+def _default_root() -> Path:
+    """The bundled samples when they can be found, else the current folder (the root box is editable)."""
+    return find_samples() or Path.cwd()
 
 
 # -- listing what there is to pick ------------------------------------------------------------
@@ -87,9 +92,9 @@ def result_figure(result):
     n = 2 if result.steps > 1 else 1
     fig = Figure(figsize=(6.5 * n, 3.6), layout="constrained")
     axes = fig.subplots(1, n, squeeze=False)[0]
-    plots.plot_accuracy(result, ax=axes[0])
+    plot_accuracy(result, ax=axes[0])
     if n == 2:
-        plots.plot_step_accuracy(result, ax=axes[1])
+        plot_step_accuracy(result, ax=axes[1])
     return fig
 
 
@@ -180,7 +185,7 @@ class Dashboard:
         self.hint = None  # after a run: how long the whole folder would take, and with torchrun
         self.error: str | None = None  # last one-line error, or None
         self.figure_png: bytes | None = None  # last figure, as PNG bytes
-        self._make_inputs(Path(root) if root is not None else DEFAULT_ROOT, device, dtype, reading, max_samples, steps,
+        self._make_inputs(Path(root) if root is not None else _default_root(), device, dtype, reading, max_samples, steps,
                           embed_from)
         self._make_outputs()
         from helpers.ui.spec_panel import SpeculatePanel
