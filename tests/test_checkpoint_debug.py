@@ -14,7 +14,7 @@ from teaching_text import answers_in_prose_above, check_cells, printed, printed_
 from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import load_mapping
 from helpers.ui import checkpoint_debug as debug
-from helpers.ui import checkpoint_exercises as ex
+from helpers.teach import checkpoint_exercises as ex
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"

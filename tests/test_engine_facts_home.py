@@ -36,8 +36,8 @@ ALLOWED = {
     "commands/probe.py": (1, "--help of the probe: which servers' answers carry per-request counts (wire format)"),
     "commands/_options.py": (2, "--engine's syntax example in --help and its comment (any release would do)"),
     "core/engines.py": (1, "the table's interface: --engine's syntax example in its error message"),
-    "ui/primer.py": (10, "engine source quoted with line numbers: pinned to the release whose file was read"),
-    "ui/lessons.py": (4, "engine source quoted with line numbers: pinned to the release whose file was read"),
+    "teach/primer.py": (10, "engine source quoted with line numbers: pinned to the release whose file was read"),
+    "teach/lessons.py": (4, "engine source quoted with line numbers: pinned to the release whose file was read"),
 }
 
 _names = sorted({k for k in ENGINE_TABLE} | {a for e in ENGINE_TABLE.values() for a in e.aliases},

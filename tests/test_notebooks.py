@@ -50,7 +50,7 @@ def _check_02(out, executed):
 
 def _check_08(out, executed):
     """Notebook 08 on its defaults: no exercise reported right, no answer printed, the source left alone."""
-    from helpers.ui import checkpoint_exercises as ex
+    from helpers.teach import checkpoint_exercises as ex
 
     cells = [c for c in executed.cells if c.cell_type == "code"]
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) + str(o.get("data", {}).get("text/html", ""))

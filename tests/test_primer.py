@@ -19,8 +19,8 @@ import torch
 from conftest import check_executed
 from teaching_text import answers_in_prose_above, check_cells, printed, printed_text, prose_numbers
 
-from helpers.ui import primer
-from helpers.ui import primer_exercises as ex
+from helpers.teach import primer
+from helpers.teach import primer_exercises as ex
 from helpers.io.checkpoint import load_mapping
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"

@@ -16,8 +16,8 @@ from teaching_text import cell_text
 from helpers.acceptance.drafting import Drafting
 from helpers.acceptance.prediction import predict
 from helpers.core.engine_table import ENGINE_TABLE
-from helpers.ui import lessons, primer
-from helpers.ui import primer_exercises as ex
+from helpers.teach import lessons, primer
+from helpers.teach import primer_exercises as ex
 
 ROOT = Path(__file__).resolve().parents[1]
 NB00 = ROOT / "notebooks" / "00_offset_encoding_primer.ipynb"

@@ -58,7 +58,7 @@ RULES = {
     "dflash.dspark.reduced": "pruned DSpark draft without `lm_head` / d2t", "dflash.xpress.vocab": "XPress draft vocab",
     "dflash.head.borrow": "DFlash draft: target's `lm_head` used",
     # the engine's drafting, not the checkpoint: whether it drafts trees (topk > 1), and how its proposer
-    # turns a draft id into a target id through d2t (helpers.ui.primer.engine_propose)
+    # turns a draft id into a target id through d2t (helpers.teach.primer.engine_propose)
     "draft.tree": "tree drafts (topk > 1)",
     "d2t.apply": "draft id to target id through d2t",
 }

@@ -2,7 +2,7 @@
 
 They are asked on the bundled broken draft (`data_samples/tiny_draft_absolute`, d2t stored as
 absolute ids) and on five checkpoints described by their files, whatever checkpoint the notebook
-is run on. As in the primer (`helpers.ui.primer_exercises`), the answers are not written here:
+is run on. As in the primer (`helpers.teach.primer_exercises`), the answers are not written here:
 `ANSWER_SHA` holds a SHA-256 of each, `check(n, answer)` decides by it and never raises, and
 `solutions()` computes the answers from the files (the notebook calls it only with
 `solutions=True`; a test checks it against the hashes).
@@ -16,7 +16,7 @@ import hashlib
 import torch
 
 from helpers.core.paths import bundled_samples
-from helpers.ui.exercises import canon_int, canon_letters, verdict
+from helpers.teach.exercises import canon_int, canon_letters, verdict
 
 BROKEN = "tiny_draft_absolute"  # in the bundled samples
 FILE_CASES = {  # exercise 1: five checkpoints of a draft with N = 800 and V = 4,096, by their files
@@ -60,7 +60,7 @@ def _wrong_cases(kept: torch.Tensor, v: int) -> str:
     serve, i.e. i + d2t[i] with d2t read from the weights or zeros when absent; the ids the draft
     means); a case is wrong when they differ.
     """
-    from helpers.ui.primer import served_targets
+    from helpers.teach.primer import served_targets
 
     n = kept.numel()
     low = torch.arange(n)

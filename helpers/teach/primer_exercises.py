@@ -1,6 +1,6 @@
 """The exercises of notebooks/00_offset_encoding_primer.ipynb and their checkers.
 
-The first are asked on `helpers.ui.primer.PRACTICE`, a vocabulary the notebook never decodes, so
+The first are asked on `helpers.teach.primer.PRACTICE`, a vocabulary the notebook never decodes, so
 no printed table gives an answer away; the later ones on the bundled real-shaped tables (the
 mapping at Kimi-K2.5's sizes and its absolute-id copy, the small trained draft). Each asks for
 something the notebook's prose does not state (a test searches the prose above each exercise for
@@ -21,8 +21,8 @@ import torch
 
 from helpers.core.paths import bundled_samples
 from helpers.io.mapping import VocabMapping
-from helpers.ui.exercises import canon_int, canon_letters, verdict
-from helpers.ui.primer import PRACTICE, served_targets
+from helpers.teach.exercises import canon_int, canon_letters, verdict
+from helpers.teach.primer import PRACTICE, served_targets
 
 P = PRACTICE
 N, V = P.draft_vocab_size, P.target_vocab_size

@@ -2,7 +2,7 @@
 
 Two dozen-token vocabularies with made-up assistant-token counts: `TOY` (target vocab 12, draft
 vocab 6), on which the notebook works every example, and `PRACTICE` (10 and 5), on which the first
-exercises (`helpers.ui.primer_exercises`) are asked, so that nothing the notebook prints gives an
+exercises (`helpers.teach.primer_exercises`) are asked, so that nothing the notebook prints gives an
 answer away. Everything random here takes a seed.
 
 - `variants` / `variant_table`: the mapping as it should be and the four ways it goes wrong
@@ -16,7 +16,7 @@ answer away. Everything random here takes a seed.
 - `offset_runs`: why a valid `d2t` has far fewer distinct values than entries;
 - `engine_propose`: how SGLang, vLLM and TensorRT-LLM turn draft logits into target ids;
 - `ENGINE_LINES` / `engine_lines`: the engines' own lines behind those claims, quoted by release (the release
-  ranges themselves are `helpers.ui.lessons.version_story`, generated from the engine table).
+  ranges themselves are `helpers.teach.lessons.version_story`, generated from the engine table).
 """
 from __future__ import annotations
 
