@@ -26,7 +26,6 @@ from helpers.doctor.checks_weights import head_rule_tail
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
 from helpers.doctor.registry import NO_EFFECT
-from helpers.io import remote
 from helpers.io.checkpoint import open_checkpoint
 from helpers.model.config_fields import eagle_config
 from helpers.model.fit import (
@@ -299,7 +298,7 @@ def _same_table(c: CheckContext, rows: int) -> None:
 def _embeddings(c: CheckContext, target):
     """The same rows of the draft's and the target's embed_tokens (all rows when small), or (None, None)."""
     try:  # a remote target's .bin weights are not fetched whole for one tensor: safetensors only
-        tck = open_checkpoint(remote.mirror(target, whole_limit=remote.WHOLE_LIMIT) if remote.is_remote(target) else target)
+        tck = open_checkpoint(target, fetch_whole=True)
     except BadInputError:  # a folder with only config.json: nothing to compare
         return None, None
     tk, dk = tck.tensors.find("embed_tokens.weight"), c.key("embed_tokens.weight")

@@ -33,7 +33,7 @@ from helpers.core.outputs import new_output_dir
 from helpers.core.terms import MAX_BUILT_T2D
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.fix_plan import FixPlan, FixResult
-from helpers.io import remote
+from helpers.io.origin import Origin
 from helpers.io.checkpoint import (
     Checkpoint,
     flat_config,
@@ -201,7 +201,7 @@ def plan_fix(src, engine: str = "all", target_config=None, *, check_weights: boo
     be written); an error code whose count drops is in `fixes`, errors left are `unfixable`.
     """
     engines_for(engine)
-    if remote.is_remote(src):
+    if Origin(src).is_remote:
         raise BadInputError(str(src).strip(), "fix writes a corrected copy of a local folder: download the checkpoint "
                             "first (hf download ORG/REPO --local-dir DIR), then fix DIR")
     src = Path(src)
@@ -335,7 +335,7 @@ def fix_checkpoint(src, dst, engine: str = "all", target_config=None, *, check_w
 def check_apart(src, dst) -> None:
     """One line (BadInputError) when the new folder `dst` would lie inside the checkpoint `src`
     (fix promises never to write there) or `src` inside `dst`; symlinks resolved. Nothing is written."""
-    if remote.is_remote(src):
+    if Origin(src).is_remote:
         return
     try:
         a = Path(src).resolve()

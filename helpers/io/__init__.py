@@ -7,6 +7,7 @@ Modules (import them by name; this file imports nothing):
 - `pt_files`
 - `remote_access`
 - `remote`
+- `origin`
 - `inputs`
 - `checkpoint`
 - `samples`
@@ -15,4 +16,4 @@ Modules (import them by name; this file imports nothing):
 - `mapping`
 """
 
-__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "inputs", "checkpoint", "samples", "prompts", "chat", "mapping"]
+__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "origin", "inputs", "checkpoint", "samples", "prompts", "chat", "mapping"]

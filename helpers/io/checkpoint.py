@@ -22,7 +22,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from helpers.core.errors import BadInputError
@@ -33,7 +32,7 @@ from helpers.io.pt_files import MAPPING_NAMES, follow_latest, pt_kind, scan_pts
 from helpers.io.tensor_files import (
     TensorStore,
     check_readable_file,
-    load_npy,
+    read_mapping_file,
     short_message,
     torch_load,
     unwrap_state_dict,
@@ -48,6 +47,11 @@ def read_config(path: str | os.PathLike) -> dict:
     """Parse a `config.json` (or the one inside a folder, local or remote) into a dict."""
     if remote.is_remote(path):
         return remote.via_mirror(path, read_config)
+    return _read_config_file(path)
+
+
+def _read_config_file(path: str | os.PathLike) -> dict:
+    """`read_config` of a local file or folder."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -108,7 +112,12 @@ def vocab_sizes(cfg: dict | None, path: str | os.PathLike | None = None) -> tupl
 # -- checkpoints -------------------------------------------------------------------------------------
 @dataclass
 class Checkpoint:
-    """What a path holds: config, lazily readable tensors, and separate mapping files."""
+    """What a path holds: config, lazily readable tensors, and separate mapping files.
+
+    A checkpoint owns its origin: `origin` is the URL a remote one was opened from, `path` its
+    cached local stand-in (`stand_in`, which its `TensorStore` shares); ask `is_remote`,
+    `display_name`, `local_folder` and `shown(file)` rather than `helpers.io.remote`.
+    """
 
     path: Path
     config: dict | None = None
@@ -117,12 +126,32 @@ class Checkpoint:
     mapping_files: dict[str, Path] = field(default_factory=dict)  # "d2t"/"t2d"/"dict" -> file
     ignored: dict[str, str] = field(default_factory=dict)  # file beside the checkpoint -> why it was not used
     origin: str | None = None  # the URL a remote checkpoint was opened from (`path` is then its cached stand-in)
+    stand_in: remote.StandIn | None = None  # a remote checkpoint's cached stand-in (also for its cache folder opened locally)
+
+    @property
+    def is_remote(self) -> bool:
+        """Opened from a `hf://` or `http(s)://` URL."""
+        return self.origin is not None
+
+    @property
+    def display_name(self) -> str:
+        """The checkpoint as the user named it: its URL, or its local path."""
+        return self.origin or os.fspath(self.path)
+
+    @property
+    def local_folder(self) -> Path:
+        """The local folder (or file) read: the path itself, or a remote checkpoint's cached stand-in."""
+        return self.path
+
+    def shown(self, path) -> str:
+        """One of the checkpoint's files as it is named in messages and sources (its URL when remote)."""
+        return self.stand_in.display(path) if self.stand_in is not None else os.fspath(path)
 
     @property
     def sources(self) -> list[str]:
         files = ([self.config_path] if self.config_path else []) + self.tensors.files
         files += [p for p in self.mapping_files.values() if p not in files]
-        return [remote.display(p) for p in dict.fromkeys(files)]
+        return [self.shown(p) for p in dict.fromkeys(files)]
 
     @property
     def key_layout(self) -> str:
@@ -140,21 +169,6 @@ def key_layout(keys) -> str:
     return "mixed" if mid and lay else "midlayer" if mid else "layers.0" if lay else "none"
 
 
-def _weight_files(folder: Path) -> list[Path]:
-    names = {p.name: p for p in folder.iterdir()}
-    for idx in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-        if idx in names:
-            return [names[idx]]
-    if "model.safetensors" in names:
-        return [names["model.safetensors"]]
-    st = sorted(p for p in names.values() if p.suffix == ".safetensors")
-    if st:
-        return st
-    if "pytorch_model.bin" in names:
-        return [names["pytorch_model.bin"]]
-    return sorted(p for p in names.values() if p.suffix == ".bin")
-
-
 def _mapping_side_files(folder: Path) -> dict[str, Path]:
     """The mapping files a folder holds BY NAME: d2t/t2d .npy (any size suffix) and d2t.pt / t2d.pt."""
     found: dict[str, Path] = {}
@@ -165,6 +179,23 @@ def _mapping_side_files(folder: Path) -> dict[str, Path]:
         elif p.name in ("d2t.pt", "t2d.pt", "d2t.pth", "t2d.pth"):
             found.setdefault(p.stem, p)
     return found
+
+
+def _mapping_name(path: Path) -> str | None:
+    """'d2t' or 't2d' for a file named as a mapping file (`d2t*.npy`, `d2t.pt`, `t2d.bin`, ...), else None."""
+    m = _NPY_NAME.match(path.name)
+    if m:
+        return m.group(1)
+    if path.stem in ("d2t", "t2d") and path.suffix in WEIGHT_SUFFIXES and path.suffix != ".safetensors":
+        return path.stem
+    return None
+
+
+def _refuse_foreign_pt(path: Path, obj) -> None:
+    """A `.pt` given as the checkpoint holding an optimizer or a per-rank state: one line."""
+    kind, what = pt_kind(obj)
+    if kind in ("optimizer", "rank"):
+        raise BadInputError(path, f"holds {what}: not draft weights or a d2t mapping")
 
 
 def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
@@ -215,16 +246,28 @@ def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
             raise BadInputError(p, f"is not a mapping dict {{'d2t', 't2d'}} nor draft weights: it holds {what}")
 
 
-def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
+def open_checkpoint(path: str | os.PathLike, *, fetch_whole: bool = False) -> Checkpoint:
     """Open a checkpoint folder or a single weights / mapping file, reading no tensor data yet.
 
     `path` may also be `hf://ORG/REPO[@REV][/SUBDIR]` or an http(s) URL (`helpers.io.remote`): then
-    only configs, headers and small mapping files are fetched, into the cache.
+    only configs, headers and small mapping files are fetched, into the cache (`fetch_whole`: also
+    .pt / .bin weights, which cannot be read by range, up to `remote.WHOLE_LIMIT`), once, here; the
+    checkpoint keeps the stand-in and reads the rest through it.
     """
-    if remote.is_remote(path):
-        ck = remote.via_mirror(path, open_checkpoint)
-        ck.origin = str(path).strip()
-        return ck
+    where, tip = remote.locate(path, whole_limit=remote.WHOLE_LIMIT if fetch_whole else None)
+    if not remote.is_remote(path):  # a local path (`where`: its stand-in when it lies in the cache)
+        return _open_local(path, where, tip)
+    try:
+        ck = _open_local(where.path, where)
+    except BadInputError as e:
+        if e.path is None:
+            raise
+        raise BadInputError(where.display(e.path), e.problem) from None
+    ck.origin = where.url
+    return ck
+
+
+def _open_local(path: str | os.PathLike, stand_in: remote.StandIn | None, tip: str | None = None) -> Checkpoint:
     shown = path if isinstance(path, str) else None  # Path('hf://a/b') would print hf:/a/b
     path = Path(path)
     try:
@@ -235,10 +278,9 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if not exists:
         if path.is_symlink():
             raise BadInputError(path, "is a broken or looping symbolic link")
-        tip = remote.hint(shown if shown is not None else os.fspath(path))
         raise BadInputError(shown if shown is not None else path,
                             "no such file or folder" + (f" (not a local path nor a URL; {tip})" if tip else ""))
-    ck = Checkpoint(path=path)
+    ck = Checkpoint(path=path, tensors=TensorStore(stand_in), stand_in=stand_in)
     if is_dir:
         try:
             entries = list(path.iterdir())
@@ -248,16 +290,15 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
             raise BadInputError(path, "is an empty folder")
         if (path / "config.json").exists():
             ck.config_path = path / "config.json"
-            ck.config = read_config(ck.config_path)
-        for f in _weight_files(path):
-            _add_weights(ck.tensors, f)
+            ck.config = _read_config_file(ck.config_path)
+        ck.tensors.add_folder(path)
         side = _mapping_side_files(path)
         ck.mapping_files = dict(side)
         _add_pt_files(ck, path, side)
         if not ck.tensors.keys() and not ck.mapping_files:
             latest = follow_latest(path) if ck.config is None else None
             if latest is not None:  # a SpecForge trainer output folder: its latest save, as its exporter does
-                return open_checkpoint(latest)
+                return _open_local(latest, stand_in)
             subs = [p.name for p in find_checkpoints(path, max_depth=1) if p != path]
             ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
             raise BadInputError(
@@ -268,92 +309,51 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
                 + (f"; it holds checkpoint folders {', '.join(subs[:8])}: point at one" if subs else ""),
             )
         return ck
-    # a single file
-    name = path.name
-    if name.endswith(".index.json"):
-        ck.tensors.add_sharded_index(path)
-    elif name == "config.json":
+    # a single file: a mapping file named as such (with its partner beside it), else weights
+    name, key = path.name, _mapping_name(path)
+    if name == "config.json":
         raise BadInputError(path, "is a config, not a checkpoint: point at its folder")
-    elif _NPY_NAME.match(name):
-        ck.mapping_files = {k: v for k, v in _mapping_side_files(path.parent).items() if k in ("d2t", "t2d")}
-        ck.mapping_files[_NPY_NAME.match(name).group(1)] = path
-    elif path.suffix in (".npy",):
+    if path.suffix == ".npy" and key is None:
         raise BadInputError(path, "a .npy mapping file must be named d2t*.npy or t2d*.npy")
-    elif path.suffix in WEIGHT_SUFFIXES:
-        if path.stem in ("d2t", "t2d") and path.suffix != ".safetensors":
-            side = _mapping_side_files(path.parent)
-            ck.mapping_files = {k: v for k, v in side.items() if k in ("d2t", "t2d")}
-            ck.mapping_files[path.stem] = path
-        elif path.suffix in (".pt", ".pth"):
-            obj = torch_load(path)
-            kind, what = pt_kind(obj)
-            if kind in ("optimizer", "rank"):
-                raise BadInputError(path, f"holds {what}: not draft weights or a d2t mapping")
-            ck.tensors.add_torch(path, obj)
-        else:
-            _add_weights(ck.tensors, path)
-    else:
+    if key is None and not name.endswith(".index.json") and path.suffix not in WEIGHT_SUFFIXES:
         raise BadInputError(path, f"unrecognised file type {path.suffix or '(no suffix)'}")
+    if key is not None:
+        ck.mapping_files = {k: v for k, v in _mapping_side_files(path.parent).items() if k in ("d2t", "t2d")}
+        ck.mapping_files[key] = path
+    else:
+        ck.tensors.add_file(path, check=_refuse_foreign_pt)
     cfg = path.parent / "config.json"
     if cfg.exists():
-        ck.config_path, ck.config = cfg, read_config(cfg)
+        ck.config_path, ck.config = cfg, _read_config_file(cfg)
     return ck
-
-
-def _add_weights(store: TensorStore, f: Path) -> None:
-    if f.name.endswith(".index.json"):
-        store.add_sharded_index(f)
-    elif f.suffix == ".safetensors":
-        store.add_safetensors(f)
-    else:
-        store.add_torch(f)
-
-
-def _read_side(p: Path):
-    if p.suffix == ".npy":
-        arr = load_npy(p)
-        if arr.dtype.kind not in "biu":  # floats get their own message from VocabMapping
-            if arr.dtype.kind != "f":
-                raise BadInputError(p, f"holds a {arr.dtype} array, expected integers (d2t) or bool (t2d)")
-        try:
-            return torch.from_numpy(np.array(arr))
-        except (ValueError, OSError) as e:  # a header that promises more data than the file has
-            raise BadInputError(p, f"not a readable .npy file ({short_message(str(e))})") from None
-    obj = torch_load(p)
-    if isinstance(obj, dict):
-        key = p.stem if p.stem in obj else next((k for k in ("d2t", "t2d") if k in obj), None)
-        if key is None:
-            raise BadInputError(p, f"holds a dict without a {p.stem!r} tensor (keys: {sorted(map(str, obj))[:6]})")
-        obj = obj[key]
-    return obj
 
 
 def read_mapping_tensors(ck: Checkpoint) -> tuple[torch.Tensor | None, torch.Tensor | None, list[str]]:
     """(d2t, t2d, files they came from); either may be None when absent."""
     d2t = t2d = None
-    used: list[str] = []
+    files: list[Path] = []  # the files read, named as the checkpoint names them at the end
     k = ck.tensors.find("d2t")
     if k is not None:
         d2t = ck.tensors.get(k)
-        used.append(remote.display(ck.tensors.file_of(k)))
+        files.append(ck.tensors.file_of(k))
     k = ck.tensors.find("t2d")
     if k is not None:
         t2d = ck.tensors.get(k)
-        used.append(remote.display(ck.tensors.file_of(k)))
+        files.append(ck.tensors.file_of(k))
     mf = ck.mapping_files
     if d2t is None and "dict" in mf:
         obj = torch_load(mf["dict"])
         if not isinstance(obj, dict) or "d2t" not in obj:
             raise BadInputError(mf["dict"], "is not a mapping dict {'d2t', 't2d'}")
         d2t, t2d = obj["d2t"], obj.get("t2d", t2d)
-        used.append(remote.display(mf["dict"]))
+        files.append(mf["dict"])
     if d2t is None and "d2t" in mf:
-        d2t = _read_side(mf["d2t"])
-        used.append(remote.display(mf["d2t"]))
+        d2t = read_mapping_file(mf["d2t"])
+        files.append(mf["d2t"])
     if t2d is None and "t2d" in mf:
-        t2d = _read_side(mf["t2d"])
-        used.append(remote.display(mf["t2d"]))
-    return d2t, t2d, list(dict.fromkeys(used))
+        t2d = read_mapping_file(mf["t2d"])
+        files.append(mf["t2d"])
+    return d2t, t2d, list(dict.fromkeys(ck.shown(f) for f in files))
 
 
 def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
@@ -365,13 +365,13 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
         full = full_vocab_size(ck)
         if full is not None:  # speculators writes no d2t when the draft keeps the full target vocab
             return VocabMapping(torch.zeros(full, dtype=torch.int64), t2d, target_vocab_size=full,
-                                sources=used or [remote.display(ck.config_path)])
+                                sources=used or [ck.shown(ck.config_path)])
         ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
         raise BadInputError(
             ck.path, "has no d2t tensor (looked in the weights and for d2t/t2d .pt/.npy files and mapping .pt dicts)"
             + (f"; ignored {ign}" if ign else ""),
         )
-    where = used[0] if used else remote.display(ck.path)
+    where = used[0] if used else ck.shown(ck.path)
     if (
         target_cfg is None and isinstance(d2t, torch.Tensor) and isinstance(t2d, torch.Tensor)
         and d2t.dim() == 1 and t2d.dim() == 1 and d2t.numel() and not d2t.dtype.is_floating_point
@@ -384,11 +384,11 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
         )
     if draft_cfg is not None and hasattr(d2t, "shape") and len(d2t.shape) == 1 and d2t.shape[0] != draft_cfg:
         raise BadInputError(
-            where, f"d2t has {d2t.shape[0]:,} entries but {remote.display(ck.config_path)} says draft_vocab_size={draft_cfg:,}"
+            where, f"d2t has {d2t.shape[0]:,} entries but {ck.shown(ck.config_path)} says draft_vocab_size={draft_cfg:,}"
         )
     if target_cfg is not None and t2d is not None and hasattr(t2d, "shape") and len(t2d.shape) == 1 and t2d.shape[0] != target_cfg:
         raise BadInputError(
-            used[-1], f"t2d has length {t2d.shape[0]:,} but {remote.display(ck.config_path)} says vocab_size={target_cfg:,}"
+            used[-1], f"t2d has length {t2d.shape[0]:,} but {ck.shown(ck.config_path)} says vocab_size={target_cfg:,}"
         )
     return VocabMapping(d2t, t2d, target_vocab_size=target_cfg, sources=used)
 

@@ -7,8 +7,9 @@ cache that the readers of `helpers.io.checkpoint` open as they open any folder:
 - each `.safetensors` file becomes a *stub*: its 8-byte length and JSON header only (a few
   kilobytes, fetched with one HTTP range request), with the remote file's size recorded in the
   manifest; `helpers.io.tensor_files` reads a stub's header as a header and fetches a tensor's
-  bytes (`read_range`) only when that tensor is asked for. `inspect` of a 4 GB draft fetches
-  its header, `d2t` and `t2d`: kilobytes.
+  bytes (`read_range`) only when that tensor is asked for, through the `StandIn` (`stand_in`,
+  `locate`) its checkpoint keeps. `inspect` of a 4 GB draft fetches its header, `d2t` and `t2d`:
+  kilobytes.
 
 Access goes through `huggingface_hub.HfFileSystem` (hf://; `HF_TOKEN` is honoured, as the hub
 library does) and `fsspec`'s `HTTPFileSystem` (http/https; aiohttp underneath). No HTTP is
@@ -32,6 +33,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.core.errors import BadInputError, clip
@@ -316,15 +318,6 @@ def _stub_manifest(path: Path) -> tuple[Path, dict] | None:
     return (folder, m) if m else None
 
 
-def stub_size(path) -> int | None:
-    """The remote file's size when `path` is a safetensors stub in a mirror, else None."""
-    found = _stub_manifest(path)
-    if found is None:
-        return None
-    info = found[1].get("files", {}).get(Path(path).name)
-    return int(info["size"]) if info and info.get("kind") == "stub" else None
-
-
 def read_range(path, start: int, end: int) -> bytes:
     """Bytes [start, end) of the remote file a stub stands for: from the cache, else fetched (and cached)."""
     path = Path(path)
@@ -357,6 +350,67 @@ def display(path) -> str:
                 rel = p.relative_to(cand)
                 return m["base"] + ("/" + rel.as_posix() if str(rel) != "." else "")
     return os.fspath(path)
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A remote location's cached local stand-in, read once when a checkpoint is opened: the
+    `Checkpoint` and its `TensorStore` keep it, and ask it (not this module) how a local file is
+    named and which safetensors files are stubs of remote ones."""
+
+    url: str  # as given
+    path: Path  # the entry: the mirror's `files/` folder, or the one file the URL names
+    root: Path  # the mirror's `files/` folder
+    base: str  # the URL `root` stands for
+    stubs: dict[str, int] = field(default_factory=dict)  # safetensors stub name -> the remote file's size
+
+    def display(self, path) -> str:
+        """A file of the stand-in as the URL it stands for (any other path unchanged)."""
+        p = Path(path)
+        try:
+            rel = p.relative_to(self.root)
+        except ValueError:
+            return os.fspath(path)
+        return self.base + ("/" + rel.as_posix() if str(rel) != "." else "")
+
+    def stub_size(self, path) -> int | None:
+        """The remote file's size when `path` is a safetensors stub of this stand-in, else None."""
+        p = Path(path)
+        return self.stubs.get(p.name) if p.parent == self.root else None
+
+    def read_range(self, path, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the remote file the stub `path` stands for (cached, else fetched)."""
+        return read_range(path, start, end)
+
+
+def stand_in(url: str, whole_limit: int | None = None) -> StandIn:
+    """`mirror(url)` with what the readers need of its manifest, read once."""
+    entry = mirror(url, whole_limit=whole_limit)
+    found = stand_in_at(entry)
+    if found is None:  # a mirror always has its manifest; this is a cache emptied under us
+        raise BadInputError(url, f"its cached copy ({entry}) has no manifest: run again with --refresh")
+    return StandIn(url=str(url).strip(), path=entry, root=found.root, base=found.base, stubs=found.stubs)
+
+
+def stand_in_at(path) -> StandIn | None:
+    """The stand-in a local path lies in (a mirror's `files/` folder or a file of it), else None."""
+    p = Path(path)
+    for cand in (p, p.parent):
+        if cand.name == "files" and (cand.parent / MANIFEST).is_file():
+            m = _load_manifest(cand.parent)
+            if m and m.get("base"):
+                stubs = {name: int(info["size"]) for name, info in (m.get("files") or {}).items()
+                         if isinstance(info, dict) and info.get("kind") == "stub"}
+                return StandIn(url=m.get("url") or m["base"], path=p, root=cand, base=m["base"], stubs=stubs)
+    return None
+
+
+def locate(path, whole_limit: int | None = None) -> tuple[StandIn | None, str | None]:
+    """(stand-in, tip) for a location: a URL's stand-in, fetched (`stand_in`); a local path's, when
+    it lies in the cache (`stand_in_at`), with the 'did you mean hf://' tip for when it is missing."""
+    if is_remote(path):
+        return stand_in(path, whole_limit=whole_limit), None
+    return stand_in_at(path), hint(os.fspath(path))
 
 
 def via_mirror(url: str, opener):

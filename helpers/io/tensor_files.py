@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from helpers.core.errors import BadInputError
-from helpers.io import remote
 
 
 def torch_load(path: str | os.PathLike, *, mmap: bool = True, data: bytes | None = None):
@@ -108,6 +107,26 @@ def load_npy(path: str | os.PathLike) -> np.ndarray:
         raise BadInputError(path, f"not a readable .npy file ({short_message(str(e))})") from None
 
 
+def read_mapping_file(p: Path):
+    """The d2t or t2d tensor of a file named for it: a .npy array, or a .pt tensor (or dict holding it)."""
+    if p.suffix == ".npy":
+        arr = load_npy(p)
+        if arr.dtype.kind not in "biu":  # floats get their own message from VocabMapping
+            if arr.dtype.kind != "f":
+                raise BadInputError(p, f"holds a {arr.dtype} array, expected integers (d2t) or bool (t2d)")
+        try:
+            return torch.from_numpy(np.array(arr))
+        except (ValueError, OSError) as e:  # a header that promises more data than the file has
+            raise BadInputError(p, f"not a readable .npy file ({short_message(str(e))})") from None
+    obj = torch_load(p)
+    if isinstance(obj, dict):
+        key = p.stem if p.stem in obj else next((k for k in ("d2t", "t2d") if k in obj), None)
+        if key is None:
+            raise BadInputError(p, f"holds a dict without a {p.stem!r} tensor (keys: {sorted(map(str, obj))[:6]})")
+        obj = obj[key]
+    return obj
+
+
 STATE_DICT_KEYS = ("state_dict", "draft_state_dict")  # containers a torch file may keep its tensors in
 
 
@@ -123,7 +142,8 @@ def unwrap_state_dict(obj):
 class TensorStore:
     """The tensors of one checkpoint, by name, read lazily from one or more files."""
 
-    def __init__(self) -> None:
+    def __init__(self, stand_in=None) -> None:
+        self.stand_in = stand_in  # `helpers.io.remote.StandIn` when the files are a remote checkpoint's cached stand-in
         self._where: dict[str, tuple[Path, str]] = {}  # name -> (file, kind)
         self._torch_cache: dict[Path, dict] = {}
         self._meta: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
@@ -136,11 +156,40 @@ class TensorStore:
         # Only the JSON header is read here (not `safe_open`, which maps the whole file: that fails
         # for a file larger than memory, and the draft loader must see shapes first to refuse it).
         spans: dict[str, tuple[int, int]] = {}
-        for k, (shape, dtype) in read_safetensors_header(path, spans).items():
-            self._where[k] = (path, "remote" if remote.stub_size(path) is not None else "safetensors")
+        size = self.stand_in.stub_size(path) if self.stand_in is not None else None
+        shown = self.stand_in.display(path) if self.stand_in is not None else None
+        for k, (shape, dtype) in read_safetensors_header(path, spans, size=size, shown=shown).items():
+            self._where[k] = (path, "remote" if size is not None else "safetensors")
             self._meta[k] = (shape, dtype)
             self._spans[k] = spans[k]
         self.files.append(path)
+
+    def add_folder(self, folder: Path) -> None:
+        """Add a checkpoint folder's weights: its sharded index, else model.safetensors, else every
+        .safetensors, else pytorch_model.bin, else every .bin."""
+        names = {p.name: p for p in folder.iterdir()}
+        files = sorted(p for p in names.values() if p.suffix == ".bin")
+        for pick in (["model.safetensors.index.json"], ["pytorch_model.bin.index.json"], ["model.safetensors"],
+                     sorted(n for n, p in names.items() if p.suffix == ".safetensors"), ["pytorch_model.bin"]):
+            if pick and all(n in names for n in pick):
+                files = [names[n] for n in pick]
+                break
+        for f in files:
+            self.add_file(f)
+
+    def add_file(self, f: Path, check=None) -> None:
+        """Add one weights file: a sharded index, a safetensors file, or a torch file (`check(f, obj)`:
+        called on a `.pt` / `.pth` file's content first, to refuse what is no weights)."""
+        if f.name.endswith(".index.json"):
+            self.add_sharded_index(f)
+        elif f.suffix == ".safetensors":
+            self.add_safetensors(f)
+        elif check is not None and f.suffix in (".pt", ".pth"):
+            obj = torch_load(f)
+            check(f, obj)
+            self.add_torch(f, obj)
+        else:
+            self.add_torch(f)
 
     def add_torch(self, path: Path, obj=None) -> None:
         """Add the tensors of a torch file (`obj`: its content, when already loaded).
@@ -273,7 +322,7 @@ class TensorStore:
     def _from_bytes(self, name: str, start: int, end: int, shape=None) -> torch.Tensor:
         shape = self._meta[name][0] if shape is None else shape
         dtype = self._meta[name][1]
-        raw = remote.read_range(self._where[name][0], start, end)
+        raw = self.stand_in.read_range(self._where[name][0], start, end)
         if not raw:
             return torch.empty(shape, dtype=dtype)
         return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
@@ -291,20 +340,19 @@ _ST_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 
 _ST_MAX_HEADER = 100_000_000  # safetensors' own limit
 
 
-def read_safetensors_header(path: str | os.PathLike, spans: dict | None = None,
-                            ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+def read_safetensors_header(path: str | os.PathLike, spans: dict | None = None, *, size: int | None = None,
+                            shown: str | None = None) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """{tensor name: (shape, dtype)} from a safetensors file's header, checked as safetensors does.
 
     Reads 8 bytes and the JSON header, nothing else; every inconsistency (truncated file, corrupt
     header, shapes that do not match the data offsets) is a `BadInputError` naming the file.
     `spans`, when given, receives each tensor's byte span in the file. A stub of a remote file
-    (`helpers.io.remote`) is checked against the remote file's size.
+    (`helpers.io.remote`) is checked against the remote file's `size` and named by its URL (`shown`).
     """
     path = Path(path)
     check_readable_file(path)
-    shown = remote.display(path)
+    shown = os.fspath(path) if shown is None else shown
     bad = lambda words: BadInputError(shown, f"not a readable safetensors file: {words}")  # noqa: E731
-    size = remote.stub_size(path)
     size = path.stat().st_size if size is None else size
     try:
         with open(path, "rb") as f:

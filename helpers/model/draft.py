@@ -42,7 +42,7 @@ from helpers.core.devices import (
 )
 from helpers.core.errors import BadInputError
 from helpers.core.terms import READINGS
-from helpers.io import remote
+from helpers.io.origin import Origin
 from helpers.io.checkpoint import (
     Checkpoint,
     load_mapping,
@@ -315,5 +315,5 @@ def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None
     if isinstance(path, Checkpoint):
         model.source = ck.origin or os.fspath(ck.path)
     else:
-        model.source = str(path).strip() if remote.is_remote(path) else os.fspath(Path(path))
+        model.source = Origin(path).display_name
     return model

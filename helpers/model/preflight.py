@@ -35,7 +35,7 @@ from pathlib import Path
 
 from helpers.core.engines import aux_convention, captured_layers, engine_at
 from helpers.core.errors import BadInputError
-from helpers.io import remote
+from helpers.io.origin import Origin
 from helpers.io.inputs import conflicting, input_path
 from helpers.io.prompts import check_prompts
 from helpers.model.fit import compare_to_target, text_config
@@ -61,7 +61,7 @@ class Checked:
 
 
 def _abs(p: str | None) -> str | None:
-    return p if p is None or remote.is_remote(p) else str(Path(p).resolve())
+    return p if p is None else Origin(p).resolved()
 
 
 def _looks_like_draft(cfg: dict) -> bool:
@@ -80,7 +80,7 @@ def target_config_of(target: str | None, target_config: str | None, *, flag: str
     from helpers.model.config_fields import check_target_config
 
     if target:
-        if not remote.is_remote(target) and not (Path(target) / "config.json").is_file():
+        if not Origin(target).is_remote and not (Path(target) / "config.json").is_file():
             raise BadInputError(target, f"holds no config.json: {flag} takes a Hugging Face model folder "
                                 "(config.json, weights, tokenizer)")
         cfg, where = read_config(target), target
@@ -94,7 +94,7 @@ def target_config_of(target: str | None, target_config: str | None, *, flag: str
         raise BadInputError(where, f"is a draft checkpoint (architectures {cfg.get('architectures')}), not the target: "
                             f"{flag} takes the target model the draft speculates for")
     if typed:
-        shown = Path(where) / "config.json" if target and not remote.is_remote(where) else where
+        shown = Path(where) / "config.json" if target and not Origin(where).is_remote else where
         check_target_config(cfg, shown)
     return cfg
 
@@ -239,7 +239,7 @@ def _named_aux(cfg: dict) -> list[int] | None:
 def _manifest_target(m) -> Path | None:
     """The local folder of the target the manifest names (as written, relative to the working folder
     or to a folder above the manifest, where `capture` ran), or None when it is not at hand."""
-    if m.target_path is None or remote.is_remote(m.target_path):
+    if m.target_path is None or Origin(m.target_path).is_remote:
         return None
     p = Path(m.target_path)
     for base in ([Path.cwd()] if not p.is_absolute() else [Path("/")]) + list(m.path.resolve().parents):
@@ -304,7 +304,7 @@ def check_target_fit(ck, target: str, target_cfg: dict, *, shown: str | None = N
     """What `speculate` refuses after loading the pair (`helpers.model.target.draft_mismatches`: vocab,
     hidden size, the draft's embed_tokens against the target's), from the files alone: one
     `BadInputError` line, before anything loads. The embedding is compared on `embed_rows`' rows."""
-    rows = embed_rows(ck, target) if not remote.is_remote(target) else None
+    rows = embed_rows(ck, target) if not Origin(target).is_remote else None
     fc = ck.tensors.find("fc.weight")
     fc_in = ck.tensors.shape(fc)[1] if fc is not None and len(ck.tensors.shape(fc)) == 2 else None
     found = compare_to_target(ck.config or {}, target_cfg, draft_embed=None if rows is None else rows[0],
@@ -339,7 +339,7 @@ def check_samples(checkpoint, samples, *, draft_config=None, target=None, opened
     h = h if isinstance(h, int) and not isinstance(h, bool) and h > 0 else None
     vocab = vocab_sizes(flat)[1] or _mapping_vocab(ck)
     ids = _named_aux(flat)
-    local = target and not remote.is_remote(target) and (Path(target) / "config.json").is_file()
+    local = target and not Origin(target).is_remote and (Path(target) / "config.json").is_file()
     given_sha = _sha(Path(target) / "config.json") if local else None
     expects = ", ".join(x for x in (None if h is None else f"H {h:,}", None if vocab is None else f"vocab {vocab:,}",
                                     None if ids is None else f"aux layers {ids}") if x) or "nothing it states"

@@ -21,7 +21,7 @@ from pathlib import Path
 import matplotlib as mpl
 
 from helpers.core.errors import BadInputError
-from helpers.io import remote
+from helpers.io.origin import Origin
 from helpers.io.mapping import VocabMapping
 from helpers.plots.style import DPI
 
@@ -33,7 +33,7 @@ def mapping_label(m: VocabMapping) -> str:
     """A short name for a mapping: the folder its files came from."""
     if not m.sources:
         return "d2t"
-    parents = {s.rsplit("/", 1)[0] if remote.is_remote(s) else str(Path(s).parent) for s in m.sources}
+    parents = {Origin(s).parent_name for s in m.sources}
     return parents.pop() if len(parents) == 1 else ", ".join(m.sources)
 
 
@@ -74,7 +74,7 @@ def _source_files(source) -> tuple[str | None, list[Path]]:
 
 def _file(s):
     """A source as a Path, or as the URL string it is (a remote file is recorded by its URL only)."""
-    return s if remote.is_remote(s) else Path(s)
+    return Origin(s).as_file()
 
 
 def _file_records(files: list[Path]) -> list[dict]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from helpers.core.errors import BadInputError
 from helpers.core.paths import checkout_root
-from helpers.io import remote
+from helpers.io.origin import Origin
 from helpers.ui.notebook import read_numbers
 from helpers.ui.settings import RunSettings
 
@@ -176,7 +176,7 @@ def all_parameters(declared: dict, values: dict) -> dict:
 def _existing(path, what: str) -> str | None:
     if path is None or str(path) == "":
         return None
-    if remote.is_remote(path):  # hf:// or http(s)://: read where it lives (helpers.io.remote)
+    if Origin(path).is_remote:  # hf:// or http(s)://: read where it lives (helpers.io.remote)
         return str(path).strip()
     p = Path(path).resolve()
     if not p.exists():
