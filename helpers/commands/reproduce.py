@@ -23,7 +23,8 @@ that cannot happen to this draft is listed with the reason and not run.
 Give the drafting settings the server used, as its launch command spells them (vLLM's
 --num-speculative-tokens K; SGLang's --speculative-num-steps S --speculative-eagle-topk T
 --speculative-num-draft-tokens N, the root counted; aliases --steps, --topk, --draft-tokens, and
---draft-tokens K alone a chain of K; default a chain of 5) and, if known, the standard error of the measured accept length (--stderr;
+--draft-tokens K alone a chain of K; default a chain of 5, as in `speculate`, the dashboard and
+notebook 07) and, if known, the standard error of the measured accept length (--stderr;
 `d2t-lab logs` and the report print it).
 
 JSON (--json): accept_length, stderr, settings, prompts, verdict, best{...}, correct{...},
@@ -71,23 +72,17 @@ def run(args) -> int:
     if not prompts.is_file():
         raise BadInputError(prompts, "no such prompt file")
     from helpers.io.prompts import read_prompts
-    from helpers.model.pair import load_pair
+    from helpers.speculate.builder import build_run, spec_settings
     from helpers.speculate.reproduce import reproduce
-    from helpers.speculate.result import SpecSettings
 
-    from helpers.acceptance.drafting import Drafting
-
-    settings = SpecSettings(drafting=drafting or Drafting.chain(5), max_new_tokens=args.max_new_tokens,
-                            engine=args.engine, chat_template=args.chat_template)
-    try:
-        settings.check()
-    except ValueError as e:
-        raise BadInputError(None, str(e)) from None
+    # the one builder every front end uses: no shape given is its default (a chain of 5), the engine honoured
+    knobs = dict(max_new_tokens=args.max_new_tokens, chat_template=args.chat_template)
+    spec_settings(drafting, engine=args.engine, **knobs)  # checked before the prompts and models are read
     records = list(read_prompts(prompts, args.max_prompts))
     if not records:
         raise BadInputError(prompts, "holds no prompt records")
-    target, draft = load_pair(Path(args.target), args.checkpoint, device=args.device, dtype=dtype,
-                              embed_from=args.embed_from)
+    (target, draft), settings = build_run(args.checkpoint, Path(args.target), drafting, engine=args.engine,
+                                          device=args.device, dtype=dtype, embed_from=args.embed_from, **knobs)
     res = reproduce(target, draft, records, settings, accept_length=args.accept_length, stderr=args.stderr,
                     window=args.window or DEFAULT_WINDOW, progress=_options.show_progress(args))
     if args.json:

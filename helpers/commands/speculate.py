@@ -15,7 +15,8 @@ Speculative decoding in plain PyTorch, as EAGLE-3 engines run it: the draft prop
 target's aux hidden states of the accepted tokens (a chain: --num-speculative-tokens K, vLLM's,
 or --draft-tokens K alone, the older meaning; SGLang's tree: --speculative-num-steps S
 --speculative-eagle-topk T --speculative-num-draft-tokens N, N counting the root, aliases --steps,
---topk, --draft-tokens; default a chain of 5; a shape SGLang does not run, e.g. --steps 0 or
+--topk, --draft-tokens; default a chain of 5, the one default of every speculate front end: reproduce,
+the dashboard, notebook 07; a shape SGLang does not run, e.g. --steps 0 or
 --steps 3 --topk 1 --draft-tokens 8, or flags that disagree, are refused in one line), the target verifies every proposed token
 in one forward with its KV cache (a tree attention mask for trees) and keeps only the accepted
 tokens' cache rows. Temperature 0 verifies greedily (the output is token for token the target's
@@ -115,10 +116,12 @@ def run(args) -> int:
     prompts = Path(args.prompts) if args.prompts else bundled_samples("--prompts", "prompts.jsonl")
     readings = _options.parse_readings(args.readings)
     drafting = _options.drafting_from(args, "drafted")  # flags first: checked before any file is touched
-    if drafting is None:
-        from helpers.acceptance.drafting import Drafting
+    from helpers.speculate.builder import build_run, spec_settings
 
-        drafting = Drafting.chain(5)
+    # the one builder every front end uses: no shape given is its default (a chain of 5), the engine honoured
+    knobs = dict(temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                 chat_template=args.chat_template)
+    spec_settings(drafting, engine=args.engine, **knobs)  # checked before any file is touched
     # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
     checked = preflight(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts),
                         max_prompts=args.max_prompts, embed_from=args.embed_from, need_weights=True, what="speculate",
@@ -127,26 +130,20 @@ def run(args) -> int:
 
     from helpers.core.distributed import finish, from_env, gather_to_main
     from helpers.io.prompts import read_prompts
-    from helpers.model.pair import load_pair
     from helpers.model.target import check_speculation_target
     from helpers.speculate.loop import result_json, speculate_readings
-    from helpers.speculate.result import SpecRun, SpecSettings
+    from helpers.speculate.result import SpecRun
 
     check_speculation_target(target_dir)  # a family the loop cannot run: one line, before loading
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     # the draft's files are opened once: load_pair passes the open Checkpoint on (fit, memory, load, aux ids)
-    target, draft = load_pair(target_dir, checked.opened or args.checkpoint, device=ranks.device(args.device),
-                              dtype=dtype, embed_from=args.embed_from)
+    (target, draft), settings = build_run(checked.opened or args.checkpoint, target_dir, drafting, engine=args.engine,
+                                          device=ranks.device(args.device), dtype=dtype, embed_from=args.embed_from,
+                                          **knobs)
     if draft.d2t is None and args.readings.strip().lower() != "all" and set(readings) - {"none"}:
         raise BadInputError(args.checkpoint, f"has no d2t: --readings {args.readings} needs one (use none)")
     if draft.d2t is None:
         readings = ["none"]
-    settings = SpecSettings(drafting=drafting, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                            seed=args.seed, engine=args.engine, chat_template=args.chat_template)
-    try:
-        settings.check()
-    except ValueError as e:
-        raise BadInputError(None, str(e)) from None
     records = list(read_prompts(prompts, args.max_prompts))  # checked at the door: at least one
     mine = [rec for rec in records if ranks.takes(rec.index)]
     with torch.inference_mode():

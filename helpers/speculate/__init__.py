@@ -5,9 +5,10 @@ Modules (import them by name; this file imports nothing):
 - `loop`
 - `target_cache`
 - `result`
+- `builder`: the one speculate-run builder every front end calls (default shape, engine honoured)
 - `compare`
 - `ladder`: the evidence ladder (serving vs engine-free vs prediction) every front end concludes with
 - `reproduce`: the engine-free loop under each known misconfiguration, ranked against a serving number
 """
 
-__all__ = ["loop", "target_cache", "result", "compare", "ladder", "reproduce"]
+__all__ = ["loop", "target_cache", "result", "compare", "ladder", "reproduce", "builder"]

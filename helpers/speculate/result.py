@@ -28,16 +28,21 @@ DEFINITION = ("accept length = tokens emitted by verify steps / verify steps (co
               "also counts that token); target forwards per token = (prefills + verify steps) / generated tokens")
 
 
+DEFAULT_DRAFTING = Drafting(5)  # the one default shape of a speculate run: a chain of 5 (`speculate --help`'s)
+DEFAULT_ENGINE = "sglang"  # whose aux-layer convention feeds the draft when none is named ('all' too)
+
+
 @dataclass
 class SpecSettings:
-    """How to speculate: the reading, the drafting shape (default a chain of 5), sampling, length."""
+    """How to speculate: the reading, the drafting shape (default a chain of 5), sampling, length.
+    Front ends build them with `helpers.speculate.builder.spec_settings` (one default, the engine checked)."""
 
     reading: str = "offset"
-    drafting: Drafting = Drafting(5)
+    drafting: Drafting = DEFAULT_DRAFTING
     temperature: float = 0.0
     max_new_tokens: int = 64
     seed: int = 0
-    engine: str = "sglang"
+    engine: str = DEFAULT_ENGINE
     chat_template: str = "auto"
 
     @property

@@ -235,19 +235,18 @@ def rebuild_offsets(path) -> dict:
 
 
 def speculate_once(checkpoint, target, prompts, *, reading: str = "offset", max_prompts: int = 2,
-                   max_new_tokens: int = 16, draft_tokens: int = 3, engine: str = "sglang"):
-    """Engine-free speculative decoding of the first `max_prompts` prompts: the `SpecRun` (accept length, ...)."""
-    from helpers.acceptance.drafting import Drafting
+                   max_new_tokens: int = 16, draft_tokens: int | None = None, engine: str | None = None):
+    """Engine-free speculative decoding of the first `max_prompts` prompts: the `SpecRun` (accept length, ...).
+    Built as every front end builds it (`helpers.speculate.builder.build_run`): a chain of `draft_tokens`
+    (None: the builder's default, a chain of 5), the aux layers as `engine` reads them (None: its default)."""
     from helpers.io.prompts import read_prompts
-    from helpers.model.pair import load_pair
     from helpers.model.target import load_target
+    from helpers.speculate.builder import build_run
     from helpers.speculate.loop import speculate
-    from helpers.speculate.result import SpecSettings
 
     t = target if hasattr(target, "model") else load_target(target, device="cpu", dtype=torch.float32)
-    t, draft = load_pair(t, checkpoint)
-    settings = SpecSettings(reading=reading, drafting=Drafting.chain(draft_tokens), max_new_tokens=max_new_tokens,
-                            engine=engine)
+    (t, draft), settings = build_run(checkpoint, t, draft_tokens, engine=engine, reading=reading,
+                                     max_new_tokens=max_new_tokens)
     with torch.inference_mode():
         return speculate(t, draft, list(read_prompts(prompts, max_prompts)), settings)
 

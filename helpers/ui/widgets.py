@@ -173,24 +173,28 @@ class Dashboard:
         dtype: str = "auto",
         reading: str = "offset",
         max_samples: int | None = None,
-        steps: int = 1,
+        steps: int | None = None,
         embed_from: str | os.PathLike | None = None,
         mode: str = "accuracy",
         target: str | os.PathLike | None = None,
         prompt: str | None = None,
         max_new_tokens: int = 32,
+        engine: str | None = None,
     ):
+        """`steps`: accuracy mode's scored steps (None: 1) and speculate mode's chain (None: the speculate
+        builder's default, a chain of 5); `engine`: whose aux-layer convention speculate mode feeds the
+        draft (None: the builder's default)."""
         self.result = None  # last EvalResult, or None
         self.ladder = None  # speculate mode: the evidence ladder of the last run, or None
         self.hint = None  # after a run: how long the whole folder would take, and with torchrun
         self.error: str | None = None  # last one-line error, or None
         self.figure_png: bytes | None = None  # last figure, as PNG bytes
-        self._make_inputs(Path(root) if root is not None else _default_root(), device, dtype, reading, max_samples, steps,
-                          embed_from)
+        self._make_inputs(Path(root) if root is not None else _default_root(), device, dtype, reading, max_samples,
+                          1 if steps is None else steps, embed_from)
         self._make_outputs()
         from helpers.ui.spec_panel import SpeculatePanel
 
-        self.spec = SpeculatePanel(None if target is None else str(target), prompt, max_new_tokens)
+        self.spec = SpeculatePanel(None if target is None else str(target), prompt, max_new_tokens, steps, engine)
         self.mode = W.ToggleButtons(options=("accuracy", "speculate"), value=mode, description="mode",
                                     style={"description_width": "110px", "button_width": "90px"},
                                     tooltips=["the draft's accuracy on the samples",
@@ -231,6 +235,7 @@ class Dashboard:
         self.spec.controls.layout.display = None if spec else "none"
         self.serving.layout.display = None if spec else "none"
         self.samples.layout.display = "none" if spec else None
+        self.steps.layout.display = "none" if spec else None  # speculate mode: the panel's drafted tokens
         self.run_button.tooltip = ("decode the prompt with the target verifying the draft, two readings side by side"
                                    if spec else "load the draft, run it on the samples, show accuracy")
 
@@ -377,7 +382,7 @@ class Dashboard:
         from IPython.display import HTML
 
         headline = self.spec.run(args["checkpoint"], device=args["device"], dtype=args["dtype"],
-                                 embed_from=args["embed_from"], steps=args["steps"], reading=self.reading.value)
+                                 embed_from=args["embed_from"], reading=self.reading.value)
         self.result = self.spec.runs
         self.output.outputs = ()
         self.output.append_display_data(HTML(headline))
