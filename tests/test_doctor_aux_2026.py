@@ -24,7 +24,7 @@ def _doctor_json(*args) -> tuple[int, dict]:
     return r.returncode, json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("where", ["folder", "file"])
+@pytest.mark.parametrize("where", ["folder", pytest.param("file", marks=pytest.mark.slow)])  # test-fast: one of two
 def test_70b_config_without_ids_gives_the_fallback_and_what_to_expect(where):
     draft = FIX / "draft" if where == "folder" else FIX / "draft" / "config.json"
     rc, out = _doctor_json(str(draft), "--target-config", str(FIX / "target_config.json"))

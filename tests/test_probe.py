@@ -295,6 +295,7 @@ def test_the_recorded_server_behaves_as_the_checkpoint(cli):
     assert out["reproduce"]["correct"]["reproduces"] is True
 
 
+@pytest.mark.slow  # 3 s; test-fast keeps the recorded server's conclusion
 def test_a_server_accepting_nothing_does_not_behave_as_the_checkpoint(cli):
     with Engine("forced") as e:
         out = _json(cli("probe", e.url, "--target", TARGET, "--checkpoint", DRAFT, "--dtype", "bfloat16",

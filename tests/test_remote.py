@@ -447,7 +447,8 @@ def silent():
     sock.close()
 
 
-@pytest.mark.parametrize("command", [["inspect"], ["doctor", "--no-weights"], ["metrics"]])
+@pytest.mark.parametrize("command", [["inspect"], pytest.param(["doctor", "--no-weights"], marks=pytest.mark.slow),
+                                     pytest.param(["metrics"], marks=pytest.mark.slow)])  # test-fast: one of three
 def test_a_server_that_never_answers_ends_within_the_timeout(command, silent, cache, cli):
     url = f"{silent}/draft" if command[0] != "metrics" else f"{silent}/metrics"
     cli(command[0], "--help")  # the command's modules imported first: what is timed is the wait alone

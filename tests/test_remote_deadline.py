@@ -117,7 +117,7 @@ SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize("command,path", [
-    pytest.param(["metrics"], "/metrics", marks=SLOW), (["metrics"], "/fast/metrics"), (["inspect"], "/draft"),
+    pytest.param(["metrics"], "/metrics", marks=SLOW), (["metrics"], "/fast/metrics"), pytest.param(["inspect"], "/draft", marks=SLOW),
     pytest.param(["probe"], "", marks=SLOW), pytest.param(["inspect"], "/listing", marks=SLOW),
     pytest.param(["doctor", "--no-weights"], "/draft", marks=SLOW)])
 def test_a_trickling_server_ends_at_the_deadline(command, path, trickle, cache, cli):
