@@ -145,20 +145,27 @@ def shape_checks(path) -> list[dict]:
     return [{"check": c, "holds": bool(ok), "expected": str(e), "found": str(f)} for c, ok, e, f in rows]
 
 
+def _new_copy_of(src: Path, dst: Path) -> dict:
+    """Make the folder `dst` (which must not exist) with `src`'s config.json; `src`'s weights, read."""
+    from safetensors.torch import load_file
+
+    if dst.exists():
+        raise FileExistsError(dst)
+    dst.mkdir(parents=True)
+    shutil.copy(src / "config.json", dst / "config.json")
+    return load_file(str(src / "model.safetensors"))
+
+
 def write_variant(src, dst, *, d2t: torch.Tensor | None = None, t2d: torch.Tensor | None = None,
                   drop: tuple[str, ...] = ()) -> Path:
     """A copy of the draft folder `src` at `dst` (which must not exist) with d2t / t2d replaced or dropped.
 
     Only `config.json` and the weights are copied; `src` is only read. Returns `dst`.
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     src, dst = Path(src), Path(dst)
-    if dst.exists():
-        raise FileExistsError(dst)
-    dst.mkdir(parents=True)
-    shutil.copy(src / "config.json", dst / "config.json")
-    tensors = load_file(str(src / "model.safetensors"))
+    tensors = _new_copy_of(src, dst)
     if d2t is not None:
         tensors["d2t"] = d2t.to(torch.int64).contiguous()
     if t2d is not None:
@@ -309,14 +316,10 @@ def write_shards(src, dst, shards: int = 2) -> Path:
     """A copy of the one-file draft `src` at `dst` (which must not exist) split into `shards` safetensors
     files with their `model.safetensors.index.json`, as large checkpoints are stored. `src` is only read;
     the mapping tensors go in the last shard (where trainers append them)."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     src, dst = Path(src), Path(dst)
-    if dst.exists():
-        raise FileExistsError(dst)
-    dst.mkdir(parents=True)
-    shutil.copy(src / "config.json", dst / "config.json")
-    tensors = load_file(str(src / "model.safetensors"))
+    tensors = _new_copy_of(src, dst)
     names = sorted(tensors, key=lambda k: (k in ("d2t", "t2d"), k))
     per = -(-len(names) // shards)
     weight_map, total = {}, 0
