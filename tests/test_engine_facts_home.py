@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / "helpers"
 # generated docs excepted").
 HOME = {
     "core/engine_table.py": "the engine table itself",
+    "core/engine_outcomes.py": "the engine table's outcome rows (what serving a checkpoint does, by release)",
     "serving/log_lines.py": "log parser: matches the lines each engine release prints",
     "serving/startup.py": "log parser: reads an engine's start-up lines",
 }
@@ -121,7 +122,8 @@ def test_rule_keys_are_typed_and_ranges_whole():
 
     import pytest
 
-    from helpers.core.engine_table import RULES, Span
+    from helpers.core.engine_outcomes import Span
+    from helpers.core.engine_table import RULES
     from helpers.core.engines import RULE_WORDS, check_table, engine_at
 
     assert RULE_WORDS is RULES  # the rule words are the table's declaration, not a second list

@@ -16,7 +16,8 @@ import pytest
 from packaging.version import Version
 
 from helpers.core import engine_table
-from helpers.core.engine_table import ENGINE_TABLE, Span
+from helpers.core.engine_outcomes import Span
+from helpers.core.engine_table import ENGINE_TABLE
 from helpers.core.engines import ENGINES, engine_at, engines_at
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import has_error

@@ -9,8 +9,9 @@ Modules (import them by name; this file imports nothing):
 - `paths`: where the bundled samples (data_samples/) and the checkout are
 - `devices`
 - `distributed`
+- `engine_outcomes`
 - `engine_table`
 - `engines`
 """
 
-__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_table", "engines"]
+__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_outcomes", "engine_table", "engines"]

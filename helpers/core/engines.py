@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from helpers.core.engine_table import ACCEPT_CLASSES, ENGINE_TABLE, RULES, SERVE_RESULTS, Engine, Serve, Span
+from helpers.core.engine_outcomes import ACCEPT_CLASSES, SERVE_RESULTS, Serve, Span
+from helpers.core.engine_table import ENGINE_TABLE, RULES, Engine
 
 ENGINES = tuple(k for k, e in ENGINE_TABLE.items() if e.in_all)  # the engines `--engine all` checks
 ENGINE_KEYS = tuple(ENGINE_TABLE)  # every engine `--engine` can name

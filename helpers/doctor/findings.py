@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from helpers.core.engine_table import SERVE_RESULTS
+from helpers.core.engine_outcomes import SERVE_RESULTS
 from helpers.core.engines import EngineAt, engine_at, worst_outcome
 from helpers.doctor.registry import NO_EFFECT, SEVERITIES, check_finding
 from helpers.io.checkpoint import Checkpoint

@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers.core.engine_table import ENGINE_TABLE, Engine, Serve, Span
+from helpers.core.engine_outcomes import Serve, Span
+from helpers.core.engine_table import ENGINE_TABLE, Engine
 
 # -- the version story -----------------------------------------------------------------------------------
 # (kind, key, what it is about): the outcomes and rules the notebooks teach, in the table's own keys
