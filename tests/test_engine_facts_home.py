@@ -157,3 +157,23 @@ def test_a_release_without_a_behaviour_change_is_one_line_of_the_table():
         assert all(old.value(r) == new.value(r) for r in e.rules), key
         assert all(old.outcome(x) == {**new.outcome(x), "release": old.outcome(x)["release"]}
                    for x in e.outcomes if old.outcome(x)), key
+
+
+def test_use_aux_hidden_state_false_is_an_error_where_the_table_says_the_engine_honours_it(tmp_path, capsys):
+    """The engine table's `aux.flag_off` decides which engines get the finding (SGLang), not a name in the check."""
+    import json
+    import shutil
+
+    from helpers.__main__ import main
+
+    draft = tmp_path / "draft"
+    shutil.copytree(ROOT.parent / "data_samples" / "tiny_draft_sglang", draft)
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg.setdefault("eagle_config", {})["use_aux_hidden_state"] = False
+    (draft / "config.json").write_text(json.dumps(cfg))
+    for engine, fires in (("sglang", True), ("vllm", False)):
+        main(["doctor", str(draft), "--engine", engine, "--json"])
+        found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["code"] == "eagle3-as-eagle"]
+        assert bool(found) == fires, (engine, found)
+        honours = [k for k, e in ENGINE_TABLE.items() if "aux.flag_off" in e.rules]
+        assert fires == (engine in honours)

@@ -40,6 +40,7 @@ RULES = {
     "layout.write": "layout `fix` writes", "layout.midlayer": "`midlayer.*` keys", "layout.layers.0": "`layers.0.*` keys",
     "prefix.model": "`model.*` keys", "prefix.model.midlayer": "`model.midlayer.*` keys",
     "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
+    "aux.flag_off": "`use_aux_hidden_state: false` honoured (no aux capture, fc skipped)",
     "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
     "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
     "aux.count": "aux hidden states fc takes",
@@ -123,6 +124,7 @@ SGLANG = Engine(
         # aux layers: where the ids are read, and the shift applied to them
         "aux.from": (s(None, "0.4.8.post1", ()), s("0.4.9", None, ("nested",))),
         "aux.shift": (s(*ALWAYS, 1),),
+        "aux.flag_off": (s(*ALWAYS, "skips-fc"),),  # eagle_config.use_aux_hidden_state false: no capture, no fc
         "aux.count": (s(None, "0.5.11", "three"), s("0.5.12", None, "from-ids", "#24663")),  # fc's aux inputs
         # DeepSeek-V2/V3, Kimi-K2/K2.5 and GLM-4.7-Flash targets (deepseek_v2.py, glm4_moe_lite.py)
         "aux.shift.deepseek": (s(None, "0.5.12.post1", 1), s("0.5.13", None, "1-if-first-is-1")),

@@ -62,12 +62,14 @@ def check_algorithm(c: CheckContext, target_cfg: dict | None, algorithm: str | N
               f"{why} but it is served with the EAGLE (1/2) algorithm: the target captures no aux hidden states "
               "and SGLang's EAGLE-3 draft skips fc when the hidden width equals the embedding's; accept length ~1",
               f"serve with {_FLAGS}", effect="algorithm.eagle-flag")
-    elif eagle_config(c.ck.config).get("use_aux_hidden_state") is False and "sglang" in c.engines:
-        c.add("eagle3-as-eagle", "error",
-              f"{why} but eagle_config.use_aux_hidden_state is false: SGLang then captures no aux hidden states and "
-              "skips fc (the hidden width equals the embedding's); accept length ~1",
-              "remove use_aux_hidden_state: false from eagle_config (it is for heads trained on the last layer only)",
-              engine="sglang")
+    elif eagle_config(c.ck.config).get("use_aux_hidden_state") is False and (
+            honour := [at for at in c.engine_list if at.value("aux.flag_off")]):
+        for at in honour:  # the engines whose loader honours the switch (the engine table's aux.flag_off)
+            c.add("eagle3-as-eagle", "error",
+                  f"{why} but eagle_config.use_aux_hidden_state is false: {at.name} then captures no aux hidden "
+                  "states and skips fc (the hidden width equals the embedding's); accept length ~1",
+                  "remove use_aux_hidden_state: false from eagle_config (it is for heads trained on the last layer "
+                  "only)", engine=at.key)
     elif non3:
         c.add("eagle3-as-eagle", "error",
               f"{why} but config.json architectures is {non3}, an EAGLE (1/2) class: the engine builds the EAGLE "
