@@ -62,8 +62,8 @@ from helpers.doctor.checks_variants import (
     check_speculators_config,
     check_variants,
 )
+from helpers.doctor.checks_aux import check_aux
 from helpers.doctor.checks_weights import (
-    check_aux,
     check_finite,
     check_key_layout,
     check_shapes,

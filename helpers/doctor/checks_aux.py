@@ -1,0 +1,105 @@
+"""The doctor's aux-layer check: which target layers each engine release captures for the draft's fc
+(`check_aux`), from the ids the config states (or the engine's default when it states none), against
+the target's layer count when a target config is given; where the captured layers stand against the
+default capture (inputs of layers 2, L//2, L-3). The config-level checks of the ids (fc sized apart
+from the capture, ids where a release does not look) are `helpers.doctor.checks_target.check_aux_config`.
+"""
+from __future__ import annotations
+
+from helpers.core.engines import aux_layer_ids, captured_layers
+from helpers.doctor.findings import CheckContext
+from helpers.doctor.registry import NO_EFFECT
+from helpers.model.fit import text_config
+
+
+def _ids_invalid(c: CheckContext) -> bool:
+    """The config names aux ids, but not as a list of layer ids (config-invalid says so)."""
+    return bool(c.invalid & {"eagle_config", "eagle_aux_hidden_state_layer_ids",
+                             "eagle_config.eagle_aux_hidden_state_layer_ids"})
+
+
+def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
+    """aux-layers: which target layers each engine release captures, checked against the target's depth."""
+    ats = [at for at in c.engine_list if at.value("aux.shift") is not None]
+    ids = aux_layer_ids(c.ck.config, ats)
+    if target_cfg is None:
+        named = {e: v for e, v in ids.items() if v is not None}
+        if named:
+            parts = [f"{at.label} reads {ids[at.key]}" if ids[at.key] is not None else f"{at.label} finds none "
+                     "(uses its default)" for at in ats]
+            c.add("aux-layers", "info", "aux layer ids in config.json: " + "; ".join(parts)
+                  + "; " + "; ".join(f"{at.name} captures the input of layer id{'+' + str(at.value('aux.shift')) if at.value('aux.shift') else ''}"
+                                     for at in ats),
+                  "pass --target-config TARGET/config.json to check them against the target")
+        return
+    t = text_config(target_cfg)
+    n_layers = t.get("num_hidden_layers")
+    if not isinstance(n_layers, int) or n_layers < 4:
+        c.add("aux-layers", "warning", "the target config has no usable num_hidden_layers", "pass the target's config.json")
+        return
+    captured = {}
+    ttype = t.get("model_type")
+    for at in ats:
+        e = at.key
+        got = captured_layers(at, ids[e], n_layers, ttype)
+        captured[e] = got
+        name = at.label
+        src = f"ids {ids[e]}" if ids[e] is not None else "no usable ids (config-invalid), the default" \
+            if _ids_invalid(c) else "no ids (default)"
+        if ids[e] is None and at.value("aux.from") == () and _any_ids(c.ck.config):
+            src = f"no ids (this release reads none from the config: {at.change('aux.from') or 'never'})"
+        bad = [i for i in got if i < 0 or i >= n_layers]
+        if ids[e] is not None and len(ids[e]) != 3 and c.shape("fc.weight") is None:  # else check_aux_config's
+            c.add("aux-layers", "error", f"{name}: {len(ids[e])} aux layer ids {ids[e]}, but fc takes 3 hidden states",
+                  "name exactly three aux layers", effect="aux.fc-width", engine=e)
+        if bad:
+            c.add("aux-layers", "error",
+                  f"{name}: {src} capture the input of target layers {got}; {bad} is outside the target's "
+                  f"{n_layers} layers (0..{n_layers - 1}), so fewer hidden states arrive than fc expects",
+                  "use ids the target has (SGLang adds 1 to each configured id)")
+        elif ids[e] is None and not _any_ids(c.ck.config) and at.value("aux.from") and not _ids_invalid(c):
+            c.add("aux-layers", "warning",
+                  f"{name}: the config names no aux layer ids, so the engine falls back to the target's default "
+                  f"capture: it captures the input of target layers {got} of {n_layers}, with no error (vLLM logs the layers only "
+                  "at INFO). Served as trained only if the draft was trained on exactly these; a draft trained on "
+                  "other layers serves at an accept length of about 1 (nvidia/Llama-3.3-70B-Instruct-Eagle3, 80 "
+                  "layers: 1.036 this way against 2.77 with its ids stated; vLLM PR #50170)",
+                  "write the ids the draft was trained on into config.json "
+                  "(eagle_config.eagle_aux_hidden_state_layer_ids, and the top-level key for vLLM)",
+                  effect="aux.unstated", engine=e)
+        else:
+            place = _aux_place(got, n_layers)
+            c.add("aux-layers", "info",
+                  f"{name}: {src} -> captures the input of target layers {got} (outputs of layers "
+                  f"{[i - 1 for i in got]}) of {n_layers}" + _PLACE_WORDS[place],
+                  "nothing to do if the draft was trained on these", effect=f"aux.{place}", engine=e)
+    if "sglang" in captured and "vllm" in captured and captured["sglang"] != captured["vllm"]:
+        only_top = ids["vllm"] is not None and ids["sglang"] is None
+        c.add("aux-layers", "warning",
+              f"SGLang and vLLM capture different target layers ({captured['sglang']} vs {captured['vllm']})"
+              + (": only the top-level eagle_aux_hidden_state_layer_ids is set, which SGLang does not read (it "
+                 "uses its default)" if only_top else ": SGLang adds 1 to each configured id, vLLM uses them as given"),
+              "serve with the engine whose capture matches the training data, or adjust the ids for the other",
+              effect=NO_EFFECT)
+
+
+_PLACE_WORDS = {
+    "default-layers": ": the default capture (inputs of layers 2, L//2, L-3), which SpecForge and EAGLE train on",
+    "shifted": ": one layer off the default capture (2, L//2, L-3) - the other engine's id convention - so a "
+               "draft trained on the default capture is fed other states",
+    "places": "",
+}
+
+
+def _aux_place(got: list[int], n_layers: int) -> str:
+    """Where captured layers stand against the default capture: `default-layers`, `shifted` by one, or other `places`."""
+    default = [2, n_layers // 2, n_layers - 3]
+    if list(got) == default:
+        return "default-layers"
+    if list(got) in ([d - 1 for d in default], [d + 1 for d in default]):
+        return "shifted"
+    return "places"
+
+
+def _any_ids(cfg) -> bool:
+    return any(v is not None for v in aux_layer_ids(cfg).values())
