@@ -224,11 +224,11 @@ def test_report_bundle_shows_the_doctor_at_the_logs_sglang_release(tmp_path):
 
 
 def test_docs_rule_table_is_the_engine_table():
-    from helpers.core.engines import rule_table_markdown
+    from helpers.core.engine_docs import rule_table_markdown
 
     doc = (ROOT / "docs" / "doctor-findings.md").read_text()
     shown = doc.split("<!-- rule-table: generated -->\n", 1)[1].split("\n<!-- /rule-table -->", 1)[0]
-    assert shown == rule_table_markdown(), "regenerate the table: python -c 'from helpers.core.engines import " \
+    assert shown == rule_table_markdown(), "regenerate the table: python -c 'from helpers.core.engine_docs import " \
         "rule_table_markdown; print(rule_table_markdown())'"
 
 

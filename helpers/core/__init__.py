@@ -12,6 +12,7 @@ Modules (import them by name; this file imports nothing):
 - `engine_outcomes`
 - `engine_table`
 - `engines`
+- `engine_docs`
 """
 
-__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_outcomes", "engine_table", "engines"]
+__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_outcomes", "engine_table", "engines", "engine_docs"]

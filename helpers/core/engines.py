@@ -416,38 +416,3 @@ def draft_family(cfg: dict | None) -> dict:
     mla = mt in MLA_MODEL_TYPES or bool(layer.get("kv_lora_rank"))
     arch = [a for a in (cfg.get("architectures") or []) if isinstance(a, str)]
     return {"attention": "mla" if mla else "mha", "model_type": mt, "architectures": arch}
-
-
-# -- the table in words (docs/doctor-findings.md quotes it) -------------------------------------------
-RULE_WORDS = RULES  # each declared rule key in words (the table declares them)
-
-
-def _cell(e: Engine, rule: str) -> str:
-    spans = e.rules.get(rule)
-    if not spans:
-        return "not read"
-
-    def val(v):
-        return "none" if v == () else "+".join(v) if isinstance(v, tuple) else "yes" if v is True else "no" if v is False else str(v)
-
-    if len(spans) == 1:
-        sp = spans[0]
-        return val(sp.value) + (f" ({sp.pr})" if sp.pr else "")
-    parts, t = [], e.tag
-    for sp in spans:
-        rng = (f"to {t}{sp.until}" if sp.since is None else f"{t}{sp.since}+" if sp.until is None
-               else f"{t}{sp.since}" if sp.since == sp.until else f"{t}{sp.since}-{t}{sp.until}")
-        parts.append(f"{val(sp.value)} {rng}" + (f" ({sp.pr})" if sp.pr else ""))
-    return "; ".join(parts)
-
-
-def rule_table_markdown() -> str:
-    """The rule x engine-release table, one row per rule, in markdown (the table is its one source)."""
-    engines = list(ENGINE_TABLE.values())
-    rules = list(dict.fromkeys(r for e in engines for r in e.rules))
-    head = "| rule | " + " | ".join(e.name for e in engines) + " |"
-    lines = [head, "|" + " --- |" * (len(engines) + 1)]
-    for r in rules:
-        lines.append(f"| {RULE_WORDS.get(r, r)} | " + " | ".join(_cell(e, r) for e in engines) + " |")
-    return "\n".join(lines)
-
