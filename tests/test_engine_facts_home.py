@@ -2,9 +2,9 @@
 
 A grep over the package: no module outside the table compares an engine name (`== "vllm"`,
 `in ("sglang", ...)`, `.startswith("vllm")`) or quotes an engine release (a release the table read,
-or a version written after an engine's name). What must stay is listed in ALLOWED, one entry per
-file with its number of hits and the reason; a new hit anywhere else fails, and so does an entry
-whose hits are gone (shrink it). Run `python tests/test_engine_facts_home.py` for the list.
+or a version written after an engine's name). What must stay, the serving parsers' lines, is listed in
+ALLOWED, one entry per file with its number of hits and the reason; a new hit anywhere else fails, and
+so does an entry whose hits are gone (shrink it). Run `python tests/test_engine_facts_home.py` for the list.
 """
 from __future__ import annotations
 
@@ -33,12 +33,6 @@ ALLOWED = {
     "serving/probe_client.py": (5, _WIRE),
     "serving/probe_verdict.py": (2, _WIRE),
     "serving/records.py": (1, _WIRE),
-    "acceptance/sources.py": (1, "log reader: the release whose log line printed the accept length without the bonus"),
-    "commands/probe.py": (1, "--help of the probe: which servers' answers carry per-request counts (wire format)"),
-    "commands/_options.py": (2, "--engine's syntax example in --help and its comment (any release would do)"),
-    "core/engines.py": (1, "the table's interface: --engine's syntax example in its error message"),
-    "teach/primer.py": (10, "engine source quoted with line numbers: pinned to the release whose file was read"),
-    "teach/lessons.py": (4, "engine source quoted with line numbers: pinned to the release whose file was read"),
 }
 
 _names = sorted({k for k in ENGINE_TABLE} | {a for e in ENGINE_TABLE.values() for a in e.aliases},
@@ -179,3 +173,59 @@ def test_use_aux_hidden_state_false_is_an_error_where_the_table_says_the_engine_
         assert bool(found) == fires, (engine, found)
         honours = [k for k, e in ENGINE_TABLE.items() if "aux.flag_off" in e.rules]
         assert fires == (engine in honours)
+
+
+# -- what moved into the table: the quoted releases, --engine's examples, the log and reply boundaries ----------
+def test_each_quotation_names_the_release_the_table_says_was_read():
+    import pytest
+
+    from helpers.core.engine_table import QUOTED, Quoted
+    from helpers.core.engines import check_quoted
+    from helpers.teach import lessons, primer
+
+    read = {(ENGINE_TABLE[q.engine].name, q.release) for q in QUOTED.values()}
+    assert {(e, r) for e, r, *_ in primer.ENGINE_LINES} <= read
+    assert {(e, r) for e, r, *_ in lessons.MLA_LINES} <= {(ENGINE_TABLE[q.engine].name, q.label) for q in QUOTED.values()}
+    assert primer.quoted("vllm.cpu", "f.py", 1, "x", "y")[:2] == (ENGINE_TABLE["vllm"].name, QUOTED["vllm.cpu"].release)
+    oldest = ENGINE_TABLE["vllm"].releases[0]
+    with pytest.raises(ValueError, match="not a release the engine table read"):  # a quote pinned to a release not read
+        check_quoted({"x": Quoted("vllm", oldest + ".999", "vllm")})
+    check_quoted({"x": Quoted("vllm", oldest, "vllm")})
+
+
+def test_engine_examples_in_help_and_messages_are_the_newest_release_read(capsys):
+    import pytest
+
+    from helpers.__main__ import main
+    from helpers.core.engines import engines_at
+
+    first = next(e for e in ENGINE_TABLE.values() if e.in_all)
+    with pytest.raises(SystemExit):
+        main(["doctor", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"{first.key}=={first.newest}" in help_text
+    with pytest.raises(ValueError, match=rf"\({first.key}=={re.escape(first.newest)}\)"):
+        engines_at("==x")
+
+
+def test_vllm_mean_without_the_bonus_names_the_tables_release(tmp_path):
+    from helpers.acceptance.sources import normalise
+    from helpers.core.engines import engine_at
+    from helpers.serving.metrics import read_metrics
+
+    line = ("INFO 07-08 09:10:21 [metrics.py:94] SpecDecoding metrics: Draft acceptance rate: 38.7%, Mean acceptance "
+            "length: 1.16, Accepted: 580 tokens, Drafted: 1500 tokens, Per-position acceptance rate: 0.640, 0.360, 0.160")
+    log = tmp_path / "serve.log"
+    log.write_text(line + "\n")
+    a = normalise(read_metrics(str(log), year=2025))
+    until = engine_at("vllm").where("log.mean_bonus", "leaves-out").until
+    assert a.accept_length == 1 + 580 / 500
+    assert any(f"without the bonus token (vLLM {until})" in n for n in a.notes), a.notes
+
+
+def test_probe_help_names_the_release_whose_answers_carry_per_request_counts():
+    from helpers.commands.probe import DESCRIPTION
+    from helpers.core.engines import engine_at
+
+    since = engine_at("vllm").where("reply.spec_metrics", "answers").since
+    assert f"(vLLM {since}+ with\n--per-request-spec-decode-metrics" in DESCRIPTION and "{per_request}" not in DESCRIPTION

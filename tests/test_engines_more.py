@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from helpers.core.engine_table import ENGINE_TABLE
 from helpers.core.engines import ENGINES, engine_at, engines_at, key_fate
 from helpers.doctor.diagnose import diagnose
 
@@ -22,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "data_samples" / "engine_llama"
 DRAFT, TCFG = PAIR / "draft", PAIR / "target" / "config.json"
 KIMI = ROOT / "data_samples" / "engine_kimi" / "draft"
+# the newest releases read, asked of the table (a release read later changes no test)
+LC_NEWEST, TS_NEWEST = ENGINE_TABLE["llamacpp"].newest, ENGINE_TABLE["tokenspeed"].newest
 
 
 def _copy(tmp_path: Path, name: str, cfg=None, tensors=None) -> Path:
@@ -66,8 +69,8 @@ def _predicted(path, engine, target=TCFG):
 @pytest.mark.parametrize("name", ["llamacpp", "llama.cpp", "llama-cpp", "LLaMA.cpp"])
 def test_llamacpp_names_and_build_tags(name):
     at = engine_at(name)
-    assert at.key == "llamacpp" and at.version == "10470" and at.label == "llama.cpp b10470" and at.assumed
-    assert "b10470" in at.note
+    assert at.key == "llamacpp" and at.version == LC_NEWEST and at.label == f"llama.cpp b{LC_NEWEST}" and at.assumed
+    assert f"b{LC_NEWEST}" in at.note
     tagged, plain = engine_at(f"{name}==b10158"), engine_at(f"{name}==10158")
     assert tagged.version == plain.version == "10158" and tagged.label == "llama.cpp b10158" and not tagged.note
     assert engine_at(f"{name}<b10158").version == "10157"  # the newest read inside the range
@@ -77,7 +80,7 @@ def test_llamacpp_names_and_build_tags(name):
 
 
 def test_tokenspeed_releases_and_all_still_means_sglang_and_vllm():
-    assert engine_at("tokenspeed").version == "0.1.1" and engine_at("token-speed==0.1.0").label == "TokenSpeed 0.1.0"
+    assert engine_at("tokenspeed").version == TS_NEWEST and engine_at("token-speed==0.1.0").label == "TokenSpeed 0.1.0"
     assert [a.key for a in engines_at("all")] == list(ENGINES) == ["sglang", "vllm"]  # both only when named
     for bad in ("llamacpp==bx", "llama.cpp=b10158", "tokenspeed==zero"):
         with pytest.raises(ValueError):
@@ -101,18 +104,19 @@ def test_cli_llamacpp_on_the_engine_pair_names_the_ids_it_does_not_read(cli):
     r = cli("doctor", DRAFT, "--engine", "llama.cpp", "--target-config", TCFG, "--no-weights", "--json")
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["ok"], r.stdout
-    assert out["engine_versions"] == [{"engine": "llamacpp", "version": "10470", "assumed": True, "asked": None,
-                                       "note": "no llama.cpp version given: the rules of b10470, the newest release read"}]
+    assert out["engine_versions"] == [{"engine": "llamacpp", "version": LC_NEWEST, "assumed": True, "asked": None,
+                                       "note": f"no llama.cpp version given: the rules of b{LC_NEWEST}, the newest "
+                                               "release read"}]
     unread = [f for f in out["findings"] if f["code"] == "aux-ids-unread"]
     # its converter reads only the top-level list; this config nests it, and on the 8-layer target the
     # default capture happens to be the draft's [2, 4, 5]
     assert len(unread) == 1 and unread[0]["severity"] == "info" and "[2, 4, 5]" in unread[0]["message"]
-    assert "top-level" in unread[0]["message"] and "llama.cpp b10470" in unread[0]["message"]
+    assert "top-level" in unread[0]["message"] and f"llama.cpp b{LC_NEWEST}" in unread[0]["message"]
     pred = out["predicted_outcome"]["llamacpp"]
-    assert (pred["result"], pred["accept"], pred["release"], pred["checked"]) == ("serves", "as-trained", "b10470", False)
+    assert (pred["result"], pred["accept"], pred["release"], pred["checked"]) == ("serves", "as-trained", f"b{LC_NEWEST}", False)
     assert pred["source"].startswith("read in conversion/llama.py")
     text = cli("doctor", DRAFT, "--engine", "llamacpp", "--target-config", TCFG, "--no-weights").stdout
-    assert "rules of llama.cpp b10470" in text and "served by llama.cpp b10470: starts and serves" in text
+    assert f"rules of llama.cpp b{LC_NEWEST}" in text and f"served by llama.cpp b{LC_NEWEST}: starts and serves" in text
 
 
 @pytest.mark.parametrize("version", [None, "0.1.0"])
@@ -120,7 +124,7 @@ def test_cli_tokenspeed_on_the_engine_pair_adds_one_as_sglang_does(cli, version)
     engine = "tokenspeed" + (f"=={version}" if version else "")
     r = cli("doctor", DRAFT, "--engine", engine, "--target-config", TCFG, "--no-weights", "--json")
     out = json.loads(r.stdout)
-    assert r.returncode == 0 and out["engine_versions"][0]["version"] == (version or "0.1.1")
+    assert r.returncode == 0 and out["engine_versions"][0]["version"] == (version or TS_NEWEST)
     aux = [f for f in out["findings"] if f["code"] == "aux-layers"]
     # the draft was trained on vLLM's convention ([2, 4, 5] as given); TokenSpeed captures id + 1
     assert len(aux) == 1 and "captures the input of target layers [3, 5, 6]" in aux[0]["message"]

