@@ -49,11 +49,12 @@ def engine_free(ids: list[list[int]]) -> tuple[float, float, int]:
 
     target = load_target(PAIR / "target", device="cpu", dtype=torch.bfloat16)
     draft = load_draft(PAIR / "draft", "cpu", torch.bfloat16)
-    settings = SpecSettings(reading="offset", drafting=Drafting(K), max_new_tokens=TOKENS, engine="vllm").check()
+    settings = SpecSettings(reading="offset", drafting=Drafting(K), max_new_tokens=TOKENS, engine="vllm")
     run = SpecRun.empty(settings)
-    speculate_prompt(target, draft, ids[0], settings, SpecRun.empty(settings), index=0)  # warm-up, not counted
+    layers = target.draft_layers(draft, settings.engine)
+    speculate_prompt(target, draft, ids[0], settings, SpecRun.empty(settings), layers=layers, index=0)  # warm-up, not counted
     t0 = time.perf_counter()
-    outputs = [speculate_prompt(target, draft, p, settings, run, index=i) for i, p in enumerate(ids)]
+    outputs = [speculate_prompt(target, draft, p, settings, run, layers=layers, index=i) for i, p in enumerate(ids)]
     dt = time.perf_counter() - t0
     tokens = sum(len(o.output_ids) for o in outputs)
     return tokens / dt, run.mean, tokens

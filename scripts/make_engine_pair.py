@@ -60,12 +60,12 @@ def draft_config() -> dict:
 
 
 def capture(target_dir: Path, prompts: Path, dest: Path) -> None:
-    from helpers.model.capture import capture as run_capture
+    from helpers.model.capture import CaptureSettings, capture as run_capture
     from helpers.model.target import load_target
 
     tgt = load_target(target_dir, device="cpu", dtype=torch.float32)
-    run_capture(tgt, prompts, dest, engine="vllm", aux_layers=AUX_IDS, regenerate=True,
-                max_new_tokens=ms.GEN, progress=True)
+    run_capture(tgt, prompts, dest, CaptureSettings(engine="vllm", aux_layers=AUX_IDS, regenerate=True,
+                                                    max_new_tokens=ms.GEN), progress=True)
 
 
 def main() -> None:

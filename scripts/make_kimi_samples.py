@@ -92,14 +92,14 @@ def save_target(out: Path, model) -> Path:
 
 
 def capture(target_dir: Path, prompts: Path, dest: Path) -> None:
-    from helpers.model.capture import capture as kit_capture
+    from helpers.model.capture import CaptureSettings, capture as kit_capture
     from helpers.model.target import load_target
 
     if dest.exists():
         shutil.rmtree(dest)
     tgt = load_target(target_dir, device="cpu", dtype=torch.float32)
-    kit_capture(tgt, prompts, dest, engine="sglang", aux_layers=AUX_CONFIG_IDS, regenerate=True,
-                max_new_tokens=ms.GEN, progress=True)
+    kit_capture(tgt, prompts, dest, CaptureSettings(engine="sglang", aux_layers=AUX_CONFIG_IDS, regenerate=True,
+                                                    max_new_tokens=ms.GEN), progress=True)
 
 
 def draft_config_dict() -> dict:

@@ -317,14 +317,14 @@ def write_prompts(path: Path, texts: list[str]) -> None:
 
 def capture_split(target_dir: Path, prompts: Path, dest: Path, gz: bool) -> None:
     """Capture one split with the kit's own `capture` (what `d2t-lab capture ... --regenerate` does)."""
-    from helpers.model.capture import capture
+    from helpers.model.capture import CaptureSettings, capture
     from helpers.model.target import load_target
 
     if dest.exists():
         shutil.rmtree(dest)
     tgt = load_target(target_dir, device="cpu", dtype=torch.float32)
-    capture(tgt, prompts, dest, engine="sglang", aux_layers=AUX_CONFIG_IDS, regenerate=True,
-            max_new_tokens=GEN, progress=True)
+    capture(tgt, prompts, dest, CaptureSettings(engine="sglang", aux_layers=AUX_CONFIG_IDS, regenerate=True,
+                                                max_new_tokens=GEN), progress=True)
     if gz:
         for f in sorted(dest.rglob("data_*.ckpt")):
             f.with_name(f.name + ".gz").write_bytes(gzip.compress(f.read_bytes(), compresslevel=9, mtime=0))

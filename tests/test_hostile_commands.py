@@ -237,10 +237,10 @@ def test_capture_corrected_rerun_is_never_blocked(corpus, cli):
 
 def test_good_inputs_still_pass_the_door():
     """The door lets through every bundled input the commands' own examples use."""
-    from helpers.model.preflight import preflight
+    from helpers.model.preflight import Door, RunInputs, preflight
 
-    c = preflight(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), need_weights=True,
-                  aux_layers=[1, 3, 4])
+    c = preflight(RunInputs(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), aux_layers=[1, 3, 4]),
+                  Door(need_weights=True))
     assert c.prompt_records == 32 and c.aux_layers == (1, 3, 4) and Path(c.checkpoint).is_absolute()
     bom = Path(c.prompts).read_bytes()
     assert bom  # and a file with a UTF-8 byte-order mark reads like one without

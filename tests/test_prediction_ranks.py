@@ -160,13 +160,13 @@ def test_evaluate_rank_distribution_agrees_with_its_accuracy(tiny_eval):
 
 
 def test_the_counter_and_the_predictions_count_the_same_ranks(tiny_eval):
-    from helpers.measure.predict import draft_predictions, draft_sizes
+    from helpers.measure.predict import draft_d2t, draft_predictions, draft_sizes
     from helpers.measure.scores import vocab_sets
     from helpers.model.draft import load_draft
 
     draft = load_draft(TINY["draft"], dtype=torch.float32)
     _, vocab, draft_vocab = draft_sizes(draft)
-    sets, _ = vocab_sets(draft, ["offset"], vocab, draft_vocab)
+    sets, _ = vocab_sets(draft_d2t(draft), draft.mapping, ["offset"], vocab, draft_vocab)
     rows = rank_distribution(draft_predictions(draft, TINY["samples"] / "val", steps=5, topk=4), sets["offset"])
     want = tiny_eval.splits["val"].readings["offset"].rank_distribution
     for a, b in zip(rows, want, strict=True):
@@ -328,7 +328,7 @@ def test_the_demo_reports_rung_two_blames_the_samples_only_on_evidence():
 
     from helpers.io.prompts import read_prompts
     from helpers.measure.evaluate import evaluate
-    from helpers.model.capture import capture
+    from helpers.model.capture import CaptureSettings, capture
     from helpers.model.pair import load_pair
     from helpers.speculate.compare import comparison
     from helpers.speculate.loop import speculate
@@ -341,8 +341,9 @@ def test_the_demo_reports_rung_two_blames_the_samples_only_on_evidence():
     settings = SpecSettings(drafting=tree, max_new_tokens=48)
     run = speculate(tgt, draft, list(read_prompts(SAMPLES / "prompts.jsonl", 12)), settings)
     with tempfile.TemporaryDirectory() as cap:  # notebook 07's capture of the prompts it speculated
-        capture(tgt, SAMPLES / "prompts.jsonl", cap, engine="sglang", draft=str(TINY["draft"]), regenerate=True,
-                max_new_tokens=48, max_samples=12)
+        capture(tgt, SAMPLES / "prompts.jsonl", cap, CaptureSettings(engine="sglang", draft=str(TINY["draft"]),
+                                                                      regenerate=True, max_new_tokens=48,
+                                                                      max_samples=12))
         ev = evaluate(draft, cap, readings=["offset"], steps=5, topk=4, progress=False)
         cmp = comparison(run, step_rates=ev.overall.readings["offset"].step_top1, prediction=ev.prediction(tree))
     numbers = {"predicted_accept_length": {"expected": p.value, "steps": 5, "topk": 4, "draft_tokens": 16,

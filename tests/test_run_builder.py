@@ -13,7 +13,9 @@ from helpers.acceptance.drafting import Drafting
 from helpers.core.errors import BadInputError
 from helpers.model.target import draft_aux_ids
 from helpers.speculate.builder import build_run, spec_drafting, spec_engine, spec_settings
-from helpers.speculate.result import DEFAULT_DRAFTING, SpecSettings
+from helpers.acceptance.drafting import DEFAULT_DRAFTING
+from helpers.speculate.result import SpecSettings
+from helpers.ui.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "data_samples" / "tiny_target"
@@ -116,11 +118,12 @@ def test_dashboard_default_shape_and_engine_choice():
 
     dash = Dashboard(root=ROOT / "data_samples", checkpoint=DRAFT, mode="speculate", target=TARGET)
     assert dash.spec.settings() == spec_settings(max_new_tokens=dash.spec.max_new_tokens.value)
-    assert dash.steps.value == 1 and dash.steps.layout.display == "none"  # accuracy mode's own default, hidden
+    assert dash.steps.value == DEFAULT_DRAFTING.steps and dash.steps.layout.display == "none"  # the same default, hidden
     dash.spec.engine.value = "vllm"
     dash.spec.drafted.value = 2
     assert dash.spec.settings() == spec_settings(2, engine="vllm", max_new_tokens=dash.spec.max_new_tokens.value)
-    assert Dashboard(steps=3, engine="vllm").spec.settings().drafting == Drafting.chain(3)
+    assert Dashboard(settings=RunSettings(steps=3, engine="vllm")).spec.settings() == spec_settings(
+        3, engine="vllm", max_new_tokens=RunSettings().max_new_tokens)
 
 
 def test_dashboard_engine_choice_changes_the_run(target):
@@ -130,8 +133,8 @@ def test_dashboard_engine_choice_changes_the_run(target):
     from helpers.ui.widgets import Dashboard
 
     draft = ROOT / "data_samples" / "tiny_draft_speculators"
-    dash = Dashboard(root=ROOT / "data_samples", checkpoint=draft, mode="speculate", target=TARGET, embed_from=TARGET,
-                     max_new_tokens=12, device="cpu", dtype="float32")
+    dash = Dashboard(ROOT / "data_samples", RunSettings(embed_from=str(TARGET), max_new_tokens=12, device="cpu",
+                                                        dtype="float32"), checkpoint=draft, mode="speculate", target=TARGET)
     runs = {}
     for engine in ("sglang", "vllm"):
         dash.spec.engine.value = engine

@@ -1,13 +1,16 @@
 """RunSettings: drafting settings resolved from flags, then a log's start-up line, then defaults."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from helpers.core.errors import BadInputError
 from helpers.serving.startup import drafting_from_line
-from helpers.ui.settings import RunSettings, resolve_drafting
+from helpers.speculate.builder import spec_drafting
+from helpers.acceptance.drafting import DEFAULT_DRAFTING
+from helpers.ui.settings import RunSettings, default_source, note_defaults, resolve_drafting
 
 LOGS = Path(__file__).resolve().parents[1] / "data_samples" / "logs"
 
@@ -34,8 +37,29 @@ def test_flags_win_over_the_log_and_the_log_over_defaults():
     wide = resolve_drafting(RunSettings(logs=(str(LOGS / "sglang.log"),)), draft_tokens=8)
     assert (wide.steps, wide.topk, wide.num_draft_tokens) == (5, 4, 8)
     default = resolve_drafting(RunSettings())
-    assert (default.steps, default.topk, default.num_draft_tokens) == (3, 1, 4)
-    assert default.drafting.label == "chain, 3 tokens" and default.sources["steps"] == "default"
+    assert default.drafting == DEFAULT_DRAFTING  # the speculate run builder's one default shape
+    assert default.sources["steps"] == default_source() and default.sources["topk"] == "default: a chain"
+    assert default.sources["steps"].startswith("default") and DEFAULT_DRAFTING.label in default.sources["steps"]
+
+
+def test_one_default_shape_for_settings_reports_and_speculate():
+    """RunSettings' default shape is the speculate builder's (`spec_drafting(None)`), not a copy of it."""
+    assert RunSettings().drafting == DEFAULT_DRAFTING == spec_drafting(None)
+    assert RunSettings().to_dict()["sglang"] == DEFAULT_DRAFTING.sglang()
+    # a report's settings made in Python say where the default stands in; a shape given is not called one
+    noted = note_defaults(RunSettings(checkpoint="/c"))
+    assert noted.sources == {"steps": default_source(), "topk": "default: a chain", "draft_tokens": "steps + 1 (a chain)"}
+    other = DEFAULT_DRAFTING.steps + 1
+    assert "steps" not in note_defaults(RunSettings(steps=other)).sources
+    assert note_defaults(RunSettings(steps=other)).sources["topk"] == "default: a chain"
+    assert note_defaults(resolve_drafting(RunSettings(), steps=other)).sources["steps"] == "--steps"
+    # `d2t-lab report --help` states the same default
+    from helpers.commands import report
+
+    p = argparse.ArgumentParser()
+    report.add_arguments(p)
+    for text in (report.DESCRIPTION, p.format_help()):
+        assert f"default chain of {DEFAULT_DRAFTING.steps}, speculate's" in " ".join(text.split())
 
 
 def test_draft_tokens_alone_is_a_chain_of_one_less():

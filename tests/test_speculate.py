@@ -268,11 +268,11 @@ def test_residual_rule_is_exact_on_a_small_vocab():
 # -- measurement vs the replay ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def captured(models, tmp_path_factory):
-    from helpers.model.capture import capture
+    from helpers.model.capture import CaptureSettings, capture
 
     target, _ = models
     out = tmp_path_factory.mktemp("captured")
-    capture(target, PROMPTS, out, regenerate=True, max_new_tokens=24, draft=DRAFT)
+    capture(target, PROMPTS, out, CaptureSettings(regenerate=True, max_new_tokens=24, draft=DRAFT))
     return out
 
 
@@ -376,10 +376,11 @@ def test_token_view_html_marks_every_token(models, records):
 
 
 def test_dashboard_speculate_mode_streams_the_token_view(models):
+    from helpers.ui.settings import RunSettings
     from helpers.ui.widgets import Dashboard
 
-    dash = Dashboard(root=ROOT / "data_samples", checkpoint=DRAFT, mode="speculate", target=TARGET, steps=3,
-                     max_new_tokens=16, device="cpu", dtype="float32")
+    dash = Dashboard(ROOT / "data_samples", RunSettings(steps=3, max_new_tokens=16, device="cpu", dtype="float32"),
+                     checkpoint=DRAFT, mode="speculate", target=TARGET)
     assert dash.samples.layout.display == "none" and dash.spec.controls.layout.display is None
     assert dash.checkpoint.layout.display is None and dash.root.layout.display is None  # only samples hidden
     assert str(TARGET) in dash.spec.target.options  # the target picker lists the bundled target

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.core.errors import BadInputError
 from helpers.io.samples import load_sample, sample_files
+from helpers.acceptance.drafting import DEFAULT_DRAFTING
+from helpers.ui.settings import RunSettings
 from helpers.ui.widgets import Dashboard, available_devices, find_sample_folders
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
@@ -43,8 +46,9 @@ def _headline_top1(dash, reading: str) -> float:
     return float(m.group(1))
 
 
-def _dash(**kw) -> Dashboard:
-    return Dashboard(root=SAMPLES, checkpoint=CKPT, samples=HS, **kw)
+def _dash(**settings) -> Dashboard:
+    """The bundled draft and samples, 1 scored step unless `settings` (RunSettings' names) say otherwise."""
+    return Dashboard(SAMPLES, RunSettings(**{"steps": 1, **settings}), checkpoint=CKPT, samples=HS)
 
 
 @pytest.fixture
@@ -90,6 +94,29 @@ def test_pickers_list_what_is_under_the_root():
     _assert_one_line_error(d, "choose a checkpoint")
     d.checkpoint.value = d.checkpoint.options[0]  # picking one shows its inspect summary
     assert "verdict:" in d.summary.value
+
+
+def test_the_dashboard_starts_from_run_settings():
+    """One parameter object: the dashboard's starting values are a RunSettings, the controls read back as one,
+    the paths named by keyword replace the settings' own, and no settings is the kit's one default shape."""
+    import inspect
+
+    assert len(inspect.signature(Dashboard.__init__).parameters) - 1 <= 12
+    given = RunSettings(checkpoint=str(CKPT), samples=str(HS), steps=2, device="cpu", dtype="float32",
+                        max_samples=3, embed_from=str(SAMPLES / "tiny_target"), target=str(SAMPLES / "tiny_target"),
+                        engine="vllm", max_new_tokens=7)
+    d = Dashboard(SAMPLES, given)
+    assert (d.steps.value, d.max_samples.value, d.dtype.value, d.device.value) == (2, 3, "float32", "cpu")
+    assert (d.spec.drafted.value, d.spec.engine.value, d.spec.max_new_tokens.value) == (2, "vllm", 7)
+    assert d.settings() == given  # read back: the same object the report and the notebooks take
+    assert d.kwargs()["steps"] == 2 and d.kwargs()["max_samples"] == 3
+    other = Dashboard(SAMPLES, given, checkpoint=SAMPLES / "tiny_draft_absolute", mode="speculate")
+    assert other.settings() == given.with_(checkpoint=str(SAMPLES / "tiny_draft_absolute"))
+    plain = Dashboard(SAMPLES)
+    assert plain.steps.value == plain.spec.drafted.value == DEFAULT_DRAFTING.steps  # the one default shape
+    assert plain.dtype.value == "auto" and plain.checkpoint.value == ""
+    with pytest.raises(BadInputError, match="topk 4: the dashboard drafts a chain"):
+        Dashboard(SAMPLES, RunSettings(steps=3, topk=4, draft_tokens=8))
 
 
 def test_sample_folders_are_found_from_their_files(tmp_path):

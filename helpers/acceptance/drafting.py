@@ -309,6 +309,9 @@ class Drafting:
         return {"length/N": accept_length / n, "(length-1)/(N-1)": (accept_length - 1) / (n - 1) if n > 1 else None}
 
 
+DEFAULT_DRAFTING = Drafting(5)  # the kit's one default shape (speculate, the report, the dashboard): a chain of 5
+
+
 def fill(given: dict, stated: dict) -> tuple[dict, dict]:
     """Merge drafting settings named steps / topk / draft_tokens: `given` (flags) win, `stated` (a
     log's start-up line, a server's info) fill the rest. A chain's num_draft_tokens is steps + 1

@@ -11,6 +11,7 @@ import sys
 
 from helpers.core.engines import ENGINE_KEYS, ENGINES, aux_convention, aux_engines, engines_at, spec_example
 
+AUX_NAMES = " or ".join(aux_engines())  # the engines whose aux-layer convention the kit has read, for --help
 ENGINE_CHOICES = ENGINE_KEYS + ("all",)  # each may carry a version (spec_example: the newest release read)
 # --engine's --help, its examples made from the engine table (a release read later changes them there)
 ENGINE_HELP = (f"the engine the draft is served with, optionally with its release: {', '.join(ENGINE_KEYS)}, "

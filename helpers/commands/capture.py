@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
     p.add_argument("--draft", metavar="CKPT", default=None,
                    help="draft checkpoint: checked against the target (vocab, hidden size, embedding); its "
                         "config's aux layer ids are used")
-    _options.aux_engine(p, "whose aux-layer convention to reproduce: sglang or vllm, optionally ==VERSION "
+    _options.aux_engine(p, f"whose aux-layer convention to reproduce: {_options.AUX_NAMES}, optionally ==VERSION "
                         "(default sglang)")
     p.add_argument("--aux-layers", metavar="A,B,C", default=None,
                    help="aux layer ids as a draft config states them (overrides the draft's)")
@@ -74,8 +74,8 @@ def run(args) -> int:
     from helpers.core.devices import parse_dtype
     from helpers.core.distributed import finish, from_env
     from helpers.core.outputs import output_dir
-    from helpers.model.capture import capture
-    from helpers.model.preflight import preflight
+    from helpers.model.capture import CaptureSettings, capture
+    from helpers.model.preflight import Door, RunInputs, preflight
     from helpers.model.target import load_target
 
     try:
@@ -84,15 +84,16 @@ def run(args) -> int:
         raise BadInputError(None, f"--dtype: {e}") from None
     layers = parse_layers(args.aux_layers)
     # the door: prompts, the draft's fit and the aux layers, all before the target loads
-    preflight(checkpoint=args.draft, target=args.target, prompts=args.prompts, max_prompts=args.max_samples,
-              need_answer=not args.regenerate, aux_layers=layers, engine=args.engine, what="capture",
-              target_flag="TARGET")
+    preflight(RunInputs(checkpoint=args.draft, target=args.target, prompts=args.prompts, max_prompts=args.max_samples,
+                        aux_layers=layers, engine=args.engine),
+              Door(what="capture", target_flag="TARGET", need_answer=not args.regenerate))
     output_dir(args.out, "capture folder", create=False)  # not a file, its parents creatable
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank, its share of the batches
     target = load_target(args.target, device=ranks.device(args.device), dtype=args.dtype)
-    result = capture(target, args.prompts, args.out, engine=args.engine, aux_layers=layers, draft=args.draft,
-                     regenerate=args.regenerate, max_new_tokens=args.max_new_tokens,
-                     chat_template=args.chat_template, batch_size=args.batch_size, max_samples=args.max_samples,
+    settings = CaptureSettings(engine=args.engine, aux_layers=layers, draft=args.draft, regenerate=args.regenerate,
+                               max_new_tokens=args.max_new_tokens, chat_template=args.chat_template,
+                               max_samples=args.max_samples)
+    result = capture(target, args.prompts, args.out, settings, batch_size=args.batch_size,
                      progress=_options.show_progress(args), ranks=ranks)
     if ranks.main:
         print(jsontext.dumps(result.to_json(), indent=2) if args.json else result.report())

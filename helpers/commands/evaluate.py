@@ -95,6 +95,7 @@ def run(args) -> int:
     import warnings
 
     from helpers.measure.evaluate import evaluate
+    from helpers.measure.predict import Loading, Scoring
 
     readings = _options.parse_readings(args.readings)
     if args.steps < 1 or args.topk < 1:  # --topk: --accuracy-topk's older alias
@@ -116,13 +117,13 @@ def run(args) -> int:
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank's share of the files, counts summed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the result carries its warnings; printed below / in the JSON
-        r = evaluate(
-            args.checkpoint, args.samples, readings=readings, steps=args.steps, topk=args.topk,
-            device=ranks.device(args.device), dtype=args.dtype, max_samples=args.max_samples,
-            embed_from=args.embed_from, target_head=args.target_head, draft_config=args.draft_config,
-            progress=_options.show_progress(args), batch_size=args.batch_size, mask_at=args.mask_at,
-            hidden_normed=args.hidden_normed, workers=args.workers, ranks=ranks, predict_for=shapes,
-        )
+        scoring = Scoring(readings=tuple(readings), steps=args.steps, topk=args.topk, mask_at=args.mask_at,
+                          batch_size=args.batch_size, max_samples=args.max_samples, workers=args.workers,
+                          progress=_options.show_progress(args))
+        loading = Loading(device=ranks.device(args.device), dtype=args.dtype, embed_from=args.embed_from,
+                          draft_config=args.draft_config)
+        r = evaluate(args.checkpoint, args.samples, scoring, loading=loading, target_head=args.target_head,
+                     hidden_normed=args.hidden_normed, ranks=ranks, predict_for=shapes)
     if ranks.main:
         print(jsontext.dumps(r.to_dict(), indent=2) if args.json else r.report())
     finish(ranks)

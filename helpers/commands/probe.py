@@ -6,6 +6,7 @@ from pathlib import Path
 
 from helpers.commands import _options
 from helpers.core import jsontext
+from helpers.core.engines import engine_at
 from helpers.core.errors import BadInputError
 from helpers.core.paths import bundled_samples
 
@@ -27,7 +28,7 @@ template exactly as `speculate` does (--chat-template) and sent as token ids: vL
 /v1/completions ("prompt": [ids], "return_token_ids": true), SGLang /generate ("input_ids").
 Without --target: /v1/chat/completions with the prompt's messages (no token check then).
 
-Accept length: per request where the engine reports it (vLLM 0.32+ with
+Accept length: per request where the engine reports it (vLLM {per_request}+ with
 --per-request-spec-decode-metrics summary: 1 + accepted / verify steps; SGLang meta_info:
 completion_tokens / spec_verify_ct), pooled over the requests, with a standard error over
 requests (ratio estimator); else /metrics scraped before and after the run and differenced
@@ -71,7 +72,8 @@ verify_steps, accepted, drafted, histogram}], accept_length, stderr, source (per
 metrics), accept_length_definition, stderr_method, metrics_accept_length, counters, agreement,
 per_position, per_position_conditional, target_check, engine_free, reproduce, conclusion,
 findings, notes, seconds, forced_acceptance (null), speculative_algorithm {algorithm, draft,
-eagle3}, serving_findings [{code, severity, message, fix, algorithm}]."""
+eagle3}, serving_findings [{code, severity, message, fix, algorithm}].""".replace(
+    "{per_request}", engine_at("vllm").where("reply.spec_metrics", "answers").since)  # the engine table's release
 
 
 def add_arguments(p) -> None:
@@ -93,7 +95,7 @@ def add_arguments(p) -> None:
                    help="the command the server was started with (env assignments included): its algorithm, draft "
                         "and forced acceptance")
     p.add_argument("--engine", type=_options.aux_engine_value, default=None, metavar="ENGINE[==VERSION]",
-                   help="whose aux-layer convention the engine-free loop uses: sglang or vllm (default: the server's)")
+                   help=f"whose aux-layer convention the engine-free loop uses: {_options.AUX_NAMES} (default: the server's)")
     _options.drafting(p, "refuse", "drafting shape, when the server does not report it (the engines' own flags)",
                       aliases=False)
     _options.chat_template(p)
@@ -123,11 +125,11 @@ def run(args) -> int:
     input_path(args.log, "log file", kind="file", text=True, flag="--log")
     checked = None
     if args.target:  # the door: paths, prompt records, the draft's weights and its fit, before anything loads
-        from helpers.model.preflight import preflight
+        from helpers.model.preflight import Door, RunInputs, preflight
 
-        checked = preflight(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
-                            max_prompts=args.max_prompts, embed_from=args.embed_from, need_weights=bool(args.checkpoint),
-                            what="probe", checkpoint_flag="--checkpoint")
+        checked = preflight(RunInputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
+                                      max_prompts=args.max_prompts, embed_from=args.embed_from),
+                            Door(what="probe", need_weights=bool(args.checkpoint)))
     records = list(read_prompts(prompts, args.max_prompts))
     if not records:
         raise BadInputError(prompts, "holds no prompt records")
@@ -243,10 +245,9 @@ def _compare(args, checked, ids, result) -> None:
     _, draft = load_pair(target, checked.opened or args.checkpoint, device=args.device, dtype=dtype,
                          embed_from=args.embed_from)
     engine = args.engine or m.server.convention
-    settings = SpecSettings(reading="offset" if draft.d2t is not None else "none", drafting=result.drafting,
-                            max_new_tokens=args.max_new_tokens, engine=engine, chat_template=args.chat_template)
-    try:
-        settings.check()
+    try:  # checked when made
+        settings = SpecSettings(reading="offset" if draft.d2t is not None else "none", drafting=result.drafting,
+                                max_new_tokens=args.max_new_tokens, engine=engine, chat_template=args.chat_template)
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
     progress = _options.show_progress(args)

@@ -32,7 +32,8 @@ the shape flags (vLLM's --num-speculative-tokens K; SGLang's --speculative-num-s
 --speculative-eagle-topk, --speculative-num-draft-tokens, the root counted; aliases --steps,
 --topk, --draft-tokens; --draft-tokens alone, a chain of N - 1 here before, is refused in one
 line naming --num-speculative-tokens), else from the first --log with SGLang's server_args= (or vLLM's
-num_speculative_tokens) line, else a 3-token chain; summary.md says which. When flags and such a
+num_speculative_tokens) line, else the default chain of 5, speculate's (the one default of every
+speculate front end); summary.md and summary.json's settings.sources say which. When flags and such a
 log disagree, the conflict is named (on stdout, in summary.md's conclusion and summary.json's
 drafting_conflict) and the log's settings are used, what the server ran (--drafting-from flags:
 the flags'). A shape SGLang does not
@@ -67,7 +68,8 @@ def add_arguments(p) -> None:
                    help="Hugging Face target folder: also run speculative decoding with it (notebook 07; needs --prompts)")
     g.add_argument("--prompts", metavar="FILE", default=None, help="JSONL prompts for --target")
     g.add_argument("--target-head", default=None, help="target final norm + lm_head, to score against the target's argmax")
-    d = p.add_argument_group("deployment (the engines' flags; default: from the log's server_args, else a 3-token chain)")
+    d = p.add_argument_group("deployment (the engines' flags; default: from the log's server_args, else "
+                             "the default chain of 5, speculate's)")
     _options.drafting(d, "refuse", group=False)
     d.add_argument("--drafting-from", choices=("log", "flags"), default="log",
                    help="when the shape flags and a --log's start-up line disagree, whose settings the "

@@ -71,7 +71,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    _options.aux_engine(p, "whose aux-layer convention feeds the draft: sglang or vllm, optionally ==VERSION "
+    _options.aux_engine(p, f"whose aux-layer convention feeds the draft: {_options.AUX_NAMES}, optionally ==VERSION "
                         "(default sglang)")
     _options.chat_template(p)
     _options.device_dtype(p)
@@ -110,7 +110,7 @@ def run(args) -> int:
         dtype = parse_dtype(args.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
-    from helpers.model.preflight import preflight
+    from helpers.model.preflight import Door, RunInputs, preflight
 
     target_dir = Path(args.target) if args.target else bundled_samples("--target", "tiny_target")
     prompts = Path(args.prompts) if args.prompts else bundled_samples("--prompts", "prompts.jsonl")
@@ -123,9 +123,9 @@ def run(args) -> int:
                  chat_template=args.chat_template)
     spec_settings(drafting, engine=args.engine, **knobs)  # checked before any file is touched
     # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
-    checked = preflight(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts),
-                        max_prompts=args.max_prompts, embed_from=args.embed_from, need_weights=True, what="speculate",
-                        engine=args.engine)
+    checked = preflight(RunInputs(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts),
+                                  max_prompts=args.max_prompts, embed_from=args.embed_from, engine=args.engine),
+                        Door(what="speculate", need_weights=True))
     import torch
 
     from helpers.core.distributed import finish, from_env, gather_to_main

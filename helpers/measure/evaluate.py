@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -38,7 +38,7 @@ from helpers.acceptance.drafting import Drafting
 from helpers.acceptance.prediction import Prediction, predict
 from helpers.core.distributed import SINGLE
 from helpers.core.errors import BadInputError
-from helpers.core.terms import READINGS, check_reading
+from helpers.core.terms import check_reading
 from helpers.io.samples import split_folders
 from helpers.measure.conclusion import (
     ENGINE_READING,
@@ -50,12 +50,15 @@ from helpers.measure.conclusion import (
     wiring,
 )
 from helpers.measure.predict import (
+    Loading,
+    Scoring,
     as_model,
     check_mask_at,
     draft_d2t,
     draft_sizes,
     iter_batches,
     model_info,
+    split_knobs,
 )
 from helpers.measure.scores import ScoreCounter, SplitScores, merge_counters, vocab_sets
 from helpers.model.target_head import (
@@ -222,27 +225,14 @@ def _pct(x):
     return None if x is None else round(100.0 * x, 2)
 
 
-def evaluate(
-    checkpoint,
-    samples,
-    readings=READINGS,
-    steps: int = 1,
-    topk: int = 5,
-    device=None,
-    dtype=None,
-    max_samples: int | None = None,
-    embed_from=None,
-    target_head=None,
-    progress: bool = True,
-    batch_size: int = 8,
-    mask_at: str = "label",
-    hidden_normed: str = "auto",
-    draft_config=None,
-    workers: int | None = None,
-    ranks=None,
-    predict_for=(),
-) -> EvalResult:
+def evaluate(checkpoint, samples, scoring: Scoring | None = None, *, loading: Loading | None = None,
+             target_head=None, hidden_normed: str = "auto", ranks=None, predict_for=(), **knobs) -> EvalResult:
     """Score a draft (path or loaded `Eagle3Draft`) over a samples folder under each reading.
+
+    How it scores is one `Scoring` (readings, steps, topk, mask_at, batch_size, max_samples,
+    workers, progress) and how a path is loaded one `Loading` (device, dtype, embed_from,
+    draft_config); their fields may also be given as keywords (`evaluate(ck, samples, steps=3,
+    device="cpu")`), over `scoring` / `loading` when both are given.
 
     `samples` may hold `train/` and `val/` subfolders: each is scored (up to `max_samples`
     samples each) and reported side by side, and pooled at the top level. `target_head` (a target
@@ -283,39 +273,44 @@ def evaluate(
     is refused (say which). The result records what was used (`hidden_normed`,
     `hidden_normed_how`). See docs/eagle3-facts.md, 'Offline hidden states'.
     """
-    readings = _checked_readings(readings, steps, topk, samples, mask_at)
+    more_scoring, more_loading = split_knobs(knobs, Scoring, Loading)
+    scoring = replace(scoring or Scoring(), **more_scoring)
+    loading = replace(loading or Loading(), **more_loading)
+    readings = _checked_readings(scoring, samples)
     if hidden_normed not in HIDDEN_NORMED:
         raise ValueError(f"hidden_normed={hidden_normed!r}; expected one of {HIDDEN_NORMED}")
-    model = as_model(checkpoint, device, dtype, embed_from, draft_config)
+    model = as_model(checkpoint, loading=loading)
     dev, dt = model_info(model)
-    head = _target_head_for(target_head, model)
+    _, vocab, draft_vocab = draft_sizes(model)
+    d2t = draft_d2t(model)
+    head = _target_head_for(target_head, vocab, dev, dt)
     how = None
     if head is not None:
         head, how = _head_normed(head, samples, hidden_normed)
     notes = []
-    has_d2t = draft_d2t(model) is not None
-    _, vocab, draft_vocab = draft_sizes(model)
-    full_vocab = not has_d2t and vocab == draft_vocab
+    full_vocab = d2t is None and vocab == draft_vocab
     name = str(getattr(model, "source", None) or checkpoint)
     if full_vocab:
         notes.append(FULL_VOCAB_NOTE.format(ckpt=name, n=vocab))
         readings = ["offset"]
-    elif not has_d2t:
+    elif d2t is None:
         notes.append(NO_D2T_WARNING.format(ckpt=name))
         warnings.warn(notes[-1], stacklevel=2)
         readings = ["none"]
-    counters = _count_splits(model, samples, readings, steps, topk, head, batch_size=batch_size,
-                             max_samples=max_samples, progress=progress, mask_at=mask_at, workers=workers,
-                             ranks=ranks or SINGLE)
+    scoring = replace(scoring, readings=tuple(readings))
+    sets = vocab_sets(d2t, getattr(model, "mapping", None), readings, vocab, draft_vocab)
+    counters = _count_splits(model, samples, scoring, sets, head, ranks or SINGLE)
     overall = counters.pop("all") if "all" in counters else merge_counters(list(counters.values()))
     return EvalResult(
         checkpoint=str(checkpoint) if not isinstance(checkpoint, torch.nn.Module)
         else str(getattr(checkpoint, "source", None) or "(loaded draft)"),
         samples=str(samples) if isinstance(samples, (str, os.PathLike)) else "(samples)",
-        readings=readings, steps=steps, topk=topk, device=str(dev), dtype=str(dt).removeprefix("torch."),
+        readings=readings, steps=scoring.steps, topk=scoring.topk, device=str(dev),
+        dtype=str(dt).removeprefix("torch."),
         overall=overall.scores(), splits={k: c.scores() for k, c in counters.items()},
-        warnings=notes, has_d2t=has_d2t, target_head=None if head is None else head.path, mask_at=mask_at,
-        full_vocab=full_vocab, hidden_normed=None if head is None else ("yes" if head.hidden_normed else "no"),
+        warnings=notes, has_d2t=d2t is not None, target_head=None if head is None else head.path,
+        mask_at=scoring.mask_at, full_vocab=full_vocab,
+        hidden_normed=None if head is None else ("yes" if head.hidden_normed else "no"),
         hidden_normed_how=how, predict_for=tuple(predict_for or ()),
     )
 
@@ -343,12 +338,12 @@ def _head_normed(head: TargetHead, samples, hidden_normed: str) -> tuple[TargetH
     return dataclasses.replace(head, hidden_normed=normed), how
 
 
-def _checked_readings(readings, steps: int, topk: int, samples, mask_at: str) -> list:
+def _checked_readings(scoring: Scoring, samples) -> list:
     """The readings to score, each once; a ValueError or BadInputError for a bad argument."""
-    check_mask_at(mask_at)
-    if steps < 1 or topk < 1:
+    check_mask_at(scoring.mask_at)
+    if scoring.steps < 1 or scoring.topk < 1:
         raise ValueError("steps and topk must be at least 1")
-    readings = list(dict.fromkeys(readings))
+    readings = list(dict.fromkeys(scoring.readings))
     for r in readings:
         check_reading(r)
     if isinstance(samples, (str, os.PathLike)) and not Path(samples).exists():
@@ -356,33 +351,27 @@ def _checked_readings(readings, steps: int, topk: int, samples, mask_at: str) ->
     return readings
 
 
-def _target_head_for(target_head, model) -> TargetHead | None:
-    """`evaluate`'s target_head argument as a loaded `TargetHead` that fits the draft, or None."""
-    dev, dt = model_info(model)
+def _target_head_for(target_head, vocab: int, device, dtype) -> TargetHead | None:
+    """`evaluate`'s target_head argument as a loaded `TargetHead` that fits the draft's target vocab, or None."""
     head = target_head or None  # "" (an empty notebook parameter) means none
     if head is not None and not isinstance(head, TargetHead):
-        head = load_target_head(head, device=dev, dtype=dt)
-    _, vocab, _ = draft_sizes(model)
+        head = load_target_head(head, device=device, dtype=dtype)
     if head is not None and head.vocab_size != vocab:
         raise BadInputError(head.path, f"lm_head has {head.vocab_size} rows but the draft's target vocab is {vocab}")
     return head
 
 
-def _count_splits(model, samples, readings, steps: int, topk: int, head: TargetHead | None, *,
-                  batch_size: int, max_samples: int | None, progress: bool, mask_at: str, workers=None,
-                  ranks=SINGLE) -> dict:
-    """{split: ScoreCounter} for each split of `samples` ({'all': ...} when it has no train/val)."""
-    _, vocab, draft_vocab = draft_sizes(model)
-    sets, true = vocab_sets(model, readings, vocab, draft_vocab)
+def _count_splits(model, samples, scoring: Scoring, sets, head: TargetHead | None, ranks=SINGLE) -> dict:
+    """{split: ScoreCounter} for each split of `samples` ({'all': ...} when it has no train/val);
+    `sets`: `vocab_sets`' (per reading, the target ids it can produce; the true draft vocab)."""
     parts = split_folders(samples) or {"all": samples}
     counters = {}
     for split, folder in parts.items():
-        cnt = ScoreCounter(readings, steps, sets, true, head is not None, topk)
-        for _, out in iter_batches(
-            model, folder, steps=steps, readings=readings, topk=topk, batch_size=batch_size,
-            max_samples=max_samples, head=head, progress=progress and ranks.main, desc=f"scoring {split}",
-            mask_at=mask_at, shard=(ranks.rank, ranks.world), workers=_workers(folder, max_samples, workers),
-        ):
+        cnt = ScoreCounter(list(scoring.readings), scoring.steps, *sets, head is not None, scoring.topk)
+        here = replace(scoring, progress=scoring.progress and ranks.main,
+                       workers=_workers(folder, scoring.max_samples, scoring.workers))
+        for _, out in iter_batches(model, folder, here, head=head, desc=f"scoring {split}",
+                                   shard=(ranks.rank, ranks.world)):
             cnt.add(*out)
         cnt.all_reduce(ranks)
         if cnt.samples == 0:

@@ -22,17 +22,61 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
 from helpers.core.devices import parse_dtype
 from helpers.core.errors import BadInputError
-from helpers.core.terms import check_reading
+from helpers.core.terms import READINGS, check_reading
 from helpers.io.mapping import to_target_ids
 from helpers.model.target_head import TargetHead
 
 MASK_AT = ("label", "position", "specforge", "speculators")  # whose loss_mask decides if step j at position t counts
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How a scoring pass drafts and counts (`evaluate`'s scoring knobs, one object).
+
+    `readings` of d2t scored side by side; `steps` drafted per position, the top-`topk` candidates
+    ranked; `mask_at` whose loss_mask decides what counts (`MASK_AT`); batches of `batch_size`;
+    at most `max_samples` samples per split; `workers` reader threads (None: decided per folder);
+    `progress` bars."""
+
+    readings: tuple = READINGS
+    steps: int = 1
+    topk: int = 5
+    mask_at: str = "label"
+    batch_size: int = 8
+    max_samples: int | None = None
+    workers: int | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Loading:
+    """How a draft given as a path is loaded (`as_model`): device, dtype, an `embed_tokens` from
+    elsewhere (`embed_from`), a config.json for a checkpoint without one (`draft_config`)."""
+
+    device: object = None
+    dtype: object = None
+    embed_from: object = None
+    draft_config: object = None
+
+
+def split_knobs(knobs: dict, *kinds) -> list[dict]:
+    """Keyword arguments sorted by which of the dataclasses `kinds` declares them; a TypeError names
+    one no kind declares (and what they do declare)."""
+    names = [{f.name for f in fields(k)} for k in kinds]
+    out = [{} for _ in kinds]
+    for key, value in knobs.items():
+        i = next((i for i, n in enumerate(names) if key in n), None)
+        if i is None:
+            known = ", ".join(sorted(set().union(*names)))
+            raise TypeError(f"unexpected keyword argument {key!r} (known: {known})")
+        out[i][key] = value
+    return out
 
 
 @dataclass
@@ -204,14 +248,16 @@ def check_mask_at(mask_at: str) -> str:
     return mask_at
 
 
-def as_model(checkpoint, device=None, dtype=None, embed_from=None, draft_config=None):
-    """A loaded draft: `checkpoint` itself when it is one, else `load_draft(checkpoint, ...)`."""
+def as_model(checkpoint, device=None, dtype=None, embed_from=None, draft_config=None, *, loading: Loading | None = None):
+    """A loaded draft: `checkpoint` itself when it is one, else `load_draft(checkpoint, ...)` (the
+    loading knobs as arguments, or as one `Loading`)."""
     if isinstance(checkpoint, torch.nn.Module):
         return checkpoint
     from helpers.model.draft import load_draft
 
-    return load_draft(checkpoint, device=device, dtype=parse_dtype(dtype), embed_from=embed_from,
-                      draft_config=draft_config)
+    ld = loading or Loading(device, dtype, embed_from, draft_config)
+    return load_draft(checkpoint, device=ld.device, dtype=parse_dtype(ld.dtype), embed_from=ld.embed_from,
+                      draft_config=ld.draft_config)
 
 
 def _as_samples(samples, max_samples, aux_width, shard=(0, 1), workers=0, pin_memory=False, ahead=16):
@@ -260,12 +306,14 @@ def cpu_threads(model):
             torch.set_num_threads(before)
 
 
-def iter_batches(model, samples, *, steps, readings, topk, batch_size, max_samples, head, progress, desc,
-                 mask_at="label", shard=(0, 1), workers=0):
+def iter_batches(model, samples, scoring: Scoring, *, head=None, desc: str = "drafting", shard=(0, 1)):
     """(batch of samples, `predict_batch`'s output) per batch, each sample checked against the draft.
 
-    `shard=(rank, world)` keeps every world-th sample file; `workers` threads read files ahead
-    (pinned memory when the draft is on a GPU)."""
+    `scoring`: steps, readings, topk, mask_at, batch size, sample limit, progress, and `workers`
+    threads reading files ahead (pinned memory when the draft is on a GPU; None: none).
+    `shard=(rank, world)` keeps every world-th sample file."""
+    steps, readings, topk, batch_size = scoring.steps, list(scoring.readings), scoring.topk, scoring.batch_size
+    max_samples, workers = scoring.max_samples, scoring.workers or 0
     aux_w_cfg, vocab, _ = draft_sizes(model)
     aux_width = 3 * aux_w_cfg
     total = _count_files(samples, max_samples)
@@ -273,7 +321,7 @@ def iter_batches(model, samples, *, steps, readings, topk, batch_size, max_sampl
     pin = model_info(model)[0].type == "cuda"
     from tqdm.auto import tqdm
 
-    quiet = not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
+    quiet = not scoring.progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
     bar = tqdm(total=total, desc=desc, unit="sample", disable=quiet, leave=False)
 
     def checked():
@@ -284,7 +332,7 @@ def iter_batches(model, samples, *, steps, readings, topk, batch_size, max_sampl
     try:
         for batch in _batches(checked(), batch_size):
             with cpu_threads(model):
-                out = predict_batch(model, batch, steps, readings, topk, head, mask_at)
+                out = predict_batch(model, batch, steps, readings, topk, head, scoring.mask_at)
             yield batch, out
             bar.update(len(batch))
     finally:
@@ -318,11 +366,10 @@ def draft_predictions(
     check_reading(reading)
     if reading != "none" and draft_d2t(model) is None:
         raise BadInputError(None, f"the draft has no d2t: only the 'none' reading can be used, not {reading!r}")
-    for batch, (lengths, preds, labels, mask, tl) in iter_batches(
-        model, samples, steps=steps, readings=[reading], topk=topk, batch_size=batch_size,
-        max_samples=max_samples, head=target_head, progress=progress, desc=f"drafting ({reading})",
-        mask_at=check_mask_at(mask_at),
-    ):
+    scoring = Scoring(readings=(reading,), steps=steps, topk=topk, mask_at=check_mask_at(mask_at),
+                      batch_size=batch_size, max_samples=max_samples, progress=progress, workers=0)
+    for batch, (lengths, preds, labels, mask, tl) in iter_batches(model, samples, scoring, head=target_head,
+                                                                   desc=f"drafting ({reading})"):
         for b, s in enumerate(batch):
             n = lengths[b]
             yield Predictions(

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from helpers.io.mapping import to_target_ids
-from helpers.measure.predict import draft_d2t
 
 
 @dataclass
@@ -200,9 +199,9 @@ class ScoreCounter:
         return SplitScores(samples=self.samples, tokens=n0, coverage=_frac(self.true_cov, n0), readings=out)
 
 
-def vocab_sets(model, readings, vocab: int, draft_vocab: int):
-    """Per reading: bool [V] of the target ids it can produce; and the true draft vocab."""
-    d2t = draft_d2t(model)
+def vocab_sets(d2t, mapping, readings, vocab: int, draft_vocab: int):
+    """Per reading: bool [V] of the target ids it can produce; and the true draft vocab (from the
+    draft's `mapping`'s t2d when it has one that fits). `d2t`: the draft's (`predict.draft_d2t`) or None."""
     sets = {}
     for r in readings:
         t = torch.arange(draft_vocab) if r == "none" or d2t is None else to_target_ids(
@@ -211,7 +210,6 @@ def vocab_sets(model, readings, vocab: int, draft_vocab: int):
         m = torch.zeros(vocab, dtype=torch.bool)
         m[t[(t >= 0) & (t < vocab)]] = True
         sets[r] = m
-    mapping = getattr(model, "mapping", None)
     if mapping is not None and mapping.t2d is not None and mapping.t2d.numel() == vocab:
         true = mapping.t2d.cpu().bool()
     else:

@@ -18,14 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from helpers.core.distributed import SINGLE, Ranks, barrier, sum_counts
-from helpers.core.engines import aux_convention
+from helpers.core.engines import aux_convention, aux_engines
 from helpers.core.errors import BadInputError
 from helpers.io.chat import encode_conversation, prompt_ids, uses_template
 from helpers.io.prompts import Conversation, check_prompts, file_sha256, read_prompts
@@ -43,6 +43,24 @@ MANIFEST = "capture.json"
 # settings that decide what the files hold: a resumed run must agree on all of them
 _CONTENT_KEYS = ("target_config_sha256", "prompts_sha256", "engine", "captured_layers", "regenerate",
                  "max_new_tokens", "chat_template", "dtype", "max_samples")
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What a capture's files hold (a resumed run must agree on them, `_CONTENT_KEYS`): the engine
+    whose aux-layer convention is captured, the aux ids (`aux_layers`; else the draft's config, else
+    the engine's default), the draft they are read from and checked against, the assistant part
+    (`regenerate`: the target's greedy continuation of up to `max_new_tokens`; else the record's
+    answer, teacher-forced), the chat template (`chat_template`: auto or none) and the
+    records captured (`max_samples`: the first N; None: all)."""
+
+    engine: str = "sglang"
+    aux_layers: Sequence[int] | None = None
+    draft: str | os.PathLike | None = None
+    regenerate: bool = False
+    max_new_tokens: int = 256
+    chat_template: str = "auto"
+    max_samples: int | None = None
 
 
 @dataclass
@@ -70,8 +88,10 @@ class CaptureResult:
         ])
 
 
-def _manifest(target: Target, prompts: Path, engine: str, ids, ids_source: str, layers, regenerate: bool,
-              max_new_tokens: int, chat_template: str, template: bool, max_samples, records: int, draft) -> dict:
+def _manifest(target: Target, prompts: Path, settings: CaptureSettings, ids, ids_source: str, layers,
+              template: bool, records: int) -> dict:
+    """The manifest (`capture.json`): the settings, the aux ids resolved (and where they came from),
+    the layers captured, whether the chat template was used and the records read."""
     tok = target.tokenizer
     tmpl = getattr(tok, "chat_template", None) if template else None
     return {
@@ -81,12 +101,13 @@ def _manifest(target: Target, prompts: Path, engine: str, ids, ids_source: str, 
         "tokenizer": {"class": type(tok).__name__, "vocab_size": len(tok) if tok is not None else None,
                       "chat_template_sha256": hashlib.sha256(tmpl.encode()).hexdigest() if tmpl else None},
         "prompts": os.fspath(prompts), "prompts_sha256": file_sha256(prompts), "records": records,
-        "engine": engine, "aux_layer_ids": ids, "aux_ids_source": ids_source, "captured_layers": layers,
+        "engine": settings.engine, "aux_layer_ids": ids, "aux_ids_source": ids_source, "captured_layers": layers,
         "final_state": "output of the final norm (SpecForge's hidden_state)",
-        "regenerate": regenerate, "max_new_tokens": max_new_tokens, "chat_template": chat_template,
+        "regenerate": settings.regenerate, "max_new_tokens": settings.max_new_tokens,
+        "chat_template": settings.chat_template,
         "template_used": template, "dtype": str(target.dtype).removeprefix("torch."),
-        "storage_dtype": str(STORAGE_DTYPE).removeprefix("torch."), "max_samples": max_samples,
-        "draft": os.fspath(draft) if draft else None,
+        "storage_dtype": str(STORAGE_DTYPE).removeprefix("torch."), "max_samples": settings.max_samples,
+        "draft": os.fspath(settings.draft) if settings.draft else None,
     }
 
 
@@ -199,14 +220,15 @@ def resolve_aux_ids(aux_layers, draft, engine: str) -> tuple[list[int] | None, s
     return None, "engine default (2, L//2, L-3)"
 
 
-def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=None, draft=None,
-            regenerate: bool = False, max_new_tokens: int = 256, chat_template: str = "auto",
-            batch_size: int = 8, max_samples: int | None = None, progress: bool = False,
-            ranks: Ranks = SINGLE) -> CaptureResult:
-    """Capture hidden states for the records of `prompts` into `out` (see the module docstring).
+def capture(target: Target, prompts, out, settings: CaptureSettings = CaptureSettings(), *, batch_size: int = 8,
+            progress: bool = False, ranks: Ranks = SINGLE) -> CaptureResult:
+    """Capture hidden states for the records of `prompts` into `out` (see the module docstring), as
+    `settings` say; `batch_size` records per forward, a progress bar with `progress`.
 
     Under torchrun (`ranks`), batch k is rank k % world's; every rank writes its own files into
     the shared `out`, rank 0 the manifest, and the counts are summed over ranks."""
+    engine, draft, regenerate = settings.engine, settings.draft, settings.regenerate
+    max_new_tokens, max_samples = settings.max_new_tokens, settings.max_samples
     prompts, out = Path(prompts), Path(out)
     try:
         known = aux_convention(engine) is not None
@@ -214,19 +236,18 @@ def capture(target: Target, prompts, out, *, engine: str = "sglang", aux_layers=
         raise BadInputError(None, f"--engine: {e}") from None
     if not known:
         raise BadInputError(None, f"--engine must name an engine whose aux-layer convention the kit has read "
-                            f"(sglang or vllm) for a capture, got {engine!r}")
+                            f"({', '.join(aux_engines())}) for a capture, got {engine!r}")
     if batch_size < 1 or max_new_tokens < 1:
         raise BadInputError(None, "--batch-size and --max-new-tokens must be at least 1")
     if draft:
         bad = draft_mismatches(target, draft)
         if bad:
             raise BadInputError(draft, "does not fit the target " + os.fspath(target.path) + ": " + "; ".join(bad))
-    ids, source = resolve_aux_ids(aux_layers, draft, engine)
+    ids, source = resolve_aux_ids(settings.aux_layers, draft, engine)
     layers = target.aux_layers(engine, ids)
-    template = uses_template(target.tokenizer, chat_template)
+    template = uses_template(target.tokenizer, settings.chat_template)
     records = check_prompts(prompts, max_samples, need_answer=not regenerate, flag="--max-prompts")
-    manifest = _manifest(target, prompts, engine, ids, source, layers, regenerate, max_new_tokens, chat_template,
-                         template, max_samples, records, draft)
+    manifest = _manifest(target, prompts, settings, ids, source, layers, template, records)
     if out.exists() and not out.is_dir():
         raise BadInputError(out, "exists and is not a folder")
     if out.is_dir() and not (out / MANIFEST).is_file() and any(out.iterdir()):

@@ -70,8 +70,12 @@ class Drafter:
 
     def __init__(self, model, reading: str = "offset"):
         self.model, self.reading = model, reading
-        self.d2t = model.d2t if model.d2t is not None else None
         self.vocab = model.config.vocab_size
+        # draft id -> target id under the reading, read once; without d2t the draft id is the target id
+        d2t = model.d2t
+        n = d2t.numel() if d2t is not None else max(model.config.draft_vocab_size, self.vocab)
+        ids = to_target_ids(torch.arange(n, device=model.fc.weight.device), d2t, reading if d2t is not None else "none")
+        self._target_of = torch.where((ids >= 0) & (ids < self.vocab), ids, torch.full_like(ids, -1))
         self.dtype = model.fc.weight.dtype
         self.device = model.fc.weight.device
         self.kv = DraftKV()  # context keys/values [1, heads, n, d]
@@ -86,8 +90,7 @@ class Drafter:
 
     def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft ids -> target ids under the reading; -1 where that lands outside the target vocab."""
-        ids = to_target_ids(draft_ids, self.d2t, self.reading if self.d2t is not None else "none")
-        return torch.where((ids >= 0) & (ids < self.vocab), ids, torch.full_like(ids, -1))
+        return self._target_of[draft_ids.to(self._target_of.device)].to(draft_ids.device)
 
     def _step(self, h, emb, positions, anchor=None):
         t0 = time.perf_counter()

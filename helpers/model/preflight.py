@@ -1,10 +1,11 @@
 """The door: every input of a run checked before anything heavy loads, cheapest checks first.
 
-`preflight(...)` is the one validation layer every front end calls before it loads a model or
-runs a notebook: the CLI commands (`capture`, `speculate`, `doctor`, `diff`, `report`), the
-report's `validate`, the notebooks' `helpers.ui.notebook.setup()` (on the parameters cell's
-values) and the dashboard. It checks, in this order, and stops at the first problem with one
-`BadInputError` line naming the input:
+`preflight(RunInputs(...), Door(...))` is the one validation layer every front end calls before it
+loads a model or runs a notebook (`RunInputs`: what the user gave; `Door`: what the front end runs
+and how it names its inputs): the CLI commands (`capture`, `speculate`, `doctor`, `diff`,
+`report`), the report's `validate`, the notebooks' `helpers.ui.notebook.setup()` (on the
+parameters cell's values) and the dashboard. It checks, in this order, and stops at the first
+problem with one `BadInputError` line naming the input:
 
 1. conflicting flags (`--target` and `--target-config` together) and counts (`--max-prompts 0`);
 2. paths (`helpers.io.inputs.input_path`): exists, file or folder as needed, readable, UTF-8 for
@@ -30,6 +31,7 @@ the `Drafting` value they describe.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,46 +179,79 @@ def check_aux_layers(layers, *, engine: str = "sglang", ck=None, fc_key=None, ta
     return layers
 
 
-def preflight(*, checkpoint=None, target=None, target_config=None, prompts=None, max_prompts=None,
-              max_prompts_flag: str = "--max-prompts", need_answer: bool = False, embed_from=None,
-              previous=None, samples=None, target_head=None, aux_layers=None, engine: str = "sglang",
-              need_weights: bool = False, what: str = "this command", checkpoint_flag: str = "CHECKPOINT",
-              target_flag: str = "--target", target_is_model: bool = True, fit: bool = True) -> Checked:
-    """Check a run's inputs at the door (see the module docstring); returns them checked.
+@dataclass(frozen=True)
+class RunInputs:
+    """A run's inputs as the user gave them (paths, the prompt count, the aux layers and the engine
+    whose convention reads them); `preflight` returns them as `Checked`."""
 
-    `target_is_model`: the target is loaded with transformers (capture, speculate, a report's
-    notebook 07): a local folder. Otherwise (doctor) it may be remote, and only its config is read.
-    `fit=False`: the draft/target fit is left to the caller (the doctor reports it as findings).
-    """
+    checkpoint: str | None = None
+    target: str | None = None
+    target_config: str | None = None
+    prompts: str | None = None
+    max_prompts: int | None = None
+    embed_from: str | None = None
+    previous: str | None = None
+    samples: str | None = None
+    target_head: str | None = None
+    aux_layers: Sequence[int] | None = None
+    engine: str = "sglang"
+
+
+@dataclass(frozen=True)
+class Door:
+    """How a front end's door checks and words its inputs.
+
+    `what` names the front end in refusals; `target_flag` and `max_prompts_flag` are the names it
+    gives those inputs (a CLI flag, a positional, a notebook parameter). `need_answer`: each prompt
+    record needs an answer (teacher-forced capture). `need_weights`: the front end runs the draft,
+    so its config and weights must be there. `target_is_model`: the target is loaded with
+    transformers (capture, speculate, a report's notebook 07): a local folder; otherwise (doctor) it
+    may be remote, and only its config is read. `fit=False`: the draft/target fit is left to the
+    caller (the doctor reports it as findings)."""
+
+    what: str = "this command"
+    target_flag: str = "--target"
+    max_prompts_flag: str = "--max-prompts"
+    need_answer: bool = False
+    need_weights: bool = False
+    target_is_model: bool = True
+    fit: bool = True
+
+
+def preflight(given: RunInputs, door: Door = Door()) -> Checked:
+    """Check a run's inputs at the door (see the module docstring); returns them checked."""
+    target_flag, max_prompts, max_prompts_flag = door.target_flag, given.max_prompts, door.max_prompts_flag
     # 1. flags that contradict each other, counts
-    conflicting({target_flag: target, "--target-config": target_config},
+    conflicting({target_flag: given.target, "--target-config": given.target_config},
                 "both name the target's config (the folder's config.json, or the file): give one")
     if max_prompts is not None and int(max_prompts) < 1:
         raise BadInputError(None, f"{max_prompts_flag} must be at least 1, got {max_prompts}")
     # 2. paths, cheapest first
-    checkpoint = input_path(checkpoint, "file or folder", remote_ok=True)  # as open_checkpoint says it
-    target = input_path(target, "target folder", kind="folder", remote_ok=not target_is_model, flag=target_flag)
-    target_config = input_path(target_config, "target config", text=True, remote_ok=True, flag="--target-config")
-    prompts = input_path(prompts, "prompt file", kind="file", text=True, flag="--prompts")
-    embed_from = input_path(embed_from, "embed_tokens file or folder", remote_ok=True, flag="--embed-from")
-    previous = input_path(previous, "previous checkpoint", remote_ok=True, flag="--previous")
-    samples = input_path(samples, "samples folder", kind="folder", flag="--samples")
-    target_head = input_path(target_head, "target head (file or folder)", remote_ok=True, flag="--target-head")
+    checkpoint = input_path(given.checkpoint, "file or folder", remote_ok=True)  # as open_checkpoint says it
+    target = input_path(given.target, "target folder", kind="folder", remote_ok=not door.target_is_model,
+                        flag=target_flag)
+    target_config = input_path(given.target_config, "target config", text=True, remote_ok=True, flag="--target-config")
+    prompts = input_path(given.prompts, "prompt file", kind="file", text=True, flag="--prompts")
+    embed_from = input_path(given.embed_from, "embed_tokens file or folder", remote_ok=True, flag="--embed-from")
+    previous = input_path(given.previous, "previous checkpoint", remote_ok=True, flag="--previous")
+    samples = input_path(given.samples, "samples folder", kind="folder", flag="--samples")
+    target_head = input_path(given.target_head, "target head (file or folder)", remote_ok=True, flag="--target-head")
     # 3. prompt records
-    records = check_prompts(prompts, max_prompts, need_answer=need_answer, flag=max_prompts_flag) if prompts else None
+    records = (check_prompts(prompts, max_prompts, need_answer=door.need_answer, flag=max_prompts_flag)
+               if prompts else None)
     # 4. the target's config
-    tcfg = target_config_of(target, target_config, flag=target_flag, typed=target_is_model)
+    tcfg = target_config_of(target, target_config, flag=target_flag, typed=door.target_is_model)
     # 5. the draft
     ck = fc = None
-    if checkpoint and (need_weights or (fit and tcfg is not None) or aux_layers):
-        ck, fc = _draft(checkpoint, need_weights, what)
+    if checkpoint and (door.need_weights or (door.fit and tcfg is not None) or given.aux_layers):
+        ck, fc = _draft(checkpoint, door.need_weights, door.what)
     # 6. fit
-    if fit and ck is not None and tcfg is not None:
+    if door.fit and ck is not None and tcfg is not None:
         check_fit(ck, fc, tcfg, ck.origin or checkpoint, target or target_config)
     # 7. aux layers
     layers = None
-    if aux_layers:
-        layers = check_aux_layers(aux_layers, engine=engine, ck=ck, fc_key=fc, target_cfg=tcfg)
+    if given.aux_layers:
+        layers = check_aux_layers(given.aux_layers, engine=given.engine, ck=ck, fc_key=fc, target_cfg=tcfg)
     return Checked(checkpoint=_abs(checkpoint), target=_abs(target), target_config=_abs(target_config),
                    prompts=_abs(prompts), prompt_records=records, embed_from=_abs(embed_from),
                    previous=_abs(previous), samples=_abs(samples), target_head=_abs(target_head), aux_layers=layers,

@@ -12,7 +12,7 @@ hidden state as SpecForge stores it). Forward hooks are used rather than `output
 they keep only the layers asked for, and they do not depend on how a transformers version fills
 that tuple (transformers 5 puts the normed state in its last slot, replacing the last layer's
 output). Which layers an engine captures for a draft config's aux ids is
-`engine_rules.captured_layers` (SGLang adds 1 to configured ids, vLLM uses them as given; both
+`helpers.core.engines.captured_layers` (SGLang adds 1 to configured ids, vLLM uses them as given; both
 default to layers 2, L//2, L-3): docs/eagle3-facts.md, 'Aux layers'.
 
 `attention_layout` reads the attention type of every decoder layer and the sliding window from a
@@ -41,7 +41,7 @@ from helpers.core.devices import (
     parse_dtype,
     resolve_device,
 )
-from helpers.core.engines import aux_layer_ids, captured_layers, engine_at
+from helpers.core.engines import aux_layer_ids, draft_capture, engine_at, layers_in
 from helpers.core.errors import BadInputError, clip
 from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.config_fields import check_target_config
@@ -95,14 +95,21 @@ class Target:
 
     def aux_layers(self, engine: str, ids: list[int] | None) -> list[int]:
         """The decoder layers whose input `engine` feeds the draft, for configured `ids`."""
-        layers = captured_layers(engine, ids, self.num_layers, getattr(self.text_config, "model_type", None))
-        bad = [i for i in layers if not 0 <= i < self.num_layers]
-        if bad:
-            n = layers[0] - ids[0] if ids else 0
-            shift = f" ({engine_at(engine).name} adds {n} to configured ids)" if n and ids else ""
-            raise BadInputError(self.path, f"aux layer ids {ids} capture the input of layers {layers}{shift}, but the "
-                                f"target has {self.num_layers} layers (0..{self.num_layers - 1})")
-        return layers
+        try:
+            return layers_in(engine, ids, self.num_layers, getattr(self.text_config, "model_type", None))
+        except ValueError as e:
+            raise BadInputError(self.path, str(e)) from None
+
+    def draft_layers(self, draft, engine: str) -> list[int]:
+        """The decoder layers whose input `engine` feeds `draft` (a path, an open `Checkpoint`, a
+        loaded draft, or None: the engine's default), from the aux ids it reads in the draft's config."""
+        if isinstance(draft, torch.nn.Module):  # its own Checkpoint (load_draft keeps it), else its folder
+            draft = getattr(draft, "checkpoint", None) or getattr(draft, "source", None)
+        cfg = None if draft is None or (isinstance(draft, str) and not draft) else _checkpoint(draft).config
+        try:
+            return draft_capture(engine, cfg, self.num_layers, getattr(self.text_config, "model_type", None))[1]
+        except ValueError as e:
+            raise BadInputError(self.path, str(e)) from None
 
 
 def _weights(path: Path):

@@ -18,10 +18,10 @@ between runs, as the dashboard does); `build_run(...)` also loads the pair (`loa
 """
 from __future__ import annotations
 
-from helpers.acceptance.drafting import Drafting
-from helpers.core.engines import aux_convention, engines_at
+from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting
+from helpers.core.engines import aux_convention, aux_engines, engines_at
 from helpers.core.errors import BadInputError
-from helpers.speculate.result import DEFAULT_DRAFTING, DEFAULT_ENGINE, SpecSettings
+from helpers.speculate.result import DEFAULT_ENGINE, SpecSettings
 
 
 def spec_engine(engine: str | None) -> str:
@@ -34,7 +34,7 @@ def spec_engine(engine: str | None) -> str:
         raise BadInputError(None, f"engine: {e}") from None
     if len(found) != 1 or aux_convention(found[0]) is None:
         raise BadInputError(None, f"engine: must name an engine whose aux-layer convention the kit has read "
-                                  f"(sglang or vllm, optionally ==VERSION), got {engine!r}")
+                                  f"({', '.join(aux_engines())}, optionally ==VERSION), got {engine!r}")
     return engine
 
 
@@ -56,9 +56,8 @@ def spec_settings(drafting: Drafting | int | None = None, *, engine: str | None 
     """Checked `SpecSettings`: the shape (`spec_drafting`), the engine (`spec_engine`) and any of
     reading, temperature, max_new_tokens, seed, chat_template (`SpecSettings`' defaults otherwise).
     Bad values are one `BadInputError` line."""
-    settings = SpecSettings(drafting=spec_drafting(drafting), engine=spec_engine(engine), **knobs)
     try:
-        return settings.check()
+        return SpecSettings(drafting=spec_drafting(drafting), engine=spec_engine(engine), **knobs)  # checked when made
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
 

@@ -109,24 +109,16 @@ def _eos_ids(target: Target) -> set[int]:
     return {int(e) for e in out if e is not None}
 
 
-def _layers(target: Target, draft, engine: str) -> list[int]:
-    from helpers.model.capture import resolve_aux_ids
-
-    # the loaded draft's own Checkpoint (load_draft keeps it): its config is not read again
-    ids, _ = resolve_aux_ids(None, getattr(draft, "checkpoint", None) or getattr(draft, "source", None), engine)
-    return target.aux_layers(engine, ids)
-
-
 @torch.inference_mode()
 def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettings, run: SpecRun, *,
-                     index: int = 0, layers=None, generator=None, on_round=None) -> PromptRun:
-    """Generate for one prompt (token ids), adding its counts to `run`."""
+                     layers: list[int], index: int = 0, generator=None, on_round=None) -> PromptRun:
+    """Generate for one prompt (token ids), adding its counts to `run`; `layers`: the target layers
+    whose input feeds the draft (`Target.draft_layers`)."""
     d = settings.drafting
     steps, topk, n_tokens = d.steps, d.topk, d.num_draft_tokens
     T = float(settings.temperature)
     sample_chain = T > 0 and topk == 1 and n_tokens == steps + 1
     dev = target.input_device
-    layers = layers or _layers(target, draft, settings.engine)
     eos = _eos_ids(target)
     out = PromptRun(index, list(ids))
     drafter = Drafter(draft, settings.reading)
@@ -211,12 +203,11 @@ def speculate(target: Target, draft, records, settings: SpecSettings, *, progres
     `records` may be any iterable, e.g. one process's shard of a prompt file; runs over shards
     add up with `SpecRun.merge`.
     """
-    settings.check()
     why = speculation_refusal(target.config, target.model)
     if why:
         raise BadInputError(target.path, f"cannot be a speculate target: {why}")
     run = SpecRun.empty(settings)
-    layers = _layers(target, draft, settings.engine)
+    layers = target.draft_layers(draft, settings.engine)
     template = uses_template(target.tokenizer, settings.chat_template) if target.tokenizer is not None else False
     gen = torch.Generator(device=target.input_device)
     from tqdm.auto import tqdm

@@ -293,7 +293,7 @@ def reproduce(target, draft, records, settings, *, accept_length: float, stderr:
                          f"got {accept_length!r}")
     if stderr is not None and not (math.isfinite(stderr) and stderr >= 0):
         raise ValueError(f"the standard error must be >= 0, got {stderr!r}")
-    settings = replace(settings, reading="offset" if draft.d2t is not None else "none").check()
+    settings = replace(settings, reading="offset" if draft.d2t is not None else "none")
     records = list(records)
     known = dict(known or {})
     rows = []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from helpers.acceptance.drafting import Drafting
+from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting
 from helpers.core.terms import check_reading
 from helpers.measure.replay import histogram_stderr
 
@@ -28,7 +28,6 @@ DEFINITION = ("accept length = tokens emitted by verify steps / verify steps (co
               "also counts that token); target forwards per token = (prefills + verify steps) / generated tokens")
 
 
-DEFAULT_DRAFTING = Drafting(5)  # the one default shape of a speculate run: a chain of 5 (`speculate --help`'s)
 DEFAULT_ENGINE = "sglang"  # whose aux-layer convention feeds the draft when none is named ('all' too)
 
 
@@ -44,6 +43,9 @@ class SpecSettings:
     seed: int = 0
     engine: str = DEFAULT_ENGINE
     chat_template: str = "auto"
+
+    def __post_init__(self):
+        self.check()  # settings are checked when made (`replace` too): a run never starts on bad ones
 
     @property
     def is_chain(self) -> bool:

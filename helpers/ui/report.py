@@ -30,7 +30,7 @@ from helpers.core.errors import BadInputError
 from helpers.core.paths import checkout_root
 from helpers.io.origin import Origin
 from helpers.ui.notebook import read_numbers
-from helpers.ui.settings import RunSettings
+from helpers.ui.settings import RunSettings, note_defaults
 
 
 def notebook_dir() -> Path:
@@ -205,7 +205,7 @@ def validate(settings: RunSettings) -> RunSettings:
     """Every input checked and paths made absolute; a bad one raises one `BadInputError` line."""
     from helpers.core.devices import parse_dtype, resolve_device
     from helpers.doctor.inspection import inspect_path
-    from helpers.model.preflight import preflight
+    from helpers.model.preflight import Door, RunInputs, preflight
     from helpers.serving.logs import read_log
 
     s = settings
@@ -223,9 +223,10 @@ def validate(settings: RunSettings) -> RunSettings:
         raise BadInputError(None, f"--temperature must be 0 or more, got {s.temperature}")
     # the door every front end shares: paths, prompt records, the draft's fit to the target (notebook 07
     # runs the draft, so it needs its weights), --target and --target-config not both
-    c = preflight(checkpoint=s.checkpoint, target=s.target, target_config=s.target_config, prompts=s.prompts,
-                  max_prompts=s.max_prompts, embed_from=s.embed_from, samples=s.samples, target_head=s.target_head,
-                  need_weights=bool(s.target), fit=bool(s.target), what="the report's notebook 07")
+    c = preflight(RunInputs(checkpoint=s.checkpoint, target=s.target, target_config=s.target_config, prompts=s.prompts,
+                            max_prompts=s.max_prompts, embed_from=s.embed_from, samples=s.samples,
+                            target_head=s.target_head),
+                  Door(what="the report's notebook 07", need_weights=bool(s.target), fit=bool(s.target)))
     checkpoint = c.checkpoint
     inspect_path(checkpoint)  # the mapping reads (or the one line says why not)
     paths = {"samples": c.samples, "embed_from": c.embed_from, "target_head": c.target_head, "target": c.target,
@@ -294,7 +295,7 @@ def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print
     """Validate `settings`, run `notebooks` on them into `out`, write summary.md / summary.json."""
     from helpers.ui.summary import summary_dict, summary_markdown
 
-    s = validate(settings)
+    s = note_defaults(validate(settings))  # the summary says where the default shape stands in
     if s.target and SPECULATE not in notebooks:
         notebooks = (*notebooks, SPECULATE)
     out = Path(out).resolve()

@@ -8,26 +8,42 @@ same quantity never shows two values in one bundle:
   replay, and SGLang's `--speculative-num-steps` for a tree.
 - `topk`: SGLang's `--speculative-eagle-topk` (1: a chain).
 - `draft_tokens`: SGLang's `--speculative-num-draft-tokens`, the verified root included
-  (default `steps + 1`, a chain of `steps` drafted tokens).
+  (None: `steps + 1`, a chain of `steps` drafted tokens).
+
+Their defaults are the one default shape of the kit, the speculate run builder's
+(`helpers.acceptance.drafting.DEFAULT_DRAFTING`, a chain of 5): the report, its notebooks and
+`d2t-lab speculate` draft the same chain when no flag or log states one.
 
 The three are read into one `helpers.acceptance.drafting.Drafting` (`RunSettings.drafting`; `is_chain`
 and `num_draft_tokens` are its, and `to_dict()` adds its `engine_flags()`), checked
 there (a shape SGLang does not run, e.g. steps 3 topk 1 draft_tokens 8, is a ValueError naming
 the flag). `resolve_drafting` fills the drafting settings from explicit values first, then from a serving
-log's start-up line (SGLang `server_args=`, vLLM `num_speculative_tokens`), then from defaults,
-and records where each came from in `sources`, so a report can say which numbers are defaults.
+log's start-up line (SGLang `server_args=`, vLLM `num_speculative_tokens`), then from the default
+shape, reads them into one `Drafting` (`Drafting.from_flags`) and records where each came from in
+`sources`, so a report can say which numbers are defaults (`default_source()`); `note_defaults` does
+the same for settings made directly in Python.
 This module imports neither torch nor the notebooks.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from helpers.acceptance.drafting import Drafting, fill
+from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting, fill
 from helpers.core.engines import engines_at
 from helpers.core.errors import BadInputError
 
-DEFAULT_STEPS = 3  # SGLang's usual EAGLE-3 chain: steps 3, top-k 1, 4 draft tokens
-DEFAULT_TOPK = 1
+
+def default_drafting() -> Drafting:
+    """The one default shape, the speculate run builder's (`helpers.acceptance.drafting.DEFAULT_DRAFTING`)."""
+    return DEFAULT_DRAFTING
+
+
+TOPK_DEFAULT = "default: a chain"  # `sources['topk']` where no flag or log gave it
+
+
+def default_source() -> str:
+    """How `sources` names the default shape where it stands in for a shape no flag or log stated."""
+    return f"default: the speculate run builder's {default_drafting().label}; no flag or log stated a shape"
 
 
 @dataclass(frozen=True)
@@ -42,9 +58,9 @@ class RunSettings:
     engine: str = "all"
     logs: tuple[str, ...] = ()
     metrics: str | None = None  # a serving-metrics file or URL (`helpers.serving.metrics.read_metrics`)
-    steps: int = DEFAULT_STEPS
-    topk: int = DEFAULT_TOPK
-    draft_tokens: int | None = None
+    steps: int = DEFAULT_DRAFTING.steps  # the one default shape's
+    topk: int = DEFAULT_DRAFTING.topk
+    draft_tokens: int | None = None if DEFAULT_DRAFTING.is_chain else DEFAULT_DRAFTING.num_draft_tokens  # None: steps + 1
     baseline_tps: float | None = None
     spec_tps: float | None = None
     device: str | None = None
@@ -136,9 +152,11 @@ def resolve_engine(settings: RunSettings) -> RunSettings:
 
 
 def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_tokens=None) -> RunSettings:
-    """Fill steps / topk / draft_tokens: given values, else a log's start-up line, else defaults.
+    """Fill steps / topk / draft_tokens: given values, else a log's start-up line, else the default
+    shape (`default_drafting()`), read into one `Drafting` (`Drafting.from_flags`, SGLang's terms:
+    draft_tokens counts the root, so draft tokens alone is a chain of one less).
 
-    `settings.sources` records each one's origin ("--steps", "server_args in LOG", "default").
+    `settings.sources` records each one's origin ("--steps", "server_args in LOG", `default_source()`).
     """
     from helpers.serving.startup import read_drafting
 
@@ -150,27 +168,42 @@ def resolve_drafting(settings: RunSettings, *, steps=None, topk=None, draft_toke
             break
     given = {"steps": steps, "topk": topk, "draft_tokens": draft_tokens}
     try:
-        Drafting.check_flags(steps, topk, draft_tokens, lone="sglang")
+        Drafting.check_flags(steps, topk, draft_tokens, lone="sglang")  # each flag named before a log fills others
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
     merged, origin = fill(given, found)
-    values, sources = {}, dict(settings.sources)
-    for name, value in merged.items():
-        values[name] = int(value)
+    sources = dict(settings.sources)
+    for name in merged:
         sources[name] = f"--{name.replace('_', '-')}" if origin[name] == "given" else f"{found['source']} in {where}"
-    if "steps" not in values and values.get("topk", 1) == 1 and "draft_tokens" in values:
-        values["steps"], sources["steps"] = values["draft_tokens"] - 1, "draft tokens - 1 (a chain)"
-    values.setdefault("steps", DEFAULT_STEPS)
-    values.setdefault("topk", DEFAULT_TOPK)
-    sources.setdefault("steps", "default")
-    sources.setdefault("topk", "default")
-    if "draft_tokens" not in values:
-        values["draft_tokens"] = None
-        sources["draft_tokens"] = "steps + 1 (a chain)" if values["topk"] == 1 else "default"
-        if values["topk"] > 1:
-            raise BadInputError(None, "a tree (--topk above 1) needs --draft-tokens "
-                                "(SGLang's --speculative-num-draft-tokens)")
     try:
-        return replace(settings, sources=sources, **values)
+        if not merged:
+            shape = default_drafting()
+            sources["steps"], sources["topk"] = default_source(), TOPK_DEFAULT
+        else:
+            k, n = merged.get("topk"), merged.get("draft_tokens")
+            if "steps" not in merged and (n is None or (k or 1) > 1):  # nothing states the depth: the default's
+                merged["steps"], sources["steps"] = default_drafting().steps, default_source()
+            elif "steps" not in merged:
+                sources["steps"] = "draft tokens - 1 (a chain)"
+            shape = Drafting.from_flags(merged.get("steps"), k, n, lone="sglang")
+            sources.setdefault("topk", TOPK_DEFAULT)
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
+    if "draft_tokens" not in merged:
+        sources["draft_tokens"] = "steps + 1 (a chain)" if shape.is_chain else default_source()
+    return replace(settings, sources=sources, steps=shape.steps, topk=shape.topk,
+                   draft_tokens=merged.get("draft_tokens") if shape.is_chain else shape.num_draft_tokens)
+
+
+def note_defaults(settings: RunSettings) -> RunSettings:
+    """`settings` whose `sources` say where the default shape stands in, for settings made directly in
+    Python (not by `resolve_drafting`): a drafting setting with no recorded origin that holds the
+    default's value is named as `resolve_drafting` names it (`default_source()`, `TOPK_DEFAULT`, draft
+    tokens None "steps + 1 (a chain)"). Others are left as they are (the summary calls them given)."""
+    d, sources = default_drafting(), dict(settings.sources)
+    for name, value, default, word in (("steps", settings.steps, d.steps, default_source()),
+                                       ("topk", settings.topk, d.topk, TOPK_DEFAULT),
+                                       ("draft_tokens", settings.draft_tokens, None, "steps + 1 (a chain)")):
+        if name not in sources and value == default:
+            sources[name] = word
+    return replace(settings, sources=sources)

@@ -35,6 +35,7 @@ from helpers.io.checkpoint import find_checkpoints
 from helpers.io.samples import split_folders
 from helpers.measure.evaluate import evaluate
 from helpers.plots.accuracy import plot_accuracy, plot_step_accuracy
+from helpers.ui.settings import RunSettings
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _SAMPLE_SUFFIXES = (".ckpt", ".ckpt.gz")
@@ -164,37 +165,34 @@ class Dashboard:
 
     HINT_AFTER_S = 60.0  # say how long the whole folder would take when that is longer than this
 
-    def __init__(
-        self,
-        root: str | os.PathLike | None = None,
-        checkpoint: str | os.PathLike | None = None,
-        samples: str | os.PathLike | None = None,
-        device: str | None = None,
-        dtype: str = "auto",
-        reading: str = "offset",
-        max_samples: int | None = None,
-        steps: int | None = None,
-        embed_from: str | os.PathLike | None = None,
-        mode: str = "accuracy",
-        target: str | os.PathLike | None = None,
-        prompt: str | None = None,
-        max_new_tokens: int = 32,
-        engine: str | None = None,
-    ):
-        """`steps`: accuracy mode's scored steps (None: 1) and speculate mode's chain (None: the speculate
-        builder's default, a chain of 5); `engine`: whose aux-layer convention speculate mode feeds the
-        draft (None: the builder's default)."""
+    def __init__(self, root: str | os.PathLike | None = None, settings: RunSettings | None = None, *,
+                 checkpoint: str | os.PathLike | None = None, samples: str | os.PathLike | None = None,
+                 target: str | os.PathLike | None = None, mode: str = "accuracy", reading: str = "offset",
+                 prompt: str | None = None):
+        """`settings`: the starting values, a `helpers.ui.settings.RunSettings` (the names every notebook
+        and the report use; default `RunSettings()`): checkpoint, samples, embed_from, device (None: the
+        best present), dtype (None: "auto"), max_samples, steps, target, engine (whose aux-layer convention
+        speculate mode feeds the draft; 'all': the speculate builder's) and max_new_tokens. Its `steps` is
+        accuracy mode's scored steps and speculate mode's chain, so both start from the kit's one default
+        shape, the speculate builder's chain (a tree is refused in one line: the dashboard drafts chains).
+        `checkpoint`, `samples`, `target`: the paths most calls name, each replacing the settings' own.
+        `mode`, `reading` and `prompt` are the dashboard's alone. `dash.settings()` reads the controls
+        back as a `RunSettings`."""
+        s = (settings or RunSettings()).with_(**{name: str(value) for name, value in (
+            ("checkpoint", checkpoint), ("samples", samples), ("target", target)) if value is not None})
+        if s.topk != 1:
+            raise BadInputError(None, f"topk {s.topk}: the dashboard drafts a chain (vLLM num_speculative_tokens K), "
+                                      "not a tree")
         self.result = None  # last EvalResult, or None
         self.ladder = None  # speculate mode: the evidence ladder of the last run, or None
         self.hint = None  # after a run: how long the whole folder would take, and with torchrun
         self.error: str | None = None  # last one-line error, or None
         self.figure_png: bytes | None = None  # last figure, as PNG bytes
-        self._make_inputs(Path(root) if root is not None else _default_root(), device, dtype, reading, max_samples,
-                          1 if steps is None else steps, embed_from)
+        self._make_inputs(Path(root) if root is not None else _default_root(), s, reading)
         self._make_outputs()
         from helpers.ui.spec_panel import SpeculatePanel
 
-        self.spec = SpeculatePanel(None if target is None else str(target), prompt, max_new_tokens, steps, engine)
+        self.spec = SpeculatePanel(s.target, prompt, s.max_new_tokens, s.steps, s.engine)
         self.mode = W.ToggleButtons(options=("accuracy", "speculate"), value=mode, description="mode",
                                     style={"description_width": "110px", "button_width": "90px"},
                                     tooltips=["the draft's accuracy on the samples",
@@ -225,8 +223,8 @@ class Dashboard:
         self.widget.add_class("d2t-dashboard")
 
         self.rescan()  # nothing is preselected unless asked: the first folder found may be no draft
-        self.checkpoint.value = "" if checkpoint is None else str(checkpoint)
-        self.samples.value = "" if samples is None else str(samples)
+        self.checkpoint.value = s.checkpoint or ""
+        self.samples.value = s.samples or ""
         self._show_mode()
 
     def _show_mode(self) -> None:
@@ -239,8 +237,8 @@ class Dashboard:
         self.run_button.tooltip = ("decode the prompt with the target verifying the draft, two readings side by side"
                                    if spec else "load the draft, run it on the samples, show accuracy")
 
-    def _make_inputs(self, root: Path, device, dtype, reading, max_samples, steps, embed_from) -> None:
-        """The pickers and settings (left column)."""
+    def _make_inputs(self, root: Path, s: RunSettings, reading: str) -> None:
+        """The pickers and settings (left column), set to `s`'s values and `reading`."""
         style = {"description_width": "110px"}
         wide = W.Layout(width="460px")
 
@@ -248,23 +246,23 @@ class Dashboard:
                            continuous_update=False)
         self.checkpoint = W.Combobox(description="checkpoint", placeholder="pick or type a path",
                                      ensure_option=False, continuous_update=False, style=style, layout=wide)
-        self.embed_from = W.Combobox(description="embed from", value="" if embed_from is None else str(embed_from),
+        self.embed_from = W.Combobox(description="embed from", value=s.embed_from or "",
                                      placeholder="only for drafts without embed_tokens: the target",
                                      ensure_option=False, continuous_update=False, style=style, layout=wide)
         self.samples = W.Combobox(description="samples", placeholder="pick or type a folder",  # own layout: hidden
                                   ensure_option=False, continuous_update=False, style=style,  # in speculate mode
                                   layout=W.Layout(width=wide.width))
         devices = available_devices()
-        self.device = W.Dropdown(options=devices, value=device if device in devices else devices[0],
+        self.device = W.Dropdown(options=devices, value=s.device if s.device in devices else devices[0],
                                  description="device", style=style, layout=W.Layout(width="240px"))
-        self.dtype = W.Dropdown(options=DTYPES, value=dtype, description="dtype",
+        self.dtype = W.Dropdown(options=DTYPES, value=s.dtype or "auto", description="dtype",
                                 style={"description_width": "50px"}, layout=W.Layout(width="210px"))
         self.reading = W.ToggleButtons(options=READINGS, value=reading, description="d2t reading",
                                        style={**style, "button_width": "90px"},
                                        tooltips=["target = i + d2t[i] (what the engines do)",
                                                  "target = d2t[i] (the common bug)",
                                                  "target = draft id (no mapping)"])
-        self.max_samples = W.BoundedIntText(value=max_samples or 0, min=0, max=1_000_000,
+        self.max_samples = W.BoundedIntText(value=s.max_samples or 0, min=0, max=1_000_000,
                                             description="max samples", style=style,
                                             layout=W.Layout(width="240px"),
                                             tooltip="0 = every sample in the folder")
@@ -272,7 +270,7 @@ class Dashboard:
                                           style=style, layout=W.Layout(width="300px"),
                                           tooltip="the accept length your server reports for the same drafting "
                                                   "(0: not given); speculate mode weighs it against the loop's")
-        self.steps = W.IntSlider(value=steps, min=1, max=8, description="draft steps",
+        self.steps = W.IntSlider(value=s.steps, min=1, max=8, description="draft steps",
                                  style={"description_width": "80px"}, layout=W.Layout(width="300px"))
 
     def _make_outputs(self) -> None:
@@ -323,14 +321,17 @@ class Dashboard:
         self.output.outputs = ()
         self.output.append_stderr(line + "\n")
 
-    def settings(self):
-        """The controls as a `RunSettings` (the names every notebook and the report use)."""
-        from helpers.ui.settings import RunSettings
-
+    def settings(self) -> RunSettings:
+        """The controls as a `RunSettings` (the names every notebook and the report use; what
+        `Dashboard(root, settings)` starts from): `steps` is the shown mode's (the draft steps slider,
+        or speculate mode's drafted tokens)."""
         path = lambda w: os.path.expanduser(w.value.strip()) if w.value.strip() else None  # noqa: E731
-        return RunSettings(checkpoint=path(self.checkpoint), samples=path(self.samples), steps=int(self.steps.value),
+        steps = self.spec.drafted if self.mode.value == "speculate" else self.steps
+        return RunSettings(checkpoint=path(self.checkpoint), samples=path(self.samples), steps=int(steps.value),
                            device=self.device.value, dtype=None if self.dtype.value == "auto" else self.dtype.value,
-                           max_samples=int(self.max_samples.value) or None, embed_from=path(self.embed_from))
+                           max_samples=int(self.max_samples.value) or None, embed_from=path(self.embed_from),
+                           target=path(self.spec.target), engine=self.spec.engine.value,
+                           max_new_tokens=int(self.spec.max_new_tokens.value))
 
     def kwargs(self) -> dict:
         """The arguments `evaluate` gets from the controls: the settings' ones and the reading."""
@@ -351,12 +352,13 @@ class Dashboard:
             for name in ("checkpoint",) if spec else ("checkpoint", "samples"):
                 if not args[name]:
                     raise BadInputError(None, f"choose a {name} first")
-            from helpers.model.preflight import preflight
+            from helpers.model.preflight import Door, RunInputs, preflight
 
             target = self.spec.target.value.strip() or None if spec else None
-            preflight(checkpoint=args["checkpoint"], embed_from=args["embed_from"], target=target,
-                      samples=None if spec else args["samples"], need_weights=True, fit=bool(target),
-                      what="the dashboard", target_flag="target")  # the door, before the draft loads
+            preflight(RunInputs(checkpoint=args["checkpoint"], embed_from=args["embed_from"], target=target,
+                                samples=None if spec else args["samples"]),
+                      Door(what="the dashboard", target_flag="target", need_weights=True,
+                           fit=bool(target)))  # the door, before the draft loads
             self.output.outputs = ()
             if self.mode.value == "speculate":
                 self._speculate(args)
