@@ -447,3 +447,35 @@ def test_cli_fix_refuses_existing_dst_and_reports_unfixable(good, tmp_path, cli)
     assert not (tmp_path / "still_bad").exists()
     r = cli("fix", src, tmp_path / "still_bad", "--force")  # written anyway; the doctor still objects
     assert r.returncode == 1 and "d2t-arange" in r.stdout and (tmp_path / "still_bad").is_dir()
+
+
+@pytest.mark.parametrize("place", ["top", "nested"])
+def test_engines_capturing_apart_are_named_from_the_table(tmp_path, place):
+    """`--engine all`: two engines that capture different layers for the same config are one warning,
+    whose reason comes from the table (where each reads its ids, what it adds to them)."""
+    from helpers.core.engines import engine_at
+    from helpers.doctor.checks_aux import _why_apart
+
+    d = tmp_path / "d"
+    shutil.copytree(GOOD_SAMPLE, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.pop("eagle_config", None)
+    cfg.pop("eagle_aux_hidden_state_layer_ids", None)
+    if place == "top":
+        cfg["eagle_aux_hidden_state_layer_ids"] = [1, 3, 5]
+    else:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]}
+    (d / "config.json").write_text(json.dumps(cfg))
+    sg, vl = engine_at("sglang"), engine_at("vllm")
+    apart = [f for f in diagnose(d, "all", TARGET_SAMPLE / "config.json")
+             if f.code == "aux-layers" and f.severity == "warning" and "capture different" in f.message]
+    reads = {at.key: place in at.value("aux.from") for at in (sg, vl)}
+    assert len(apart) == (1 if reads["sglang"] != reads["vllm"] or all(reads.values()) else 0)
+    if apart and reads["sglang"] != reads["vllm"]:
+        deaf = sg if not reads["sglang"] else vl
+        assert f"which {deaf.name} does not read (it uses its default)" in apart[0].message
+    # both read the ids: the conventions differ (SGLang adds its shift, a release of vLLM that reads nested ids none)
+    both = next(engine_at(f"vllm=={r}") for r in reversed(ENGINE_TABLE["vllm"].releases)
+                if "nested" in engine_at(f"vllm=={r}").value("aux.from", ()))
+    words = _why_apart(sg, both, {"sglang": [1, 3, 5], "vllm": [1, 3, 5]}, "llama")
+    assert words == f"SGLang adds {sg.value('aux.shift')} to each configured id, vLLM uses them as given"

@@ -6,7 +6,7 @@ from the capture, ids where a release does not look) are `helpers.doctor.checks_
 """
 from __future__ import annotations
 
-from helpers.core.engines import aux_layer_ids, captured_layers
+from helpers.core.engines import aux_convention, aux_layer_ids, captured_layers
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config
@@ -73,14 +73,36 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
                   f"{name}: {src} -> captures the input of target layers {got} (outputs of layers "
                   f"{[i - 1 for i in got]}) of {n_layers}" + _PLACE_WORDS[place],
                   "nothing to do if the draft was trained on these", effect=f"aux.{place}", engine=e)
-    if "sglang" in captured and "vllm" in captured and captured["sglang"] != captured["vllm"]:
-        only_top = ids["vllm"] is not None and ids["sglang"] is None
-        c.add("aux-layers", "warning",
-              f"SGLang and vLLM capture different target layers ({captured['sglang']} vs {captured['vllm']})"
-              + (": only the top-level eagle_aux_hidden_state_layer_ids is set, which SGLang does not read (it "
-                 "uses its default)" if only_top else ": SGLang adds 1 to each configured id, vLLM uses them as given"),
-              "serve with the engine whose capture matches the training data, or adjust the ids for the other",
-              effect=NO_EFFECT)
+    for i, a in enumerate(ats):  # each pair of engines checked together (`--engine all`)
+        for b in ats[i + 1:]:
+            if captured[a.key] != captured[b.key]:
+                c.add("aux-layers", "warning",
+                      f"{a.name} and {b.name} capture different target layers ({captured[a.key]} vs "
+                      f"{captured[b.key]}): " + _why_apart(a, b, ids, ttype),
+                      "serve with the engine whose capture matches the training data, or adjust the ids for the other",
+                      effect=NO_EFFECT)
+
+
+_ID_PLACES = {"nested": "eagle_config.eagle_aux_hidden_state_layer_ids",
+              "top": "the top-level eagle_aux_hidden_state_layer_ids",
+              "top-alone": "the top-level eagle_aux_hidden_state_layer_ids (without an eagle_config)"}
+
+
+def _shift_words(at, ttype) -> str:
+    shift = aux_convention(at, ttype)
+    if shift == "1-if-first-is-1":
+        return f"{at.name} adds 1 to each configured id when the first is 1"
+    return f"{at.name} adds {shift} to each configured id" if shift else f"{at.name} uses them as given"
+
+
+def _why_apart(a, b, ids: dict, ttype) -> str:
+    """Why two engines' captures differ, from the table: one finds no ids where it reads them, or
+    their id conventions differ."""
+    for none, some in ((a, b), (b, a)):
+        if ids[none.key] is None and ids[some.key] is not None:
+            where = " or ".join(_ID_PLACES[p] for p in some.value("aux.from", ()))
+            return f"only {where} is set, which {none.name} does not read (it uses its default)"
+    return f"{_shift_words(a, ttype)}, {_shift_words(b, ttype)}"
 
 
 _PLACE_WORDS = {
