@@ -4,7 +4,7 @@ Writes the checkpoint of `kimi_checkpoint.py` to a temporary folder, once as saf
 once as pytorch_model.bin, and runs each operation in its own Python process:
   full read        every tensor materialised in memory (safetensors: get_tensor + clone, one
                    tensor at a time; .bin: torch.load(weights_only=True) without mmap)
-  inspect          helpers.commands.inspect.inspect_path (reads only d2t/t2d)
+  inspect          helpers.doctor.inspection.inspect_path (reads only d2t/t2d)
   doctor           helpers.doctor.diagnose.diagnose, NaN/Inf scan included (reads every weight once,
                    in 32 MB row chunks)
   doctor --no-weights   the same without the scan
@@ -37,7 +37,7 @@ CHILD = r"""
 import json, sys, time
 op, path = sys.argv[1], sys.argv[2]
 import torch, safetensors.torch
-from helpers.commands.inspect import inspect_path
+from helpers.doctor.inspection import inspect_path
 from helpers.doctor.diagnose import diagnose
 from pathlib import Path
 t = time.perf_counter()

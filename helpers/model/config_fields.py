@@ -52,6 +52,7 @@ class Field:
     high: int | None = None  # largest plausible vocab size (the vocab fields: token ids are int32)
     below: float | None = None  # the value must be less than this (numbers)
     known: object = None  # a function giving the allowed values (strings) of the installed transformers
+    modelled: tuple = ()  # values the kit's own forward takes: allowed without asking transformers (a slow import)
     null_ok: bool = True  # null reads as absent (False: the reader, e.g. transformers, takes null as a value)
     rope: bool = False  # an object naming a RoPE type transformers knows, with a positive factor unless "default"
 
@@ -108,7 +109,7 @@ DRAFT_FIELDS: tuple[Field, ...] = (
     Field("rope_theta", POSITIVE_NUMBER, "the RoPE base"),
     Field("rope_scaling", OBJECT, "RoPE scaling (type and factor); null: plain RoPE", rope=True),
     Field("rope_parameters", OBJECT, "transformers 5's RoPE settings (rope_theta, rope_type)", rope=True),
-    Field("hidden_act", TEXT, "the MLP's activation", known=lambda: activations()),
+    Field("hidden_act", TEXT, "the MLP's activation", known=lambda: activations(), modelled=("silu",)),
     Field("model_type", TEXT, "the layer's model type"),
     Field("architectures", TEXTS, "the draft's class names"),
     Field("tie_word_embeddings", BOOL, "lm_head shares embed_tokens"),
@@ -194,9 +195,9 @@ def _value_problem(f: Field, v) -> str | None:
         if not isinstance(v, bool):
             return BOOL
     elif f.kind == TEXT:
-        allowed = f.known() if f.known else ()
         if not isinstance(v, str):
             return TEXT
+        allowed = f.known() if f.known and v not in f.modelled else ()
         if allowed and v not in allowed:
             return f"one of {', '.join(allowed)}"
     elif f.kind == TEXTS:
@@ -206,8 +207,9 @@ def _value_problem(f: Field, v) -> str | None:
         if not isinstance(v, dict):
             return f"{OBJECT} or null"
         if f.rope:
-            kind, known = v.get("rope_type", v.get("type", "default")), rope_types()
-            if kind not in known:
+            kind = v.get("rope_type", v.get("type", "default"))
+            known = () if kind == "default" else rope_types()  # plain RoPE: transformers need not be asked
+            if kind != "default" and kind not in known:
                 return f"an object whose rope_type is one of {', '.join(known)}"
             factor = v.get("factor")
             if kind != "default" and (not isinstance(factor, (int, float)) or isinstance(factor, bool)

@@ -178,6 +178,20 @@ class InitSignature:
         return asdict(self) | {"untrained": self.untrained}
 
 
+def _top_eigenvalue(c: torch.Tensor) -> float:
+    """The largest squared singular value of `c`, from the Gram matrix of its smaller side: an SVD of a
+    2048 x 7168 sample (Kimi's width) takes seconds; LOBPCG on the 2048 x 2048 Gram matrix, started from
+    a fixed vector (no random state drawn), agrees to about 1e-4 in a fraction of that."""
+    g = c @ c.T if c.shape[0] <= c.shape[1] else c.T @ c
+    if g.shape[0] <= 512:
+        return float(torch.linalg.eigvalsh(g.double())[-1])
+    start = g.sum(dim=1, keepdim=True) + 1.0  # one power step from the ones vector
+    try:
+        return float(torch.lobpcg(g, k=1, X=start / start.norm(), largest=True, niter=50, tol=1e-5)[0][0])
+    except Exception:  # noqa: BLE001 - LOBPCG did not converge: the exact eigenvalues, slower
+        return float(torch.linalg.eigvalsh(g.double())[-1])
+
+
 def init_signature(sample: torch.Tensor) -> InitSignature | None:
     """The `InitSignature` of rows of an embedding (None for fewer than 16 rows or a constant table)."""
     if sample.dim() != 2 or sample.shape[0] < 16 or sample.shape[1] < 2:
@@ -188,7 +202,7 @@ def init_signature(sample: torch.Tensor) -> InitSignature | None:
     var = float((c * c).mean())
     if not math.isfinite(var) or var <= 0:
         return None
-    top = float(torch.linalg.matrix_norm(c, ord=2)) ** 2
+    top = _top_eigenvalue(c)
     rn = x.norm(dim=1)
     spread = float(rn.std() / rn.mean()) * math.sqrt(2 * h) if float(rn.mean()) > 0 else float("inf")
     return InitSignature(rows=n, hidden=h, std=float(x.std()), isotropy=top / ((math.sqrt(n) + math.sqrt(h)) ** 2 * var),
