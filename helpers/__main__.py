@@ -30,7 +30,25 @@ def _remote_reads(p) -> None:
                         "used when the server says it is unchanged)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_modules() -> dict[str, str]:
+    """{command name: module name} of helpers/commands (a module's name with '_' as '-'), no module imported."""
+    return {info.name.replace("_", "-"): info.name
+            for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name)
+            if not info.name.startswith("_")}
+
+
+def _named(argv: list[str] | None, names) -> str | None:
+    """The command `argv` names, when it names one before any option (else None: every command is built,
+    e.g. for `--help`, or with no argv); only that command's module is imported then, so a light
+    command starts light."""
+    for a in argv or ():
+        if a.startswith("-"):
+            return None
+        return a if a in names else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="d2t-lab",
         description=(
@@ -41,11 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"d2t-lab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+    mods = command_modules()
+    named = _named(argv, mods)
+    for name, module in mods.items():
+        if named is not None and name != named:
             continue
-        mod = importlib.import_module(f"{commands.__name__}.{info.name}")
-        name = getattr(mod, "NAME", info.name)
+        mod = importlib.import_module(f"{commands.__name__}.{module}")
         p = sub.add_parser(
             name,
             help=mod.HELP,
@@ -59,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

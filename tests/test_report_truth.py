@@ -75,7 +75,8 @@ def healthy_bundle(user_files, tmp_path_factory):
 @pytest.fixture(scope="module")
 def misencoded_bundle(user_files, tmp_path_factory):
     f = user_files
-    from helpers.ui.report import SEQUENCE, run_report
+    from helpers.ui.notebook import SEQUENCE
+    from helpers.ui.report import run_report
     from helpers.ui.settings import RunSettings
 
     # what the tests read: the summary, notebooks 01, 03, 04 and 06 (02 only draws figures)
@@ -175,7 +176,8 @@ def test_summary_and_notebooks_agree(healthy_bundle):
 def _summary_without_target(bundle: Path, f: dict) -> dict:
     """The summary the report writes for the same inputs with no --target: the report's own summary
     code on the bundle's notebook 01-06 runs (notebook 07 is the only one the target adds)."""
-    from helpers.ui.report import SPECULATE, NotebookRun, environment
+    from helpers.ui.notebook import SPECULATE
+    from helpers.ui.report import NotebookRun, environment
     from helpers.ui.settings import RunSettings, resolve_drafting
     from helpers.ui.summary import summary_dict
 

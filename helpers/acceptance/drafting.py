@@ -35,11 +35,13 @@ the flag. `simulation()` is the `simulate` command's result. Numpy only, no torc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from helpers.acceptance.chain import chain_expected, rate_for_accept_length, simulate_chain
-from helpers.acceptance.montecarlo import SimResult
-from helpers.acceptance.tree import build_tree, simulate_tree, tree_expected
-from helpers.core.engines import engine_at
+if TYPE_CHECKING:
+    from helpers.acceptance.montecarlo import SimResult
+
+# The chain and tree maths (numpy) are imported where a shape is computed with, not where it is read:
+# every command reads a shape, and the light ones (--help, throughput, logs) stay free of numpy.
 
 FLAGS = {"steps": "--steps", "topk": "--topk", "num_draft_tokens": "--draft-tokens"}
 # SGLang's server-argument names -> the kit's (CLI flags and JSON fields without the dashes)
@@ -231,9 +233,12 @@ class Drafting:
         if n > most:
             raise ValueError(f"--draft-tokens {n}: a tree of --steps {s} --topk {k} holds at most {most} tokens with "
                              f"the root ({k} + {s - 1} x {k * k} drafted candidates), SGLang cannot pick more")
-        if engine is not None and k > 1 and engine_at(engine).value("draft.tree") == "absent":
-            raise ValueError(f"--topk {k}: {engine_at(engine).name} drafts a chain (num_speculative_tokens); "
-                             "a tree is SGLang's")
+        if engine is not None and k > 1:
+            from helpers.core.engines import engine_at  # the engine table: read only when an engine is named
+
+            if engine_at(engine).value("draft.tree") == "absent":
+                raise ValueError(f"--topk {k}: {engine_at(engine).name} drafts a chain (num_speculative_tokens); "
+                                 "a tree is SGLang's")
         return self
 
     # -- what it is ---------------------------------------------------------------------------------
@@ -288,17 +293,25 @@ class Drafting:
     # -- accept length ------------------------------------------------------------------------------
     def expected(self, accept_rate) -> float:
         """Exact expected accept length (bonus token counted) at per-token (or per-position) rates."""
+        from helpers.acceptance.chain import chain_expected
+        from helpers.acceptance.tree import tree_expected
+
         if self.is_chain:
             return chain_expected(accept_rate, self.steps)
         return tree_expected(accept_rate, self.steps, self.topk, self.num_draft_tokens)
 
     def simulate(self, accept_rate, trials: int = 100_000, seed: int | None = 0) -> SimResult:
+        from helpers.acceptance.chain import simulate_chain
+        from helpers.acceptance.tree import simulate_tree
+
         if self.is_chain:
             return simulate_chain(accept_rate, self.steps, trials=trials, seed=seed)
         return simulate_tree(accept_rate, self.steps, self.topk, self.num_draft_tokens, trials=trials, seed=seed)
 
     def rate_for(self, accept_length: float) -> float:
         """The single per-token acceptance whose exact expectation here is `accept_length`."""
+        from helpers.acceptance.chain import rate_for_accept_length
+
         if self.is_chain:
             return rate_for_accept_length(accept_length, self.steps)
         return rate_for_accept_length(accept_length, self.num_draft_tokens, self.topk, self.steps)
@@ -358,6 +371,9 @@ def simulation(accept_rate, drafting: Drafting, trials: int = 100_000, tree_form
     `tree_form`: report it as SGLang's tree (tree_nodes, nodes per depth; `draft_tokens` = its
     num_draft_tokens) or as a chain (`draft_tokens` = K drafted); default: as its shape is.
     """
+    from helpers.acceptance.chain import chain_expected, simulate_chain
+    from helpers.acceptance.tree import build_tree, simulate_tree
+
     if trials < 2:
         raise ValueError("--trials must be at least 2")
     d = drafting.check()

@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from helpers.acceptance.drafting import Drafting, fill
-from helpers.core.engines import engine_at
 from helpers.core.errors import BadInputError
 
 DEFINITIONS = {
@@ -292,6 +291,8 @@ def _vllm(acc: Acceptance, rows, kind) -> list | None:
 
 def _without_bonus() -> str:
     """'vLLM X.Y.Z': the releases whose log line's mean leaves the bonus token out (the engine table's rule)."""
+    from helpers.core.engines import engine_at  # the engine table: read only for a vLLM log that needs it
+
     at = engine_at("vllm")
     sp = at.where("log.mean_bonus", "leaves-out")
     first = sp.since or at.engine.releases[0]

@@ -9,15 +9,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from helpers.core.engines import ENGINE_KEYS, ENGINES, aux_convention, aux_engines, engines_at, spec_example
+# The engine table is read when a command that takes --engine builds its options, not at import:
+# the light commands (simulate, throughput, logs) never load it.
 
-AUX_NAMES = " or ".join(aux_engines())  # the engines whose aux-layer convention the kit has read, for --help
-ENGINE_CHOICES = ENGINE_KEYS + ("all",)  # each may carry a version (spec_example: the newest release read)
-# --engine's --help, its examples made from the engine table (a release read later changes them there)
-ENGINE_HELP = (f"the engine the draft is served with, optionally with its release: {', '.join(ENGINE_KEYS)}, "
-               f"{spec_example()}, {spec_example(ENGINES[-1], '>=')} (default: all = {' and '.join(ENGINES)}, "
-               "each at the newest release read)")
-# the engines whose aux-layer convention the table holds (aux.shift read)
+
+def engine_help() -> str:
+    """--engine's --help, its examples made from the engine table (a release read later changes them there)."""
+    from helpers.core.engines import ENGINE_KEYS, ENGINES, spec_example
+
+    return (f"the engine the draft is served with, optionally with its release: {', '.join(ENGINE_KEYS)}, "
+            f"{spec_example()}, {spec_example(ENGINES[-1], '>=')} (default: all = {' and '.join(ENGINES)}, "
+            "each at the newest release read)")
+
+
+def aux_names() -> str:
+    """'sglang or vllm or ...': the engines whose aux-layer convention the kit has read, for --help."""
+    from helpers.core.engines import aux_engines
+
+    return " or ".join(aux_engines())
 
 
 def checkpoint(p, help: str = "draft checkpoint folder or mapping file") -> None:
@@ -35,6 +44,8 @@ def out(p, help: str, *, required: bool = False, aliases: tuple[str, ...] = (), 
 
 def engine_value(text: str) -> str:
     """An `--engine` value: an engine name or 'all', with an optional version; kept as given."""
+    from helpers.core.engines import engines_at
+
     try:
         engines_at(text)
     except ValueError as e:
@@ -44,6 +55,8 @@ def engine_value(text: str) -> str:
 
 def aux_engine_value(text: str) -> str:
     """An `--engine` value naming one engine whose aux-layer convention the kit has read."""
+    from helpers.core.engines import aux_convention, aux_engines, engines_at
+
     text = engine_value(text)
     (at,) = engines_at(text) if text != "all" else (None,)
     if at is None or aux_convention(at) is None:
@@ -52,8 +65,9 @@ def aux_engine_value(text: str) -> str:
     return text
 
 
-def engine(p, help: str = ENGINE_HELP) -> None:
-    p.add_argument("--engine", type=engine_value, default="all", metavar="ENGINE[==VERSION]", help=help)
+def engine(p, help: str | None = None) -> None:
+    p.add_argument("--engine", type=engine_value, default="all", metavar="ENGINE[==VERSION]",
+                   help=engine_help() if help is None else help)
 
 
 def aux_engine(p, help: str) -> None:

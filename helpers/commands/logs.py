@@ -10,7 +10,6 @@ from helpers.commands import _options
 from helpers.core import jsontext
 from helpers.core.errors import BadInputError
 from helpers.core.outputs import output_file
-from helpers.serving.logs import read_log
 
 HELP = "read SGLang 'Decode batch' / vLLM 'SpecDecoding metrics' / llama.cpp 'draft acceptance' lines: accept length over time"
 DESCRIPTION = """\
@@ -125,6 +124,8 @@ def finding_lines(findings) -> list[str]:
 
 def run(args) -> int:
     plot = plot_path(args.plot) if args.plot else None
+    from helpers.serving.logs import read_log  # numpy: imported when the command runs, not for --help
+
     log = read_log(args.file, year=args.year)
     if log.forced:  # one line, no figure concluded, no plot drawn
         if args.json:

@@ -95,7 +95,7 @@ def add_arguments(p) -> None:
                    help="the command the server was started with (env assignments included): its algorithm, draft "
                         "and forced acceptance")
     p.add_argument("--engine", type=_options.aux_engine_value, default=None, metavar="ENGINE[==VERSION]",
-                   help=f"whose aux-layer convention the engine-free loop uses: {_options.AUX_NAMES} (default: the server's)")
+                   help=f"whose aux-layer convention the engine-free loop uses: {_options.aux_names()} (default: the server's)")
     _options.drafting(p, "refuse", "drafting shape, when the server does not report it (the engines' own flags)",
                       aliases=False)
     _options.chat_template(p)

@@ -6,7 +6,6 @@ import sys
 from helpers.commands import _options
 from helpers.core import jsontext
 
-NAME = "rate-for"
 HELP = "the per-token acceptance rate a measured accept length implies (chain or SGLang tree)"
 DESCRIPTION = """\
 The inverse of `simulate`: the single per-token acceptance rate A whose exact expected accept

@@ -4,7 +4,7 @@ from __future__ import annotations
 from helpers.commands import _options
 from helpers.core import jsontext
 from helpers.core.outputs import output_dir
-from helpers.ui.report import SEQUENCE, SPECULATE, run_report
+from helpers.ui.notebook import SEQUENCE, SPECULATE
 from helpers.ui.settings import RunSettings, resolve_drafting, resolve_engine
 
 HELP = "run the notebooks on a checkpoint and write a bug-report folder (summary.md, HTML, PNGs)"
@@ -182,6 +182,8 @@ def run(args) -> int:
     settings = settings_from_args(args)
     if settings.sources.get("drafting_conflict"):
         print("warning: " + settings.sources["drafting_conflict"], file=sys.stderr if args.json else sys.stdout)
+    from helpers.ui.report import run_report  # papermill and the notebooks: imported when a report is made
+
     res = run_report(settings, args.out, progress=None if args.json else print)
     if args.json:
         print(jsontext.dumps(res.summary, indent=2, default=str))

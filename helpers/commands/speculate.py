@@ -71,7 +71,7 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    _options.aux_engine(p, f"whose aux-layer convention feeds the draft: {_options.AUX_NAMES}, optionally ==VERSION "
+    _options.aux_engine(p, f"whose aux-layer convention feeds the draft: {_options.aux_names()}, optionally ==VERSION "
                         "(default sglang)")
     _options.chat_template(p)
     _options.device_dtype(p)

@@ -20,6 +20,19 @@ def _one_line(shell, etype, value, tb, tb_offset=None):  # IPython custom-except
     return [msg]
 
 
+# The numbered notebooks a report runs (`helpers.ui.report.run_report`); the primer (00) teaches and
+# the dashboard (05) needs a person at the controls, so neither belongs in a bundle. With a target
+# (--target and --prompts) the report also runs speculative decoding with it (07).
+SEQUENCE = (
+    "01_mapping_inspection",
+    "02_d2t_offset_histograms",
+    "03_accuracy_with_and_without_mapping",
+    "04_accept_length_simulation",
+    "06_checkpoint_doctor",
+)
+SPECULATE = "07_speculative_decoding"
+DOCTOR = "06_checkpoint_doctor"
+
 CHECKED = ("checkpoint", "target", "target_config", "prompts", "embed_from", "target_head", "max_prompts")
 
 

@@ -28,8 +28,7 @@ from pathlib import Path
 
 from helpers.core.errors import BadInputError
 from helpers.core.paths import checkout_root
-from helpers.io.origin import Origin
-from helpers.ui.notebook import read_numbers
+from helpers.ui.notebook import DOCTOR, SEQUENCE, SPECULATE, read_numbers
 from helpers.ui.settings import RunSettings, note_defaults
 
 
@@ -45,20 +44,9 @@ def notebook_dir() -> Path:
 
 
 NOTEBOOK_DIR = notebook_dir()
-# The report runs the investigation notebooks; the primer (00) teaches and the dashboard (05)
-# needs a person at the controls, so neither belongs in a bundle.
-SEQUENCE = (
-    "01_mapping_inspection",
-    "02_d2t_offset_histograms",
-    "03_accuracy_with_and_without_mapping",
-    "04_accept_length_simulation",
-    "06_checkpoint_doctor",
-)
+# The notebooks it runs: `helpers.ui.notebook.SEQUENCE` (and SPECULATE with a target).
 # Notebook parameters that only exist for a notebook opened by hand; in a report they take these
 # values, so nothing is compared with bundled samples and no fixed copy is written.
-# With a target (--target and --prompts), the report also runs speculative decoding with it.
-SPECULATE = "07_speculative_decoding"
-DOCTOR = "06_checkpoint_doctor"
 REPORT_ONLY = {"write_fixed_copy": False, "accept_rate": None, "mapping_path": None, "misencoded_path": None,
                "misencoded_checkpoint": None}
 
@@ -176,6 +164,8 @@ def all_parameters(declared: dict, values: dict) -> dict:
 def _existing(path, what: str) -> str | None:
     if path is None or str(path) == "":
         return None
+    from helpers.io.origin import Origin  # the remote layer: imported when a report checks its inputs
+
     if Origin(path).is_remote:  # hf:// or http(s)://: read where it lives (helpers.io.remote)
         return str(path).strip()
     p = Path(path).resolve()

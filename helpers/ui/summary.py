@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from helpers.ui.notebook import SPECULATE
 from helpers.ui.settings import RunSettings
 
 NOT_GIVEN = {
@@ -23,7 +24,6 @@ NOT_GIVEN = {
     "spec_tps": "not given: pass --spec-tps, or a log with generation throughput",
     "target": "not given: pass --target DIR --prompts FILE to run speculative decoding with the target (notebook 07)",
 }
-SPECULATE = "07_speculative_decoding"
 SECTION_OF = {  # which notebook computes what
     "verdict": "01_mapping_inspection",
     "accuracy": "03_accuracy_with_and_without_mapping",
