@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from helpers.acceptance.sources import (
     compare_online_offline,
     conditional_from_unconditional,
+    log_conversion,
     normalise,
     rate_for,
     sglang_rate_definition,
@@ -174,6 +175,16 @@ def test_sglang_gauges_and_the_rate_definition():
     assert any("accept length / num_draft_tokens" in n for n in a.notes)  # 2.5 / 4 = 0.625
     assert sglang_rate_definition(2.5, 0.5, 4) == "(length-1)/(N-1)"  # 1.5 / 3
     assert sglang_rate_definition(2.5, 0.9, 4) is None
+
+
+def test_a_logs_accept_rate_definition_is_told_for_the_engines_the_table_says():
+    """`logs`' conversion names which accept-rate definition a line fits only for an engine whose table
+    rule says its logs print two (SGLang); a vLLM log's rate is its own, one definition."""
+    summary = {"drafting": {"steps": 3, "topk": 1, "draft_tokens": 4}, "mean_accept_length": 2.5,
+               "mean_accept_rate": 0.5}
+    assert log_conversion({**summary, "engines": ["sglang"]})["accept_rate_definition"] == "(length-1)/(N-1)"
+    assert log_conversion({**summary, "engines": ["vllm"]})["accept_rate_definition"] is None
+    assert log_conversion({**summary, "engines": ["not-an-engine"]})["accept_rate_definition"] is None
 
 
 def test_sglang_meta_info_histogram_three_positions(tmp_path):

@@ -139,6 +139,14 @@ def sglang_rate_definition(accept_length: float, rate: float, draft_tokens: int,
     return "length/N" if a <= b else "(length-1)/(N-1)"
 
 
+def _rate_has_two_definitions(engines) -> bool:
+    """Whether a log of these engines prints an `accept rate` whose definition changed between its
+    releases (the engine table's `log.accept_rate` rule), so which one a line uses must be told."""
+    from helpers.core.engines import ENGINE_KEYS, engine_at  # the engine table: read only for a log
+
+    return any(engine_at(e).value("log.accept_rate") == "two-definitions" for e in engines if e in ENGINE_KEYS)
+
+
 # -- drafting and the per-token rate --------------------------------------------------------------
 def drafting_for(steps=None, topk=None, draft_tokens=None, positions: int | None = None) -> Drafting | None:
     """The drafting the per-token rate is implied under, from SGLang's names (draft_tokens counts
@@ -192,7 +200,7 @@ def log_conversion(summary: dict) -> dict:
         except ValueError:
             pass
     n = d.get("draft_tokens")
-    if "sglang" in summary.get("engines", []) and length is not None and rate is not None and n:
+    if _rate_has_two_definitions(summary.get("engines", [])) and length is not None and rate is not None and n:
         out["accept_rate_definition"] = sglang_rate_definition(length, rate, n)
     return out
 

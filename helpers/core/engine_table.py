@@ -75,6 +75,7 @@ RULES = {
     "d2t.apply": "draft id to target id through d2t",
     # what the engine prints or answers (read by helpers.serving and helpers.acceptance, not the doctor)
     "log.mean_bonus": "log line's mean acceptance length counts the bonus token",
+    "log.accept_rate": "log line's `accept rate` definition",
     "reply.spec_metrics": "per-request speculative counts in answers (`--per-request-spec-decode-metrics`)",
 }
 
@@ -128,6 +129,9 @@ SGLANG = Engine(
         "aux.from": (s(None, "0.4.8.post1", ()), s("0.4.9", None, ("nested",))),
         "aux.shift": (s(*ALWAYS, 1),),
         "aux.flag_off": (s(*ALWAYS, "skips-fc"),),  # eagle_config.use_aux_hidden_state false: no capture, no fc
+        # its decode log's `accept rate`: accept length / num_draft_tokens in some releases, accepted drafts
+        # per verify / drafted tokens in others (helpers.acceptance.sources.sglang_rate_definition tells which)
+        "log.accept_rate": (s(*ALWAYS, "two-definitions"),),
         "aux.count": (s(None, "0.5.11", "three"), s("0.5.12", None, "from-ids", "#24663")),  # fc's aux inputs
         # DeepSeek-V2/V3, Kimi-K2/K2.5 and GLM-4.7-Flash targets (deepseek_v2.py, glm4_moe_lite.py)
         "aux.shift.deepseek": (s(None, "0.5.12.post1", 1), s("0.5.13", None, "1-if-first-is-1")),
