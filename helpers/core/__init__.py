@@ -12,7 +12,8 @@ Modules (import them by name; this file imports nothing):
 - `engine_outcomes`
 - `engine_table`
 - `engines`
+- `key_names`: how a stored draft tensor name reads (prefix, layer layout, parameter)
 - `engine_docs`
 """
 
-__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_outcomes", "engine_table", "engines", "engine_docs"]
+__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_outcomes", "engine_table", "engines", "key_names", "engine_docs"]

@@ -7,7 +7,8 @@ release whose rules apply, with a one-line note when that release was assumed or
 `EngineAt.span(rule)` is the behaviour at that release and `EngineAt.change(rule)` names the
 release where it starts or stops; `key_fate` says what the loader does with one stored tensor
 name; `aux_layer_ids` / `captured_layers` give the aux-layer convention; `draft_family` tells an
-MLA draft from an MHA one. How a key splits into prefix, layout and name is `parse_key`.
+MLA draft from an MHA one. How a key splits into prefix, layout and name is
+`helpers.core.key_names.parse_key`.
 Plain data: no tensors are read here.
 """
 from __future__ import annotations
@@ -20,41 +21,12 @@ from packaging.version import InvalidVersion, Version
 
 from helpers.core.engine_outcomes import ACCEPT_CLASSES, SERVE_RESULTS, Serve, Span
 from helpers.core.engine_table import ENGINE_TABLE, QUOTED, RULES, Engine, Quoted
+from helpers.core.key_names import is_known_param, is_mapping_key, parse_key
 
 ENGINES = tuple(k for k, e in ENGINE_TABLE.items() if e.in_all)  # the engines `--engine all` checks
 ENGINE_KEYS = tuple(ENGINE_TABLE)  # every engine `--engine` can name
 ENGINE_NAMES = {k: e.name for k, e in ENGINE_TABLE.items()}
 
-# The names one EAGLE-3 draft layer holds (after `midlayer.` / `layers.0.`).
-LAYER_PARAMS = (
-    "input_layernorm.weight",
-    "hidden_norm.weight",
-    "post_attention_layernorm.weight",
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-)
-LAYER_OPTIONAL = tuple(f"self_attn.{p}_proj.bias" for p in "qkvo")
-# An MLA (DeepSeek-style) draft layer: the low-rank q (or a plain q_proj when q_lora_rank is unset) and kv.
-MLA_LAYER_PARAMS = (
-    "input_layernorm.weight",
-    "hidden_norm.weight",
-    "post_attention_layernorm.weight",
-    "self_attn.kv_a_proj_with_mqa.weight",
-    "self_attn.kv_a_layernorm.weight",
-    "self_attn.kv_b_proj.weight",
-    "self_attn.o_proj.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-)
-MLA_Q_PARAMS = ("self_attn.q_a_proj.weight", "self_attn.q_a_layernorm.weight", "self_attn.q_b_proj.weight",
-                "self_attn.q_proj.weight")
-TOP_PARAMS = ("embed_tokens.weight", "fc.weight", "norm.weight")
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # draft model types whose attention is MLA
 
 
@@ -289,44 +261,6 @@ def _at(e: Engine, asked: str | None) -> EngineAt:
 
 
 # -- stored names ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class KeyInfo:
-    """One stored tensor name, parsed."""
-
-    key: str  # as stored
-    prefixed: bool  # stored with a leading "model."
-    layout: str | None  # "midlayer" / "layers.0" for decoder-layer keys, else None
-    name: str  # without "model." and without the layer prefix for layer keys
-
-    @property
-    def canonical(self) -> str:
-        """`midlayer.X` for layer keys, else the plain top-level name."""
-        return f"midlayer.{self.name}" if self.layout else self.name
-
-
-def parse_key(key: str) -> KeyInfo:
-    """A stored key split into its `model.` prefix, layer layout and parameter name."""
-    rest, prefixed = (key[len("model."):], True) if key.startswith("model.") else (key, False)
-    for layout in ("midlayer", "layers.0"):
-        if rest.startswith(layout + "."):
-            return KeyInfo(key, prefixed, layout, rest[len(layout) + 1:])
-    return KeyInfo(key, prefixed, None, rest)
-
-
-def is_mapping_key(key: str) -> bool:
-    """A d2t or t2d tensor (with any prefix)."""
-    return key.split(".")[-1] in ("d2t", "t2d")
-
-
-def is_known_param(info: KeyInfo, mla: bool = False) -> bool:
-    """A parameter an EAGLE-3 draft has (decoder layer or top level), whatever its prefix."""
-    if info.layout:
-        if mla:
-            return info.name in MLA_LAYER_PARAMS or info.name in MLA_Q_PARAMS
-        return info.name in LAYER_PARAMS or info.name in LAYER_OPTIONAL
-    return info.name in TOP_PARAMS or info.name in ("lm_head.weight", "fc.bias")
-
-
 def key_fate(at: EngineAt, key: str, mla: bool = False) -> str:
     """What `at`'s EAGLE-3 loader does with one stored tensor name: 'loads', 'skips' (silently),
     'warns' (logs and skips), 'fails' (no start) or 'unknown' (the table has no rule for it)."""
@@ -396,6 +330,12 @@ def aux_layer_ids(cfg: dict | None, engines=None) -> dict[str, list[int] | None]
     return out
 
 
+def aux_ids(engine, cfg: dict | None) -> list[int] | None:
+    """The aux ids one engine (a name, ==VERSION, or an `EngineAt`) reads from a draft config (None: none)."""
+    at = engine_at(engine)
+    return aux_layer_ids(cfg, [at])[at.key]
+
+
 DEEPSEEK_TARGETS = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "glm4_moe_lite")  # aux.shift.deepseek
 
 
@@ -442,9 +382,8 @@ def draft_capture(engine, cfg: dict | None, num_layers: int, target_type: str | 
     """What `engine` feeds a draft whose config is `cfg` (None: no config, the engine's default):
     (the aux ids it reads there, None when none; the target layers whose input it captures, checked
     against the target's `num_layers` by `layers_in`)."""
-    at = engine_at(engine)
-    ids = aux_layer_ids(cfg, [at])[at.key] if cfg else None
-    return ids, layers_in(at, ids, num_layers, target_type)
+    ids = aux_ids(engine, cfg)
+    return ids, layers_in(engine, ids, num_layers, target_type)
 
 
 # -- the draft's family --------------------------------------------------------------------------------

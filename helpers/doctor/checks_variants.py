@@ -12,12 +12,8 @@ assumed) and, where the behaviour differs by release, from which release it star
 """
 from __future__ import annotations
 
-from helpers.core.engines import (
-    LAYER_OPTIONAL,
-    EngineAt,
-    draft_family,
-    parse_key,
-)
+from helpers.core.engines import EngineAt, draft_family
+from helpers.core.key_names import LAYER_OPTIONAL, parse_key
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.config import NEMO_ARCH, modelopt_double_norm

@@ -20,14 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.core.engines import (
-    KeyInfo,
-    engines_at,
-    engines_for,
-    is_known_param,
-    is_mapping_key,
-    parse_key,
-)
+from helpers.core.engines import engines_at, engines_for
+from helpers.core.key_names import KeyInfo, is_known_param, is_mapping_key, parse_key
 from helpers.core.errors import BadInputError
 from helpers.core.outputs import new_output_dir
 from helpers.core.terms import MAX_BUILT_T2D
