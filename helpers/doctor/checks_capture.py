@@ -12,7 +12,7 @@ is only a note. The check runs for the engines whose table says so (rule `aux.un
 """
 from __future__ import annotations
 
-from helpers.core.engines import EngineAt, aux_layer_ids, captured_layers
+from helpers.core.engines import EngineAt, aux_ids, captured_layers
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config
@@ -49,7 +49,7 @@ def check_capture(c: CheckContext, target_cfg: dict | None) -> None:
     n = text_config(target_cfg).get("num_hidden_layers") if target_cfg is not None else None
     for at in c.engine_list:
         if (at.value("aux.unread") != "default-capture" or at.value("aux.shift") is None
-                or aux_layer_ids(c.ck.config, [at])[at.key] is not None):
+                or aux_ids(at, c.ck.config) is not None):
             continue  # the table does not say what it does without them, or it reads these ids
         _unread(c, at, named, where, n if isinstance(n, int) and n >= 4 else None)
 

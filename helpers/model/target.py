@@ -41,7 +41,7 @@ from helpers.core.devices import (
     parse_dtype,
     resolve_device,
 )
-from helpers.core.engines import aux_layer_ids, draft_capture, engine_at, layers_in
+from helpers.core.engines import aux_ids, draft_capture, layers_in
 from helpers.core.errors import BadInputError, clip
 from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.config_fields import check_target_config
@@ -231,8 +231,7 @@ def draft_aux_ids(draft, engine) -> list[int] | None:
     """The aux layer ids `engine` (a name, optionally ==VERSION) reads from a draft's config (None:
     none, the engine's default); `draft` is a path, an open `Checkpoint` or a loaded draft (nothing
     is opened again for the last two)."""
-    at = engine_at(engine)
-    return aux_layer_ids(_checkpoint(draft).config, [at])[at.key]
+    return aux_ids(engine, _checkpoint(draft).config)
 
 
 def draft_mismatches(target: Target, draft, embed_rows: int = 4096) -> list[str]:
