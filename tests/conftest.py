@@ -80,6 +80,17 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a test module's tiny models (fastest on a shared CPU), restored after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

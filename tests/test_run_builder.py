@@ -25,11 +25,8 @@ NB07 = ROOT / "notebooks" / "07_speculative_decoding.ipynb"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models on a shared CPU: one thread is fastest
+def _one_thread(one_thread):
     yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

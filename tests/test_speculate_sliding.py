@@ -66,14 +66,6 @@ def _model(family: str, window: int = 8):
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models on a shared CPU: one thread is fastest
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def draft():
     return load_draft(DRAFT, "cpu", torch.float32)
 
