@@ -27,6 +27,7 @@ import torch
 from helpers.core.errors import BadInputError
 from helpers.core.terms import MAX_VOCAB
 from helpers.io import remote
+from helpers.io.gguf_files import LLAMACPP_CONVENTION, find_draft_gguf, is_gguf, open_gguf
 from helpers.io.mapping import VocabMapping
 from helpers.io.pt_files import MAPPING_NAMES, follow_latest, pt_kind, scan_pts
 from helpers.io.tensor_files import (
@@ -127,6 +128,15 @@ class Checkpoint:
     ignored: dict[str, str] = field(default_factory=dict)  # file beside the checkpoint -> why it was not used
     origin: str | None = None  # the URL a remote checkpoint was opened from (`path` is then its cached stand-in)
     stand_in: remote.StandIn | None = None  # a remote checkpoint's cached stand-in (also for its cache folder opened locally)
+    format: str = "hf"  # "hf" (safetensors / torch / npy files) or "gguf" (a llama.cpp draft GGUF)
+    # how the stored d2t is meant to be read: "offset" (HF checkpoints; SGLang, vLLM, TensorRT-LLM) or
+    # "absolute" (a GGUF: llama.cpp's converter stores d2t + arange, and llama.cpp reads absolute ids)
+    d2t_convention: str = "offset"
+
+    @property
+    def d2t_reader(self) -> str:
+        """The engine that reads this checkpoint's stored d2t with `d2t_convention`, in words."""
+        return "llama.cpp" if self.format == "gguf" else "SGLang, vLLM, TensorRT-LLM"
 
     @property
     def is_remote(self) -> bool:
@@ -281,6 +291,9 @@ def _open_local(path: str | os.PathLike, stand_in: remote.StandIn | None, tip: s
         raise BadInputError(shown if shown is not None else path,
                             "no such file or folder" + (f" (not a local path nor a URL; {tip})" if tip else ""))
     ck = Checkpoint(path=path, tensors=TensorStore(stand_in), stand_in=stand_in)
+    gguf_file = _draft_gguf(path, is_dir)
+    if gguf_file is not None:
+        return _open_gguf(ck, gguf_file)
     if is_dir:
         try:
             entries = list(path.iterdir())
@@ -325,6 +338,28 @@ def _open_local(path: str | os.PathLike, stand_in: remote.StandIn | None, tip: s
     cfg = path.parent / "config.json"
     if cfg.exists():
         ck.config_path, ck.config = cfg, _read_config_file(cfg)
+    return ck
+
+
+def _draft_gguf(path: Path, is_dir: bool) -> Path | None:
+    """The draft GGUF a path names: the file itself, or the one .gguf of a folder without HF weights."""
+    if not is_dir:
+        return path if path.suffix.lower() == ".gguf" or (path.suffix == "" and is_gguf(path)) else None
+    try:
+        names = [p.name for p in path.iterdir()]
+    except OSError:
+        return None
+    if any(n.endswith(WEIGHT_SUFFIXES) or n.endswith(".index.json") or _NPY_NAME.match(n) for n in names):
+        return None
+    return find_draft_gguf(path)
+
+
+def _open_gguf(ck: Checkpoint, file: Path) -> Checkpoint:
+    """A llama.cpp draft GGUF as a checkpoint: its metadata as the config, its tensors under HF names."""
+    config, _ = open_gguf(file, ck.tensors)
+    ck.path = file
+    ck.config, ck.config_path = config, file
+    ck.format, ck.d2t_convention = "gguf", LLAMACPP_CONVENTION
     return ck
 
 
@@ -422,6 +457,7 @@ def find_checkpoints(root: str | os.PathLike, max_depth: int = 3) -> list[Path]:
             or any(n.endswith(".safetensors") or n.endswith(".index.json") or n == "pytorch_model.bin" for n in names)
             or any(_NPY_NAME.match(n) for n in names)
             or {"d2t.pt", "t2d.pt", "training_state.pt"} & names
+            or any(n.endswith(".gguf") for n in names)
         ):
             found.append(d)
             return

@@ -149,6 +149,7 @@ class TensorStore:
         self._meta: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
         self._spans: dict[str, tuple[int, int]] = {}  # safetensors: name -> byte span in its file
         self._read: dict[str, torch.Tensor] = {}  # tensors `read_all` holds, on the CPU as stored
+        self._lazy: dict[str, object] = {}  # name -> a callable returning the tensor (`add_lazy`)
         self.files: list[Path] = []
 
     # construction
@@ -209,6 +210,15 @@ class TensorStore:
                 self._meta[str(k)] = (tuple(v.shape), v.dtype)
         self._torch_cache[path] = obj
         self.files.append(path)
+
+    def add_lazy(self, path: Path, name: str, shape: tuple[int, ...], dtype: torch.dtype, read) -> None:
+        """Add one tensor of `path` that `read()` returns when asked for (a file format with its own reader,
+        such as GGUF: `helpers.io.gguf_files`); `shape` and `dtype` are what `read()` returns."""
+        self._where[name] = (path, "lazy")
+        self._meta[name] = (tuple(shape), dtype)
+        self._lazy[name] = read
+        if path not in self.files:
+            self.files.append(path)
 
     def add_sharded_index(self, index: Path) -> None:
         check_readable_file(index)
@@ -286,6 +296,8 @@ class TensorStore:
             t = self._read[name]
         elif kind == "remote":  # a stub of a remote file: only this tensor's bytes are fetched
             t = self._from_bytes(name, *self._spans[name])
+        elif kind == "lazy":
+            t = self._lazy[name]()
         elif kind == "safetensors":
             from safetensors import safe_open
 
