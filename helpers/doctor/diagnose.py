@@ -48,6 +48,7 @@ from helpers.core.errors import BadInputError
 from helpers.doctor.checks_capture import check_capture
 from helpers.doctor.checks_config import check_config, check_loadable
 from helpers.doctor.checks_dflash import diagnose_dflash
+from helpers.doctor.checks_gguf import check_gguf_format, check_gguf_mapping
 from helpers.doctor.checks_mapping import check_mapping, check_vocab
 from helpers.doctor.checks_method import check_method
 from helpers.doctor.checks_target import (
@@ -152,6 +153,9 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     except ValueError as e:
         raise BadInputError(None, f"--engine: {e}") from None
     ck, config_only = _open(path)
+    asked = [a.key for a in ats]
+    if ck.format == "gguf":  # a GGUF is loaded by llama.cpp only: its rules, at the release asked for if any
+        ats = [a for a in ats if a.key == "llamacpp"] or engines_at("llamacpp")
     tcfg = None
     if target_config is None and target is not None:
         target_config = target
@@ -177,6 +181,8 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     if ck.config is None:
         c.add("config-missing", "warning", "no config.json beside the weights: sizes cannot be checked",
               "copy the draft's config.json into the checkpoint folder")
+    if ck.format == "gguf":
+        check_gguf_format(c, asked)
     check_config(c, dprobs, tprobs, target_refusal)
     _trainer_files(c)
     check_method(c, tcfg, algorithm)  # vLLM: P-EAGLE, serving options, the method, a packed target
@@ -198,11 +204,15 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     if t2d is not None and not isinstance(t2d, torch.Tensor):
         t2d = torch.as_tensor(np.asarray(t2d))
     n, v = check_vocab(c, d2t, t2d, tcfg)
-    check_mapping(c, n, v, d2t, t2d, used)
+    if ck.d2t_convention == "absolute":  # a GGUF: llama.cpp reads absolute ids
+        check_gguf_mapping(c, n, v, d2t)
+    else:
+        check_mapping(c, n, v, d2t, t2d, used)
     check_speculators_config(c)
     check_draft_class(c)
     if ck.tensors.keys():
-        check_key_layout(c)
+        if ck.format != "gguf":  # a GGUF's names are llama.cpp's own (read back under the midlayer layout)
+            check_key_layout(c)
         check_layer_count(c)
         check_variants(c)
         check_shapes(c, tcfg)

@@ -61,6 +61,10 @@ class Inspection(dict):
             lines.append(f"  draft: {d['attention'].upper()} attention (model_type {d['model_type'] or 'unset'}; {arch})")
         if r.get("dflash"):
             lines += _dflash_lines(r)
+        if r.get("format") == "gguf":
+            lines.append("  format: GGUF (llama.cpp's EAGLE-3 draft); llama.cpp reads its d2t as absolute target ids "
+                         "(SGLang, vLLM and TensorRT-LLM read offsets, but do not load a GGUF)")
+            lines.append(f"  for llama.cpp: {r['engine_reading']['says']}")
         lines.append("  read: " + ", ".join(r["sources"]))
         lines += [f"  ignored: {f} ({why})" for f, why in r.get("ignored", {}).items()]
         return "\n".join(lines)
@@ -96,6 +100,7 @@ def inspect_path(path) -> dict:
     if read_mapping_tensors(ck)[0] is None:
         out["evidence"] = [f"no d2t: the draft keeps the full target vocab ({m.draft_vocab_size:,} ids), "
                            "so the engines' identity mapping is right"] + list(out["evidence"])
+    out.update(engine_reading(ck, out["verdict"]))
     out["path"] = str(path)
     out["draft_kind"] = dflash.kind if dflash else None  # set for a block-diffusion draft only
     out["dflash_layer_ids"] = dflash.trained_ids if dflash else None
@@ -107,6 +112,31 @@ def inspect_path(path) -> dict:
             out["evidence"] = [f"config.json alone: the weights were not read; {_fmt(m.draft_vocab_size)} ids and no "
                                "d2t is what the config says"] + list(out["evidence"])
     return out
+
+
+def engine_reading(ck: Checkpoint, verdict: str) -> dict:
+    """What the engine that reads this file makes of its stored d2t: `format`, `stored_convention` (how the
+    format's reader reads d2t: "offset" for an HF checkpoint, "absolute" for a GGUF), `read_by` and
+    `engine_reading` {engine, reads, healthy (None: undecided), says}."""
+    conv = ck.d2t_convention
+    engine = ", ".join(ck.d2t_readers)
+    reads = "absolute target ids (target = d2t[i])" if conv == "absolute" else "offsets (target = i + d2t[i])"
+    other = "absolute" if conv == "offset" else "offset"
+    if verdict == conv or (verdict == "identity" and conv == "offset"):
+        healthy = True
+        says = (f"the stored values are {'absolute target ids' if conv == 'absolute' else 'offsets'}, which is what "
+                f"{engine} reads: healthy for {engine}")
+    elif verdict == other:
+        healthy = False
+        says = (f"{'offsets' if verdict == 'offset' else 'absolute ids'} stored where {engine} reads "
+                f"{'absolute ids' if conv == 'absolute' else 'offsets'}: {engine} proposes wrong tokens"
+                + (" (fix: d2t-lab fix SRC DST.gguf writes absolute ids)" if ck.format == "gguf" else ""))
+    else:
+        healthy = None
+        says = f"the verdict is {verdict}: {engine} reads {reads}, and neither reading is clearly right"
+    return {"format": ck.format, "stored_convention": conv,
+            "read_by": {"engines": list(ck.d2t_readers), "reads": conv},
+            "engine_reading": {"engine": engine, "reads": conv, "healthy": healthy, "says": says}}
 
 
 def _open(path) -> tuple[Checkpoint, bool]:

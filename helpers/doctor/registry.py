@@ -92,6 +92,16 @@ _ENTRIES = [
     _e("d2t-unverified", "warning/info", "d2t cannot be checked: all zeros with an unknown target vocab, or no "
        "t2d and both readings give distinct in-range ids (offsets assumed)", "add vocab_size to config.json; ship "
        "t2d with the checkpoint", "the kit's `VocabMapping.verdict`"),
+    # -- a llama.cpp draft GGUF (checks_gguf) ---------------------------------------------------------------
+    _e("gguf-d2t-offsets", "error", "a GGUF's d2t holds offsets where llama.cpp reads absolute target ids (its "
+       "converter writes d2t + arange(N)): llama.cpp proposes wrong tokens", "d2t-lab fix SRC.gguf DST.gguf writes "
+       "absolute ids, or convert again with convert_hf_to_gguf.py --target-model-dir TARGET",
+       "llama.cpp conversion/llama.py (d2t + arange, I64) + src/models/eagle3.cpp (d2t read as target ids)",
+       engines=("llamacpp",), effects=("d2t.wrong-ids",),
+       repairs="writes a GGUF with absolute ids (d2t + arange(N)), every other key and tensor copied"),
+    _e("gguf-format", "info", "a GGUF draft is loaded by llama.cpp only: checked as llama.cpp reads it when another "
+       "engine was asked for", "use the HF checkpoint the GGUF came from for SGLang / vLLM / TensorRT-LLM",
+       "llama.cpp `convert_hf_to_gguf.py` (EAGLE-3 drafts); SGLang / vLLM load HF checkpoints"),
     # -- keys, shapes, aux layers, NaN/Inf (checks_weights) -------------------------------------------------
     _e("key-layout", "error/warning/info", "decoder-layer keys an engine's loader skips or refuses (layers.0.* "
        "vs midlayer.*, a model. prefix, unknown names), or missing layer weights", "rename to the engine's "

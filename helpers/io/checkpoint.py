@@ -134,9 +134,9 @@ class Checkpoint:
     d2t_convention: str = "offset"
 
     @property
-    def d2t_reader(self) -> str:
-        """The engine that reads this checkpoint's stored d2t with `d2t_convention`, in words."""
-        return "llama.cpp" if self.format == "gguf" else "SGLang, vLLM, TensorRT-LLM"
+    def d2t_readers(self) -> tuple[str, ...]:
+        """The engines that read this checkpoint's stored d2t with `d2t_convention`, by name."""
+        return ("llama.cpp",) if self.format == "gguf" else ("SGLang", "vLLM", "TensorRT-LLM")
 
     @property
     def is_remote(self) -> bool:
