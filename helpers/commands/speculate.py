@@ -53,6 +53,9 @@ mean_accept_length, stderr, accept_length_definition, verify_steps, accepted_tok
 generated_tokens, histogram, accepted_per_position,
 per_position_unconditional, per_position_conditional, target_forwards, target_tokens_fed,
 target_forwards_per_token, draft_forwards, seconds, loop_overhead_fraction,
+engine_counts{engine, definition, drafts, draft_tokens, accepted, accepted_per_position,
+accept_length} (the same steps as --engine counts them: llama.cpp drafts at most min(K, tokens
+left - 1) and counts no step without a draft; null for a tree),
 prompts[{index, prompt_tokens, output_ids, text, kinds, draft_pos, accept_lengths, cut_from
 (the accept length the verifier found in a last step the cut shortened, else null),
 mean_accept_length}]}.
@@ -96,6 +99,11 @@ def _report(out: dict) -> str:
         lines.append("           per position: unconditional " +
                      " ".join(_f(x, 2) for x in d["per_position_unconditional"]) + " | conditional " +
                      " ".join(_f(x, 2) for x in d["per_position_conditional"]))
+        ec = d.get("engine_counts")
+        if ec and ec["engine"] == "llamacpp":
+            lines.append(f"           as llama.cpp counts: accept length {_f(ec['accept_length'])} = 1 + {ec['accepted']} "
+                         f"accepted / {ec['drafts']} drafts ({ec['draft_tokens']} draft tokens; per position "
+                         + " ".join(str(x) for x in ec["accepted_per_position"]) + ")")
     lines.append(f"  ({next(iter(out['readings'].values()))['accept_length_definition']})")
     first = next(iter(out["readings"].values()))["prompts"]
     if first:

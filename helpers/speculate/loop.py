@@ -169,6 +169,7 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             accepted = [prop.tokens[c] for c in path]
             drafter.extend(aux[:, rows], torch.tensor([accepted + [nxt]], device=dev))
             before = len(out.output_ids)
+            remaining = settings.max_new_tokens - before
             for j, tok in enumerate(accepted):
                 if emit(tok, "draft", j):
                     done = True
@@ -180,6 +181,8 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             run.histogram_counts[emitted] += 1
             run.accepted_per_position[: emitted - 1] += 1
             out.accept_lengths.append(emitted)
+            if run.engine_counts is not None:
+                run.engine_counts.record(remaining, emitted)
             if emitted < len(path) + 1:
                 out.cut_from = len(path) + 1
             n += 1 + len(path)

@@ -19,6 +19,7 @@ import numpy as np
 
 from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting
 from helpers.core.terms import check_reading
+from helpers.speculate.engine_counts import EngineCounts
 from helpers.measure.replay import histogram_stderr
 
 
@@ -108,18 +109,25 @@ class SpecRun:
     draft_forwards: int = 0
     seconds: dict = field(default_factory=lambda: {"total": 0.0, "target": 0.0, "draft": 0.0})
     prompts: list[PromptRun] = field(default_factory=list)
+    # the same steps as the settings' engine counts them (chains only; None for a tree)
+    engine_counts: EngineCounts | None = None
 
     @classmethod
     def empty(cls, settings: SpecSettings) -> SpecRun:
         steps = settings.drafting.steps
-        return cls(settings.to_dict(), np.zeros(steps + 2, np.int64), np.zeros(steps, np.int64))
+        counts = EngineCounts(settings.engine, steps) if settings.is_chain else None
+        return cls(settings.to_dict(), np.zeros(steps + 2, np.int64), np.zeros(steps, np.int64), engine_counts=counts)
 
     @classmethod
     def merge(cls, runs: list[SpecRun]) -> SpecRun:
         """Sum runs over shards of the prompts (same settings), prompts in index order."""
         out = cls(dict(runs[0].settings), sum(r.histogram_counts for r in runs),
                   sum(r.accepted_per_position for r in runs))
+        if runs[0].engine_counts is not None:
+            out.engine_counts = EngineCounts(runs[0].engine_counts.engine, runs[0].engine_counts.steps)
         for r in runs:
+            if out.engine_counts is not None and r.engine_counts is not None:
+                out.engine_counts.add(r.engine_counts)
             out.verify_steps += r.verify_steps
             out.target_forwards += r.target_forwards
             out.target_tokens_fed += r.target_tokens_fed
@@ -194,7 +202,8 @@ class SpecRun:
              "per_position_conditional": [_num(x) for x in self.per_position_conditional],
              "target_forwards": self.target_forwards, "target_tokens_fed": self.target_tokens_fed,
              "target_forwards_per_token": _num(self.forwards_per_token), "draft_forwards": self.draft_forwards,
-             "seconds": dict(self.seconds), "loop_overhead_fraction": _num(self.overhead_fraction)}
+             "seconds": dict(self.seconds), "loop_overhead_fraction": _num(self.overhead_fraction),
+             "engine_counts": self.engine_counts.to_dict() if self.engine_counts is not None else None}
         if prompts:
             d["prompts"] = [p.to_dict() for p in self.prompts]
         return d
