@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from helpers.io.checkpoint import (
     read_config,
     read_mapping_tensors,
 )
+from helpers.io.gguf_files import converter_command, copy_gguf
 from helpers.io.mapping import VocabMapping, absolute_to_offsets
 from helpers.io.tensor_files import TensorStore
 
@@ -88,6 +89,8 @@ def _target_name(info: KeyInfo, engine: str) -> str:
 
 def _open_fix_source(src: Path) -> Checkpoint:
     ck = open_checkpoint(src)
+    if ck.format == "gguf":
+        return ck
     if not src.is_dir():
         raise BadInputError(src, "fix needs a checkpoint folder (config.json + weights), not a single file")
     if not ck.tensors.keys():
@@ -202,6 +205,8 @@ def plan_fix(src, engine: str = "all", target_config=None, *, check_weights: boo
     ck = _open_fix_source(src)
     if target_config is not None and not isinstance(target_config, dict):
         target_config = read_config(target_config)
+    if ck.format == "gguf":
+        return _plan_gguf_fix(ck, target_config, check_weights)
     before = diagnose(ck, engine, target_config, check_weights=check_weights)
     changes: list[str] = []
     d2t, t2d = _plan_mapping(ck, {f.code for f in before if f.severity == "error"}, changes)
@@ -215,8 +220,69 @@ def plan_fix(src, engine: str = "all", target_config=None, *, check_weights: boo
     was, now = _error_counts(before), _error_counts(after)
     fixes = [code for code in was if now.get(code, 0) < was[code]]
     unfixable = [f for f in after if f.severity == "error"]
-    return FixPlan(src=src, engine=engine, changes=changes, fixes=fixes, unfixable=unfixable,
+    plan = FixPlan(src=src, engine=engine, changes=changes, fixes=fixes, unfixable=unfixable,
                    before=before, copy=copy)
+    if any(a.key == "llamacpp" for a in engines_at(engine)):
+        plan.next_step = ("llama.cpp loads a GGUF made by its converter from this HF copy: "
+                          + converter_command("DST", None, "DST.gguf").replace("TARGET_DIR", "TARGET")
+                          + " (TARGET: the target model's HF folder), then d2t-lab doctor DST.gguf")
+    return plan
+
+
+@dataclass
+class _GgufCopy:
+    """A draft GGUF copied with some tensors replaced (GGUF names -> arrays as they are to be stored)."""
+
+    src: Path
+    replace: dict
+
+
+def _plan_gguf_fix(ck: Checkpoint, target_config, check_weights: bool) -> FixPlan:
+    """A llama.cpp GGUF: offsets in d2t become absolute ids; every other key and tensor is copied."""
+    before = diagnose(ck, "llamacpp", target_config, check_weights=check_weights)
+    changes: list[str] = []
+    replace_: dict = {}
+    store = _PlannedStore(ck.path)
+    for k in ck.tensors.keys():
+        store.put(k, ck.tensors.shape(k), ck.tensors.dtype(k), lambda key=k: ck.tensors.get(key))
+    if "gguf-d2t-offsets" in {f.code for f in before if f.severity == "error"}:
+        d2t = ck.tensors.get("d2t").to(torch.int64)
+        ids = d2t + torch.arange(d2t.shape[0], dtype=torch.int64)
+        replace_["d2t"] = ids.numpy()
+        store.put("d2t", ids.shape, torch.int64, lambda ids=ids: ids)
+        changes.append("d2t: offsets converted to absolute target ids (d2t + arange(N)), as llama.cpp reads them; "
+                       "every other metadata key and tensor copied as stored")
+    planned = replace(ck, tensors=store)
+    after = diagnose(planned, "llamacpp", target_config, check_weights=False)
+    if check_weights:
+        after += [f for f in before if f.code == "nonfinite-weights"]
+    was, now = _error_counts(before), _error_counts(after)
+    fixes = [code for code in was if now.get(code, 0) < was[code]]
+    unfixable = [f for f in after if f.severity == "error"]
+    return FixPlan(src=ck.path, engine="llamacpp", changes=changes, fixes=fixes, unfixable=unfixable,
+                   before=before, copy=_GgufCopy(ck.path, replace_))
+
+
+def _fix_gguf(plan: FixPlan, dst: Path, target_config, check_weights: bool) -> FixResult:
+    """Write the corrected GGUF: `dst` itself when it ends in .gguf, else a new folder `dst` holding it."""
+    out = dst if dst.suffix.lower() == ".gguf" else dst / plan.src.name
+    if out is not dst:
+        dst.mkdir()
+    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}.gguf")
+    try:
+        copy_gguf(plan.copy.src, tmp, plan.copy.replace)
+        after = diagnose(tmp, "llamacpp", target_config, check_weights=check_weights)
+        if out.exists():
+            raise BadInputError(out, "appeared while the fixed copy was written; nothing was overwritten")
+        os.rename(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        if out is not dst:
+            shutil.rmtree(dst, ignore_errors=True)
+        raise
+    after.path = out
+    changes = plan.changes or ["nothing needed changing; written as a plain copy"]
+    return FixResult(dst=out, changes=changes, findings=after, plan=plan)
 
 
 # -- writing the copy ---------------------------------------------------------------------------
@@ -314,6 +380,13 @@ def fix_checkpoint(src, dst, engine: str = "all", target_config=None, *, check_w
     plan = plan_fix(src, engine, target_config)
     if not plan.matters and not force:
         raise BadInputError(plan.src, plan.refusal)
+    if isinstance(plan.copy, _GgufCopy):
+        return _fix_gguf(plan, dst, target_config, check_weights)
+    if dst.suffix.lower() == ".gguf":
+        raise BadInputError(dst, "fix writes an HF checkpoint folder from an HF checkpoint; llama.cpp's GGUF is made "
+                            "by its converter: fix into a folder DST, then "
+                            + converter_command("DST", None, dst).replace("TARGET_DIR", "TARGET")
+                            + " (TARGET: the target model's HF folder)")
     tmp = _temp_folder_beside(dst)
     try:
         _write_copy(plan.copy, tmp)
@@ -333,6 +406,10 @@ def check_apart(src, dst) -> None:
         return
     try:
         a = Path(src).resolve()
+        if a.is_file() and a.suffix.lower() == ".gguf":  # a GGUF is one file: only it is the source
+            if Path(dst).absolute().resolve() == a:
+                raise BadInputError(dst, "is the GGUF being fixed; fix never writes into its source")
+            return
         if a.is_file():  # a checkpoint given by one of its files: the folder holding it is the source
             a = a.parent
         b = Path(dst).parent.resolve() / Path(dst).name

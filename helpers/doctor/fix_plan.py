@@ -29,6 +29,7 @@ class FixPlan:
     unfixable: list[Finding]
     before: list[Finding] = field(default_factory=list, repr=False)
     copy: object | None = field(default=None, repr=False, compare=False)  # fix's planned copy, for writing
+    next_step: str | None = None  # what to run after fix (for llama.cpp: the converter's command line)
 
     @property
     def matters(self) -> bool:
@@ -43,7 +44,14 @@ class FixPlan:
         codes = list(dict.fromkeys(f.code for f in self.unfixable))
         if not codes:
             who = "sglang and vllm" if self.engine == "all" else self.engine
-            return f"nothing to fix for {who}: the doctor finds no error in the keys, mapping or config ({force})"
+            more = ""
+            if self.next_step and self.src.suffix.lower() != ".gguf":
+                from helpers.io.gguf_files import converter_command
+
+                more = ("; for llama.cpp convert it as it is: "
+                        + converter_command(self.src, None, self.src.name + ".gguf").replace("TARGET_DIR", "TARGET")
+                        + " (TARGET: the target model's HF folder)")
+            return f"nothing to fix for {who}: the doctor finds no error in the keys, mapping or config ({force}){more}"
         parts = [f"{c} ({cannot_repair(c)})" for c in codes]
         return f"cannot repair {', '.join(parts)}; nothing written ({force})"
 
@@ -59,6 +67,7 @@ class FixPlan:
             "src": d["src"], "dst": str(dst), "engine": d["engine"], "changes": d["changes"], "fixes": d["fixes"],
             "unfixable": d["unfixable"], "written": written, "refusal": d["refusal"], "dry_run": dry_run,
             "findings": None if findings is None else [f.as_dict() for f in findings],
+            "next_step": self.next_step,
         }
 
     def report(self, dst, will_write: bool) -> str:
@@ -69,6 +78,8 @@ class FixPlan:
         left = list(dict.fromkeys(f.code for f in self.unfixable))
         lines.append(f"  left: {', '.join(left) or '(no error)'}")
         lines.append("  fix would write the copy" if will_write else "  fix would refuse: " + self.refusal)
+        if self.next_step:
+            lines.append(f"  next: {self.next_step}")
         return "\n".join(lines)
 
 
@@ -95,4 +106,6 @@ class FixResult:
         lines.append(findings.report())
         if not self.ok:
             lines.append("the fixed copy still has errors (see above); fix cannot repair those")
+        if self.plan is not None and self.plan.next_step:
+            lines.append(f"next: {self.plan.next_step}")
         return "\n".join(lines)
