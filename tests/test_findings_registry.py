@@ -146,7 +146,7 @@ def test_fix_refusal_reads_the_registry():
     assert cannot_repair("d2t-arange") == REGISTRY["d2t-arange"].cannot_repair == "needs the producer's d2t tensor"
     assert cannot_repair("context-length") == "not something fix changes"
     repairable = sorted(c for c, e in REGISTRY.items() if e.repairs)
-    assert repairable == ["d2t-absolute", "d2t-missing", "key-layout", "vocab-size-mismatch"]
+    assert repairable == ["d2t-absolute", "d2t-missing", "gguf-d2t-offsets", "key-layout", "vocab-size-mismatch"]
 
 
 # -- the codes no other test names, each on a copy of the bundled draft -----------------------------

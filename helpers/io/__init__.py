@@ -9,6 +9,7 @@ Modules (import them by name; this file imports nothing):
 - `remote`
 - `origin`
 - `inputs`
+- `gguf_files`
 - `checkpoint`
 - `samples`
 - `prompts`
@@ -16,4 +17,4 @@ Modules (import them by name; this file imports nothing):
 - `mapping`
 """
 
-__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "origin", "inputs", "checkpoint", "samples", "prompts", "chat", "mapping"]
+__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "origin", "inputs", "gguf_files", "checkpoint", "samples", "prompts", "chat", "mapping"]
