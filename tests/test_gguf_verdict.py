@@ -106,3 +106,12 @@ def test_fix_an_hf_checkpoint_for_llamacpp_names_the_converter(ggufs, cli_subpro
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "convert_hf_to_gguf.py" in r.stderr and "--target-model-dir" in r.stderr
     assert not (ggufs["dir"] / "out.gguf").exists()
+
+
+def test_diff_an_hf_checkpoint_and_its_gguf(ggufs, cli_subprocess):
+    d = _json(cli_subprocess("diff", PAIR / "draft", ggufs["good"], "--json"))
+    assert not d["moved"] and not d["added"] and not d["removed"]  # each read as stored: the same target ids
+    assert (d["convention_a"], d["convention_b"]) == ("offset", "absolute")
+    assert "d2t-lab fix" not in d["verdict"]  # both are right for the engines that read them
+    d = _json(cli_subprocess("diff", PAIR / "draft", ggufs["offsets"], "--json"))
+    assert "llama.cpp reads absolute ids" in d["verdict"] and "d2t-lab fix" in d["verdict"]

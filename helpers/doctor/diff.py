@@ -147,6 +147,8 @@ def diff_drafts(a, b) -> DraftDiff:
         added=sorted(set(slot_b) - set(slot_a)), removed=sorted(set(slot_a) - set(slot_b)),
         moved=[{"target_id": t, "slot_a": slot_a[t], "slot_b": slot_b[t]} for t in moved],
         lm_head=None, encoding_a=ea, encoding_b=eb,
+        # how each side's format means d2t to be read: "offset" (HF), "absolute" (a llama.cpp GGUF)
+        convention_a=cka.d2t_convention, convention_b=ckb.d2t_convention,
         # draft slots of B that name another target id than the same slot of A: with A's head rows carried over,
         # each of them drafts a token its head row was not trained for
         slots_changed=sum(int(x) != int(y) for x, y in zip(ta.tolist(), tb.tolist())) + abs(len(ta) - len(tb)),
@@ -186,12 +188,32 @@ def encoding_change(d: DraftDiff, a: str = "A", b: str = "B") -> str | None:
     return f"{a} stores d2t as {say.get(ea, ea)}, {b} as {say.get(eb, eb)}"
 
 
+def misencoded(d: DraftDiff, side: str) -> bool:
+    """Side "a" / "b" stores d2t in the other encoding than its format's reader reads (absolute ids in an HF
+    checkpoint, offsets in a llama.cpp GGUF)."""
+    enc, conv = d.get(f"encoding_{side}"), d.get(f"convention_{side}", "offset")
+    return enc in ("absolute", "offset") and enc != conv
+
+
 def _verdict(d: DraftDiff) -> str:
+    v = _verdict_of_ids(d)
+    if not encoding_change(d):
+        for side in ("b", "a"):
+            if misencoded(d, side) and d.get(f"convention_{side}") == "absolute":
+                v += (f"; {side.upper()} is a GGUF whose d2t holds offsets where llama.cpp reads absolute ids: "
+                      f"d2t-lab fix {d[side]} FIXED.gguf")
+    return v
+
+
+def _verdict_of_ids(d: DraftDiff) -> str:
     h = d["lm_head"]
     change = encoding_change(d)
     if change:
-        fixed = "B" if d["encoding_b"] == "absolute" else "A"
         same = "the same target ids" if not d["moved"] and not d["added"] and not d["removed"] else "ids that differ"
+        wrong = [s for s in ("b", "a") if misencoded(d, s)]
+        if not wrong:  # each as its format is read (an HF checkpoint and its llama.cpp GGUF, say)
+            return f"encoding changed: {change} (each read as stored: {same}); each as its format's engine reads it"
+        fixed = wrong[0].upper()
         return (f"encoding changed: {change} (each read as stored: {same}); serve {fixed} after "
                 f"d2t-lab fix {d['b'] if fixed == 'B' else d['a']} FIXED")
     if not d["moved"] and not d["added"] and not d["removed"]:
@@ -220,13 +242,13 @@ def check_drift(c: CheckContext, previous) -> None:
     h = d["lm_head"]
     change = encoding_change(d, "the previous checkpoint", "this one")
     if change:  # not drift: the d2t encoding checks report the absolute table itself (and its fix)
-        fix_this = d["encoding_b"] == "absolute"
+        fix_this = misencoded(d, "b")
         same = not d["moved"] and not d["added"] and not d["removed"]
         c.add("mapping-drift", "info",
               f"against {d['a']}: not drift but an encoding change ({change}); each read as stored, the tables map "
               + ("the same target ids" if same else
                  f"{len(d['moved']):,} ids to other slots, {len(d['added']):,} added, {len(d['removed']):,} removed"),
-              f"d2t-lab fix {d['b']} FIXED (d2t stored as offsets, what engines read)" if fix_this else "nothing to do")
+              f"d2t-lab fix {d['b']} FIXED (d2t stored as its engines read it)" if fix_this else "nothing to do")
         return
     if d["verdict"].startswith("mapping drift"):
         n = max(d["draft_vocab_b"] or 0, 1)
