@@ -41,8 +41,14 @@ DEFINITIONS = {
                 "rate = accepted at j / drafts (unconditional); Avg Draft acceptance rate = accepted / drafted; "
                 "pooled over lines weighted by drafts (Drafted / positions for a fixed-length drafter, accepted / "
                 "(mean - 1) from the line's own mean for one whose length varies per step)",
+    "llamacpp-prometheus": "llama.cpp counters (llamacpp:spec_decode_*): accept length = 1 + accepted / drafts, "
+                           "drafts = verify steps that carried a draft (bonus counted, its log's mean len); per-position "
+                           "rate = accepted at position j / drafts (unconditional, its log's acc per pos); draft "
+                           "acceptance rate = accepted / draft tokens",
     "llamacpp-log": "llama.cpp server `draft acceptance` lines, pooled: accept length = 1 + accepted / verify "
-                    "steps (bonus counted); draft acceptance rate = accepted / generated draft tokens",
+                    "steps (bonus counted; a request's verify steps from its own mean len, narrowed by acc per "
+                    "pos); draft acceptance rate = accepted / generated draft tokens; per position "
+                    "accepted at j / verify steps (unconditional)",
     "sglang-log": "SGLang decode log: accept len = tokens emitted per verify (bonus counted), mean over lines; "
                   "accept rate as the build defines it (see below)",
     "sglang-prometheus": "SGLang gauges: sglang:spec_accept_length (bonus counted, last logging interval); "
@@ -223,7 +229,7 @@ def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
     acc = Acceptance(str(table.source), kind, DEFINITIONS.get(kind, kind))
     rows = table.rows
     u = None
-    if kind in ("vllm-prometheus", "vllm-requests", "vllm-log", "llamacpp-log"):  # llama.cpp: the same counters
+    if kind in ("vllm-prometheus", "llamacpp-prometheus", "vllm-requests", "vllm-log", "llamacpp-log"):  # same counters
         u = _vllm(acc, rows, kind)
     elif kind in ("sglang-log", "sglang-prometheus", "sglang-server-info"):
         _sglang_means(acc, rows, draft_tokens or (steps + 1 if steps else None))  # SGLang's N counts the root
@@ -254,6 +260,7 @@ def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
                 acc.notes.append(f"no per-token rate: {e}")
     elif acc.accept_length is not None and not any("not a shape" in n for n in acc.notes):
         acc.notes.append("no drafting settings (steps / topk / draft tokens): no per-token rate implied")
+    acc.notes += [n for n in getattr(table, "notes", []) if n not in acc.notes]
     acc.counts = {k: v for k, v in table.to_json().items() if k in ("lines", "parsed", "garbled", "garbled_lines",
                                                                    "unrecognised", "missing", "interval_s")}
     return acc
@@ -272,6 +279,8 @@ def normalise_for(table, settings) -> Acceptance:
 def _vllm(acc: Acceptance, rows, kind) -> list | None:
     if kind == "vllm-log":
         return _vllm_log(acc, rows)
+    if kind == "llamacpp-log":
+        return _llamacpp_log(acc, rows)
     drafts, _ = _sum(rows, "drafts")
     accepted, _ = _sum(rows, "accepted")
     tokens, _ = _sum(rows, "draft_tokens")
@@ -339,6 +348,41 @@ def _vllm_log(acc: Acceptance, rows) -> list | None:
         return None
     w = sum(r["drafts"] for r in with_pos)
     return [sum(r["per_position"][j] * r["drafts"] for r in with_pos) / w for j in range(widths.pop())]
+
+
+def _llamacpp_log(acc: Acceptance, rows) -> list | None:
+    """llama.cpp's per-request lines pooled as its counters pool them: 1 + sum accepted / sum verify
+    steps, per position sum (rate x steps) / sum steps. Exact where every request's steps are
+    (`helpers.serving.log_lines._llamacpp_steps`); the requests whose steps are not are named."""
+    counted = [r for r in rows if r.get("drafts")]
+    inexact = [r for r in counted if not r.get("steps_exact")]
+    unknown = [r for r in rows if r.get("steps_unknown")]
+    without = [r for r in rows if r.get("accept_length") is None and not r.get("cut")]
+    if inexact:
+        acc.notes.append(f"{len(inexact)} request(s) whose verify steps no whole number reproduces uniquely (line "
+                         f"{inexact[0]['line']}...): their steps are accepted / (mean len - 1), so the pooled accept "
+                         "length is close to llama.cpp's counters, not exact")
+    if unknown:
+        acc.notes.append(f"{len(unknown)} request(s) accepted no draft token (mean len 1.00, line {unknown[0]['line']}"
+                         "...): their verify steps are not in the log, so they are left out of the pooled accept "
+                         "length, which is therefore above llama.cpp's counters")
+    if without:
+        acc.notes.append(f"{len(without)} line(s) print no mean (an older llama.cpp): their verify steps are unknown, "
+                         "left out of the pooled accept length")
+    if not counted:
+        return None
+    drafts = sum(r["drafts"] for r in counted)
+    accepted = sum(r["accepted"] for r in counted)
+    acc.accept_length = 1.0 + accepted / drafts
+    acc.source_rate = accepted / sum(r["draft_tokens"] for r in counted)
+    with_pos = [r for r in counted if r.get("per_position")]
+    widths = {len(r["per_position"]) for r in with_pos}
+    if len(with_pos) != len(counted) or len(widths) != 1:
+        return None
+    def count(r, j):  # below 1000 steps a 3-decimal rate names its whole count
+        c = r["per_position"][j] * r["drafts"]
+        return round(c) if r.get("steps_exact") and r["drafts"] < 1000 else c
+    return [sum(count(r, j) for r in with_pos) / drafts for j in range(widths.pop())]
 
 
 def _sglang_means(acc: Acceptance, rows, n) -> None:

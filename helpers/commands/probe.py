@@ -10,14 +10,17 @@ from helpers.core.engines import engine_at
 from helpers.core.errors import BadInputError
 from helpers.core.paths import bundled_samples
 
-HELP = "measure a running vLLM / SGLang speculative-decoding server with your prompts, and compare it with the checkpoint"
+HELP = ("measure a running vLLM / SGLang / llama.cpp speculative-decoding server with your prompts, and compare it "
+        "with the checkpoint")
 DESCRIPTION = """\
 Sends your prompts to a running OpenAI-compatible speculative-decoding server, one request at a
 time, greedy (temperature 0), and measures the accept length it achieved on them.
 
 What the server is: GET /v1/models (the served model: --model, default the first listed),
-/metrics (vLLM vllm:spec_decode_* counters, SGLang sglang:*), SGLang /get_server_info (drafting
-settings). Drafting settings: SGLang's server info; vLLM's num_spec_tokens in the answers, else
+/metrics (vLLM vllm:spec_decode_* counters, SGLang sglang:*, llama.cpp llamacpp:spec_decode_*),
+SGLang /get_server_info (drafting settings), llama.cpp /props (llama-server). --api-key KEY is
+sent as a bearer token on every call (llama-server started with --api-key asks it everywhere but
+/health, /metrics included). Drafting settings: SGLang's server info; vLLM's num_spec_tokens in the answers, else
 the shape flags as the engines spell them (--num-speculative-tokens K, vLLM's chain; or SGLang's
 --speculative-num-steps S --speculative-eagle-topk T --speculative-num-draft-tokens N, the root
 counted; flags that disagree: one line, exit 2), else a start-up log (--log FILE), else the
@@ -25,7 +28,8 @@ positions /metrics counts. JSON drafting{..., sglang{...}, vllm{num_speculative_
 
 What is sent: with --target DIR each prompt is rendered with the target's tokenizer and chat
 template exactly as `speculate` does (--chat-template) and sent as token ids: vLLM
-/v1/completions ("prompt": [ids], "return_token_ids": true), SGLang /generate ("input_ids").
+/v1/completions ("prompt": [ids], "return_token_ids": true), SGLang /generate ("input_ids"),
+llama.cpp /completion ("prompt": [ids], "return_tokens": true, "cache_prompt": false).
 Without --target: /v1/chat/completions with the prompt's messages (no token check then).
 
 Accept length: per request where the engine reports it (vLLM {per_request}+ with
@@ -33,7 +37,11 @@ Accept length: per request where the engine reports it (vLLM {per_request}+ with
 completion_tokens / spec_verify_ct), pooled over the requests, with a standard error over
 requests (ratio estimator); else /metrics scraped before and after the run and differenced
 (1 + accepted / drafts; per position accepted at j / drafts). With both, both are printed and
-whether they agree (they do exactly unless the server had other traffic).
+whether they agree (they do exactly unless the server had other traffic). llama.cpp: its answers'
+timings carry draft tokens and accepted ones (draft_n, draft_n_accepted) but no verify steps, so
+the accept length is its counters' 1 + accepted / drafts over the run (drafts: verify steps that
+carried a draft), the server's own figure exactly; the answers' sums are checked against the
+counters' draft tokens and accepted tokens (agreement; a difference is a finding, never averaged).
 
 --target DIR: the target decodes each prompt greedily on its own and the served tokens are compared
 with it: per prompt identical, or the first differing position, a near tie or not (a lossy verify,
@@ -69,7 +77,8 @@ JSON (--json, also written to -o FILE): url, engine, model, endpoint, max_new_to
 steps, topk, num_draft_tokens, source}, prompts_source{path, bundled_default, requests},
 requests[{index, prompt_tokens, output_ids, text, completion_tokens, finish_reason, accept_length,
 verify_steps, accepted, drafted, histogram}], accept_length, stderr, source (per-request or
-metrics), accept_length_definition, stderr_method, metrics_accept_length, counters, agreement,
+metrics), accept_length_definition, stderr_method, metrics_accept_length, counters, agreement
+(llama.cpp: per_request {draft_tokens, accepted} against metrics {drafts, draft_tokens, accepted}),
 per_position, per_position_conditional, target_check, engine_free, reproduce, conclusion,
 findings, notes, seconds, forced_acceptance (null), speculative_algorithm {algorithm, draft,
 eagle3}, serving_findings [{code, severity, message, fix, algorithm}].""".replace(
@@ -78,6 +87,8 @@ eagle3}, serving_findings [{code, severity, message, fix, algorithm}].""".replac
 
 def add_arguments(p) -> None:
     p.add_argument("url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="the server's API key, sent as 'Authorization: Bearer KEY' (default: $D2T_API_KEY, else none)")
     p.add_argument("--model", default=None, metavar="NAME",
                    help="the served model name (default: the first id GET /v1/models lists)")
     p.add_argument("--prompts", metavar="FILE", default=None,
@@ -146,7 +157,9 @@ def run(args) -> int:
     from helpers.serving.probe_client import discover
     from helpers.serving.probe_verdict import ProbeResult, conclude
 
-    server = discover(args.url, remote_access.timeout())
+    import os
+
+    server = discover(args.url, remote_access.timeout(), api_key=args.api_key or os.environ.get("D2T_API_KEY") or None)
     model = args.model or (server.models[0] if server.models else None)
     setup = _setup(server, args)
     if setup.forced:  # no request is sent, nothing is concluded

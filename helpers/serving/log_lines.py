@@ -49,9 +49,15 @@ request, counted over that request only), in the forms its releases printed:
   (`draft acceptance = ...` or, older, `draft acceptance rate = ...`, "llamacpp-old"). `draft
   acceptance` is accepted / generated draft tokens (the row's accept rate); the mean counts the
   bonus token (1 + accepted / verify steps) and the per-position rates are accepted at j / verify
-  steps (unconditional). Verify steps are not printed: a row's drafts are the one whole number of
-  steps that reproduces the printed mean (and per-position sum), else accepted / (mean - 1)
-  (`variable` set). Its cumulative `statistics <impl>: #calls(b,g,a) = ...` lines are not rows.
+  steps (unconditional). `generated` is the request's draft tokens (every token the drafter
+  proposed), not tokens emitted. Verify steps are not printed: a row's drafts are the one whole
+  number of steps that reproduces the printed mean (2 decimals) and, where printed, each per-position
+  rate (3 decimals: the `acc per pos` line narrows the mean's candidates when it follows;
+  `steps_exact` set); else accepted / (mean - 1), not exact (`steps_exact` False: a long request
+  whose 2-decimal mean several step counts round to). A request that accepted nothing prints mean
+  1.00, which any number of steps gives: its drafts are unknown (None, `steps_exact` False).
+  Pooled 1 + sum accepted / sum drafts equals llama-server's /metrics counters exactly when every
+  request's steps are exact. Its cumulative `statistics <impl>: #calls(b,g,a) = ...` lines are not rows.
 
 Fields an engine fork adds (`Name: value` on vLLM's line, `name = value` on llama.cpp's, `key:
 value` on SGLang's) are skipped and the known ones still read; a vLLM line whose known fields
@@ -72,7 +78,7 @@ import re
 COLUMNS = [
     "line", "time", "seconds", "engine", "format", "accept_length", "accept_rate", "throughput",
     "running_req", "queue_req", "tokens", "token_usage", "cuda_graph", "accepted", "drafted",
-    "accepted_tps", "drafted_tps", "per_position", "drafts", "variable", "cut",
+    "accepted_tps", "drafted_tps", "per_position", "drafts", "variable", "cut", "steps_exact",
 ]
 
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # terminal colour codes (vLLM colours its log when it thinks a terminal reads it)
@@ -326,22 +332,35 @@ def _llamacpp(body: str) -> dict:
 
 
 def _llamacpp_steps(row: dict) -> None:
-    """Verify steps of a llama.cpp line: the one whole number that reproduces its printed mean (2
-    decimals) and per-position sum (3 decimals each), else accepted / (mean - 1) (`variable`)."""
+    """Verify steps of a llama.cpp line (module docstring): the one whole number that reproduces its
+    printed mean (2 decimals) and each per-position rate (3 decimals), `steps_exact`; else accepted /
+    (mean - 1), not exact; None where the mean says nothing (1.00: nothing accepted)."""
     mean, acc, per = row.get("accept_length"), row["accepted"], row.get("per_position")
+    row.pop("drafts", None)
     if per is not None and mean is not None and abs(1 + sum(per) - mean) > 0.0051 + 0.0005 * len(per):
         raise Garbled(f"acceptance rate per position sums to {sum(per):.3f}, not mean - 1 = {mean - 1:.3f}")
-    if mean is None or acc == 0 or mean <= 1.0 or row.get("cut"):
+    if mean is None or row.get("cut"):
+        return
+    row["steps_exact"] = False
+    if acc == 0 or mean <= 1.0:
         return
     lo, hi = acc / (mean - 1 + 0.005), (acc / (mean - 1 - 0.005) if mean - 1 > 0.005 else float("inf"))
     steps = [s for s in range(max(1, int(lo)), int(min(hi, lo + 1000)) + 1) if abs(1 + acc / s - mean) <= 0.005 + 1e-9]
     if per:
-        tol = 0.0005 * len(per) + 1e-9
-        steps = [s for s in steps if abs(acc / s - sum(per)) <= tol]
+        # each rate is a count at that position / steps, printed with 3 decimals; the counts are whole
+        # and fall from position to position, at most `acc` in all
+        # (below 1000 steps each printed rate names one count; above, only their sum is checked)
+        def fits(s):
+            if s >= 1000:
+                return abs(acc / s - sum(per)) <= 0.0005 * len(per) + 1e-9
+            counts = [round(p * s) for p in per]
+            return (sum(counts) == acc and all(abs(c / s - p) <= 0.0005 + 1e-9 for c, p in zip(counts, per))
+                    and all(a >= b for a, b in zip(counts, counts[1:])))
+        steps = [s for s in steps if fits(s)]
     if len(steps) == 1:
-        row["drafts"] = steps[0]
+        row["drafts"], row["steps_exact"] = steps[0], True
     else:
-        row["drafts"], row["variable"] = acc / (mean - 1.0), True
+        row["drafts"] = acc / (mean - 1.0)
 
 
 def _vllm_stats(body: str) -> dict:

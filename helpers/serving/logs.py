@@ -26,6 +26,7 @@ from helpers.serving.log_lines import (
     _VLLM_TIME,
     COLUMNS,
     Garbled,
+    _llamacpp_steps,
     parse_line,
 )
 from helpers.serving.startup import Setup, drafting_from_line, forced_line
@@ -118,6 +119,7 @@ class LogTable:
             f"  accept length: mean {f(s['mean_accept_length'], '.3f')}, last {f(s['last_accept_length'], '.2f')}"
             + (f", pooled {s['pooled_accept_length']:.4f} (1 + accepted / drafts over the lines: the engine's "
                "counters)" if s["pooled_accept_length"] is not None else ""),
+            *_steps_lines(s["verify_steps"]),
             f"  accept rate:   mean {f(s['mean_accept_rate'], '.3f')}",
             f"  throughput:    mean {f(s['mean_throughput'], '.1f')} tok/s",
             f"  time:          {s['first_time'] or '-'} .. {s['last_time'] or '-'}",
@@ -139,6 +141,19 @@ class LogTable:
         rows = [r for r in self.rows if r.get("accepted") is not None and r.get("drafts")]
         drafts = sum(r["drafts"] for r in rows)
         return 1 + sum(r["accepted"] for r in rows) / drafts if drafts else None
+
+    def verify_steps(self) -> dict | None:
+        """llama.cpp's lines: how many requests' verify steps the log gives exactly (`log_lines._llamacpp_steps`),
+        how many only approximately, how many not at all (nothing accepted, or no mean printed). None for
+        other engines (their lines count their steps)."""
+        rows = [r for r in self.rows if r["engine"] == "llamacpp" and not r.get("cut")]
+        if not rows:
+            return None
+        exact = [r["line"] for r in rows if r.get("steps_exact")]
+        inexact = [r["line"] for r in rows if r.get("drafts") is not None and not r.get("steps_exact")]
+        unknown = [r["line"] for r in rows if r.get("drafts") is None]
+        return {"exact": len(exact), "inexact": len(inexact), "unknown": len(unknown), "inexact_lines": inexact[:20],
+                "unknown_lines": unknown[:20], "pooled_exact": not inexact and not unknown}
 
     def summary(self) -> dict:
         """Counts and the mean / last accept length, rate and throughput (JSON-ready), what the log
@@ -168,6 +183,7 @@ class LogTable:
             "cut": sum(1 for r in self.rows if r.get("cut")),
             "empty_intervals": sum(1 for r in self.rows if r.get("drafts") == 0),
             "variable_length_lines": sum(1 for r in self.rows if r.get("variable")),
+            "verify_steps": self.verify_steps(),
             "mean_accept_length": mean("accept_length"),
             "pooled_accept_length": None if self.forced else self.pooled_accept_length(),
             "last_accept_length": float(lengths[-1]) if lengths else None,
@@ -180,6 +196,22 @@ class LogTable:
             "speculative_algorithm": {k: v for k, v in self.setup.to_dict().items() if k != "forced_acceptance"},
             "findings": [] if wrong is None else [wrong],
         }
+
+
+def _steps_lines(v: dict | None) -> list[str]:
+    """The report's line on llama.cpp's verify steps, which its log does not print."""
+    if not v:
+        return []
+    if v["pooled_exact"]:
+        return [f"  verify steps:  exact for all {v['exact']} requests (from each line's mean len, narrowed by acc "
+                "per pos where printed): the pooled figure is llama-server's /metrics counters' 1 + accepted / drafts"]
+    parts = [f"{v['exact']} exact"]
+    if v["inexact"]:
+        parts.append(f"{v['inexact']} approximate (accepted / (mean len - 1); line {v['inexact_lines'][0]}...)")
+    if v["unknown"]:
+        parts.append(f"{v['unknown']} unknown (nothing accepted or no mean printed; line {v['unknown_lines'][0]}..., "
+                     "left out)")
+    return [f"  verify steps:  {', '.join(parts)}: the pooled figure is NOT exactly llama-server's counters"]
 
 
 def _json_value(v):
@@ -221,8 +253,18 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
             continue
         if kind == "llamacpp-pos":  # per position of the llama.cpp line before it (trace verbosity)
             context += 1
-            if rows and rows[-1]["engine"] == "llamacpp" and not rows[-1].get("per_position"):
-                rows[-1]["per_position"] = row["per_position"]
+            last = rows[-1] if rows else None
+            if last is not None and last["engine"] == "llamacpp" and not last.get("per_position"):
+                before = {k: last.get(k) for k in ("per_position", "drafts", "steps_exact")}
+                last["per_position"] = row["per_position"]
+                try:  # the rates narrow the verify steps the mean allows (`log_lines._llamacpp_steps`)
+                    _llamacpp_steps(last)
+                except Garbled as e:  # rates that cannot belong to the line's mean: the line is not read
+                    garbled.append((last["line"], f"{e} (acc per pos on line {n})"))
+                    rows.pop()
+                    continue
+                if last.get("drafts") is None and before["drafts"] is not None:
+                    last.update(before)
             continue
         if row["engine"] == "vllm" and pending is not None:
             for key in ("throughput", "running_req", "queue_req"):

@@ -7,6 +7,16 @@ Sources (field names checked against the projects' source; versions in docs/serv
   `vllm:spec_decode_num_accepted_tokens` and `vllm:spec_decode_num_accepted_tokens_per_pos`
   (label `position`), exposed with the `_total` suffix. Read with prometheus_client's text
   parser; summed over the other labels (engines, models). Two scrapes are differenced.
+- llama.cpp's `llama-server --metrics` exposition: the same four counters under its own prefix,
+  `llamacpp:spec_decode_num_drafts_total` (verify steps that carried a draft),
+  `..._num_draft_tokens_total`, `..._num_accepted_tokens_total` and
+  `..._num_accepted_tokens_per_pos_total{position="i"}` (tools/server/server-task.cpp
+  `to_metrics`), read the same way (kind `llamacpp-prometheus`): accept length 1 + accepted /
+  drafts, as its log's `mean len`. Two llama.cpp habits are handled: the per-position lines are
+  absent until a request has been verified (read as zeros when the drafts counter is 0, and in the
+  earlier of two scrapes), and the counters are printed as C++ doubles with six significant
+  digits, so a counter of a million or more is printed rounded (`1.23457e+06`): such a page is
+  read, and `notes` says that its ratios are not exact.
 - SGLang Prometheus gauges `sglang:spec_accept_length` and `sglang:spec_accept_rate`.
 - SGLang `/get_server_info`: `internal_states[i].avg_spec_accept_length` (one per DP rank), and
   the server arguments beside them (`speculative_num_steps`, ...).
@@ -56,6 +66,9 @@ VLLM_COUNTERS = {
     "vllm:spec_decode_num_accepted_tokens": "accepted",
 }
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# llama.cpp's counters carry the same names under its prefix (tools/server/server-task.cpp `to_metrics`)
+COUNTER_PREFIXES = {"vllm:": "vllm-prometheus", "llamacpp:": "llamacpp-prometheus"}
+COUNTED_KINDS = tuple(COUNTER_PREFIXES.values())  # the kinds whose scrapes are differenced
 SGLANG_GAUGES = {"sglang:spec_accept_length": "accept_length", "sglang:spec_accept_rate": "accept_rate"}
 
 
@@ -64,8 +77,8 @@ class MetricsTable:
     """What one source said: rows in one shape, plus what could not be read."""
 
     source: str  # path or URL
-    kind: str  # vllm-prometheus, sglang-prometheus, sglang-server-info, sglang-requests, vllm-requests,
-    #            sglang-log, vllm-log, specforge
+    kind: str  # vllm-prometheus, llamacpp-prometheus, sglang-prometheus, sglang-server-info, sglang-requests,
+    #            vllm-requests, sglang-log, vllm-log, llamacpp-log, specforge
     rows: list[dict]
     lines: int = 0  # lines or records read
     garbled: int = 0
@@ -76,6 +89,7 @@ class MetricsTable:
     interval: float | None = None  # seconds between two scrapes (counters differenced)
     forced: dict | None = None  # the forced-acceptance setting the source states (`Setup.forced`), None if none
     invalid_rows: list[dict] = field(default_factory=list)  # rows out of bounds ({line, field, value, why}), left out
+    notes: list[str] = field(default_factory=list)  # what the reading says about its own exactness
 
     @property
     def engine(self) -> str:
@@ -87,7 +101,8 @@ class MetricsTable:
                 "unrecognised": self.unrecognised, "missing": list(self.missing), "settings": dict(self.settings),
                 "interval_s": self.interval, "rows": [] if self.forced else [dict(r) for r in self.rows],
                 "forced_acceptance": None if self.forced is None else dict(self.forced),
-                "invalid": len(self.invalid_rows), "invalid_rows": [dict(r) for r in self.invalid_rows]}
+                "invalid": len(self.invalid_rows), "invalid_rows": [dict(r) for r in self.invalid_rows],
+                "notes": list(self.notes)}
 
     def restrict(self, maximum: int | None = None) -> MetricsTable:
         """Move the rows out of bounds (`helpers.serving.bounds.problems`; `maximum`: the most tokens one
@@ -122,17 +137,26 @@ def parse_prometheus(text: str, source: str = "<text>") -> MetricsTable:
             if len(got) != 1:
                 raise ValueError("not one sample")
             s = got[0]
-            if not math.isfinite(s.value) or (s.name.startswith(("vllm:spec_decode", "sglang:spec_")) and s.value < 0):
+            if not math.isfinite(s.value) or (s.name.startswith(("vllm:spec_decode", "llamacpp:spec_decode",
+                                                                 "sglang:spec_")) and s.value < 0):
                 raise ValueError(f"value {s.value!r}")
         except Exception as e:  # the parser raises ValueError, IndexError, ... on a cut line
             garbled.append((n, clip(f"{clip(line.strip(), 80)!r}: {type(e).__name__}: {e}", 200)))
             continue
         samples.append(s)
-    vllm = [s for s in samples if s.name.startswith("vllm:spec_decode")]
     sgl = [s for s in samples if s.name.startswith("sglang:spec_accept")]
-    unrecognised = len(samples) - len(vllm) - len(sgl)
-    if vllm:
-        return _vllm_prom(vllm, source, lines, garbled, unrecognised)
+    for prefix, kind in COUNTER_PREFIXES.items():
+        counted = [s for s in samples if s.name.startswith(prefix + "spec_decode")]
+        if counted:
+            rounded = [n for n, line in enumerate(text.splitlines(), start=1)
+                       if line.startswith(prefix + "spec_decode") and "e+" in line.rsplit(" ", 1)[-1].lower()]
+            table = _counters_prom(counted, source, lines, garbled, len(samples) - len(counted) - len(sgl), prefix, kind)
+            if rounded:
+                table.notes.append(f"{len(rounded)} counter(s) printed in exponent form (line {rounded[0]}): "
+                                   "llama.cpp prints its counters with six significant digits, so these are rounded "
+                                   "and the ratios from them are not exact")
+            return table
+    unrecognised = len(samples) - len(sgl)
     table = MetricsTable(source, "sglang-prometheus", [], lines, len(garbled), garbled, unrecognised)
     if sgl:
         values = {}
@@ -157,32 +181,37 @@ def _base(name: str) -> str:
     return name
 
 
-def _vllm_prom(samples, source, lines, garbled, unrecognised) -> MetricsTable:
+def _counters_prom(samples, source, lines, garbled, unrecognised, prefix="vllm:",
+                   kind="vllm-prometheus") -> MetricsTable:
+    """vLLM's (or, `prefix` "llamacpp:", llama.cpp's) spec_decode counters -> one row, summed over the
+    other labels."""
+    names = {prefix + name.split(":", 1)[1]: key for name, key in VLLM_COUNTERS.items()}
+    per_pos_name = prefix + VLLM_PER_POS.split(":", 1)[1]
     sums, per_pos, engines = {}, {}, set()
     for s in samples:
         base = _base(s.name)
-        if base in VLLM_COUNTERS:
-            key = VLLM_COUNTERS[base]
+        if base in names:
+            key = names[base]
             sums[key] = sums.get(key, 0.0) + s.value
             engines.add(_labels(s.labels))
-        elif base == VLLM_PER_POS:
+        elif base == per_pos_name:
             pos = s.labels.get("position")
             if pos is None or not pos.isdigit():
                 garbled.append((0, f"{s.name}: no numeric position label ({s.labels})"))
                 continue
             per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + s.value
-    table = MetricsTable(source, "vllm-prometheus", [], lines, len(garbled), garbled, unrecognised)
-    table.missing = [name + "_total" for name, key in VLLM_COUNTERS.items() if key not in sums]
+    table = MetricsTable(source, kind, [], lines, len(garbled), garbled, unrecognised)
+    table.missing = [name + "_total" for name, key in names.items() if key not in sums]
     positions = None
     if per_pos:
         k = max(per_pos) + 1
         gaps = [p for p in range(k) if p not in per_pos]
         if gaps:
-            table.missing.append(f"{VLLM_PER_POS}_total position(s) {gaps}")
+            table.missing.append(f"{per_pos_name}_total position(s) {gaps}")
         else:
             positions = [_whole(per_pos[p]) for p in range(k)]
-    else:
-        table.missing.append(VLLM_PER_POS + "_total")
+    elif not (kind == "llamacpp-prometheus" and sums.get("drafts") == 0):  # llama.cpp: none before the first draft
+        table.missing.append(per_pos_name + "_total")
     table.rows.append(_row("counters", ";".join(sorted(engines)) or "all",
                            **{k: _whole(v) for k, v in sums.items()}, accepted_per_pos=positions))
     return table
@@ -193,17 +222,20 @@ def _whole(x: float):
 
 
 def difference(before: MetricsTable, after: MetricsTable, seconds: float | None = None) -> MetricsTable:
-    """The counters accumulated between two scrapes of a vLLM /metrics (after - before).
+    """The counters accumulated between two scrapes of a vLLM or llama.cpp /metrics (after - before).
 
-    A counter that went down (a server restart between scrapes) is reported in `missing` and in
+    llama.cpp prints no per-position line before its first verified draft: an earlier scrape without
+    them counts zeros at the later scrape's positions. A counter that went down (a server restart between scrapes) is reported in `missing` and in
     `invalid_rows` (`{line: "interval", field, value, why}`), and the interval's row is left out:
     after a restart no difference means anything. SGLang's gauges are already rates: the later
     scrape is returned.
     """
-    if after.kind != "vllm-prometheus" or before.kind != "vllm-prometheus":
+    if after.kind not in COUNTED_KINDS or before.kind != after.kind:
         after.interval = seconds
         return after
-    a, b = after.rows[0], before.rows[0]
+    a, b = after.rows[0], dict(before.rows[0])
+    if after.kind == "llamacpp-prometheus" and b["accepted_per_pos"] is None and a["accepted_per_pos"]:
+        b["accepted_per_pos"] = [0] * len(a["accepted_per_pos"])
     out, missing, invalid = {}, list(after.missing), []
     for key in ("drafts", "draft_tokens", "accepted"):
         if a[key] is None or b[key] is None:
@@ -229,7 +261,8 @@ def difference(before: MetricsTable, after: MetricsTable, seconds: float | None 
     # so the interval is named (invalid_rows) and left out, none of its counters used
     return MetricsTable(after.source, after.kind, [] if invalid else [row], before.lines + after.lines,
                         before.garbled + after.garbled, before.garbled_lines + after.garbled_lines,
-                        before.unrecognised + after.unrecognised, missing, interval=seconds, invalid_rows=invalid)
+                        before.unrecognised + after.unrecognised, missing, interval=seconds, invalid_rows=invalid,
+                        notes=list(dict.fromkeys(before.notes + after.notes)))
 
 
 # -- JSON sources -------------------------------------------------------------------------------------
@@ -280,6 +313,9 @@ def from_log(path, year: int | None = None) -> MetricsTable:
                        drafts=None if drafts is None else _whole(drafts), per_position=r.get("per_position"))
             row.update(variable=bool(r.get("variable")), cut=bool(r.get("cut")),
                        mean_without_bonus=bool(r.get("mean_without_bonus")), line=r["line"])
+            if r["engine"] == "llamacpp":
+                row.update(steps_exact=bool(r.get("steps_exact")), steps_unknown=drafts is None and
+                           r.get("accepted") is not None and r.get("accept_length") is not None)
             rows.append(row)
         else:
             rows.append({**_row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
@@ -348,7 +384,7 @@ def parse_text(text: str, source: str) -> MetricsTable:
         if isinstance(data, dict) and not any(k in text for k in ("acc_", "simulated_acc_len")):
             return parse_records([text.replace("\n", " ")], source)
         return parse_records(text.splitlines(), source)
-    if "vllm:" in text or "sglang:" in text or "# TYPE" in text:
+    if "vllm:" in text or "sglang:" in text or "llamacpp:" in text or "# TYPE" in text:
         return parse_prometheus(text, source)
     return parse_records(text.splitlines(), source)
 

@@ -19,6 +19,13 @@ the linearised (delta-method) standard error of a ratio of sums, which weights e
 its verify steps. None with fewer than two requests, and for the counters (they have no
 per-request spread).
 
+llama.cpp (`llama-server`): its answers carry `timings.draft_n` / `draft_n_accepted` (draft tokens
+and accepted ones) but not the request's verify steps, so the accept length is its /metrics
+counters' (`llamacpp:spec_decode_*`) differenced over the run, 1 + accepted / drafts, exactly what
+the server counted; the answers' sums are cross-checked against the counters' draft tokens and
+accepted tokens (equal on a server nothing else used during the run; a disagreement is named,
+never averaged).
+
 When both the per-request figures and the counters are there, both are reported with whether they
 agree: the counters moved by exactly the requests' own drafts and accepted tokens, or not (then
 the server had other traffic during the run). A server that gives neither - no per-request
@@ -32,7 +39,7 @@ from dataclasses import dataclass, field
 
 from helpers.acceptance.sources import normalise
 from helpers.core.errors import BadInputError
-from helpers.serving.metrics import MetricsTable, difference, parse_prometheus
+from helpers.serving.metrics import COUNTED_KINDS, MetricsTable, difference, parse_prometheus
 from helpers.serving.probe_client import Reply, Server, call, request_row, send
 
 SETTLE_S = 3.0  # how long to wait for /metrics to catch up with the last answer
@@ -49,7 +56,7 @@ class Request:
     @property
     def accept_length(self) -> float | None:
         r = self.reply
-        if r.kind is None or not r.steps:
+        if r.kind in (None, "llamacpp") or not r.steps:  # llama.cpp: no verify steps per request
             return None
         if r.kind == "sglang":
             return None if r.completion_tokens is None else r.completion_tokens / r.steps
@@ -119,6 +126,8 @@ class Measured:
     def agreement(self) -> dict | None:
         """Per-request sums against the counters' movement (both present only)."""
         c = self.counts()
+        if c is not None and self.requests and all(q.reply.kind == "llamacpp" for q in self.requests):
+            return self._llamacpp_agreement(c)
         if self.per_request is None or c is None or c["drafts"] is None or self.requests[0].reply.kind != "vllm":
             return None
         steps = sum(q.reply.steps for q in self.requests)
@@ -138,18 +147,42 @@ class Measured:
                 "metrics": {"drafts": c["drafts"], "accepted": c["accepted"]}, "why": why}
 
 
+    def _llamacpp_agreement(self, c: dict) -> dict:
+        """llama.cpp: the answers' `timings` sums against the counters' draft tokens and accepted tokens."""
+        drafted = sum(q.reply.drafted or 0 for q in self.requests)
+        accepted = sum(q.reply.accepted or 0 for q in self.requests)
+        same = c["draft_tokens"] == drafted and c["accepted"] == accepted
+        if same:
+            why = ("the counters moved by exactly the answers' own draft tokens and accepted tokens (timings.draft_n, "
+                   "draft_n_accepted): nothing else ran on the server during the probe")
+        elif (c["draft_tokens"] or 0) >= drafted and (c["accepted"] or 0) >= accepted:
+            why = (f"the counters moved by {c['draft_tokens']} draft tokens and {c['accepted']} accepted, the probe's "
+                   f"answers account for {drafted} and {accepted}: the server had other traffic during the probe, so "
+                   "the counters' accept length is not the probe's own")
+        else:
+            why = (f"the counters moved by {c['draft_tokens']} draft tokens and {c['accepted']} accepted, fewer than "
+                   f"the answers' {drafted} and {accepted}: another server behind this URL, a restart, or counters that "
+                   "lag the answers")
+        return {"agree": same, "per_request": {"draft_tokens": drafted, "accepted": accepted},
+                "metrics": {"drafts": c["drafts"], "draft_tokens": c["draft_tokens"], "accepted": c["accepted"]},
+                "why": why}
+
+
 def _scrape(server: Server) -> MetricsTable | None:
-    status, body = call(server.url + "/metrics", timeout=server.timeout)
+    status, body = server.call("/metrics")
     if status != 200:
         return None
     return parse_prometheus(body.decode("utf-8", errors="replace"), server.url + "/metrics")
 
 
 def _has_counters(table: MetricsTable | None) -> bool:
-    return table is not None and table.kind == "vllm-prometheus" and table.rows[0].get("drafts") is not None
+    return table is not None and table.kind in COUNTED_KINDS and table.rows[0].get("drafts") is not None
 
 
 def _not_speculating(server: Server, what: str) -> BadInputError:
+    if server.engine == "llamacpp":
+        return BadInputError(server.url, f"is not speculating: {what}; start llama-server with a draft (-md DRAFT.gguf "
+                             "--spec-type draft-eagle3) and --metrics")
     return BadInputError(server.url, f"is not speculating: {what}; start it with speculative decoding (vLLM "
                          "--speculative-config, SGLang --speculative-algorithm) and, for per-request figures, vLLM "
                          "--per-request-spec-decode-metrics summary")
@@ -168,6 +201,10 @@ def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, 
         endpoint, reply = send(server, ids=ids, messages=None if ids is not None else messages,
                                max_new_tokens=max_new_tokens, model=model)
         requests.append(Request(index, None if ids is None else len(ids), reply))
+        if server.engine == "llamacpp" and len(requests) == 1 and not _has_counters(before):
+            raise BadInputError(server.url, "llama-server's /metrics has no spec_decode counters (started without "
+                                "--metrics?): its answers carry no verify steps, so the probe needs the counters; "
+                                "start it with --metrics")
         if len(requests) == 1 and reply.kind is None and not _has_counters(before):
             if server.engine == "sglang" and endpoint != "/generate" and server.speculative_algorithm:
                 raise BadInputError(server.url, "SGLang gives acceptance per request only in /generate's meta_info, "
@@ -177,8 +214,13 @@ def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, 
                                    "and /metrics has no spec_decode counters")
     seconds = time.monotonic() - t0
     m = Measured(server, endpoint, requests, before, None, None, seconds=seconds)
-    with_counts = [q for q in requests if q.reply.kind]
-    if with_counts and len(with_counts) != len(requests):
+    with_counts = [q for q in requests if q.reply.kind in ("vllm", "sglang")]  # llama.cpp's: no verify steps
+    if server.engine == "llamacpp":
+        no_timings = [q.index for q in requests if q.reply.kind != "llamacpp"]
+        if no_timings:
+            m.notes.append(f"{len(no_timings)} of {len(requests)} answers carry no timings (prompt {no_timings[0]}...): "
+                           "the cross-check of the answers against the counters is left out")
+    elif with_counts and len(with_counts) != len(requests):
         m.notes.append(f"{len(requests) - len(with_counts)} of {len(requests)} answers carry no per-request "
                        "figures: the per-request figure is left out, the counters decide")
     if with_counts and len(with_counts) == len(requests) and sum(q.reply.steps for q in requests):
@@ -189,7 +231,7 @@ def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, 
     if _has_counters(before):
         m.after, m.counters = _settle(server, before, m)
         c = m.counts()
-        if c["drafts"]:
+        if c and c["drafts"]:
             m.from_metrics = normalise(m.counters)
     if m.per_request is None and m.from_metrics is None:
         what = ("its /metrics spec_decode counters did not move during the run" if _has_counters(before)
@@ -202,6 +244,9 @@ def _settle(server: Server, before: MetricsTable, m: Measured) -> tuple[MetricsT
     """Scrape after the run until the counters stop moving (and, with per-request figures, reach the
     requests' own verify steps), at most SETTLE_S seconds."""
     want = sum(q.reply.steps or 0 for q in m.requests) if all(q.reply.kind == "vllm" for q in m.requests) else None
+    key = "drafts"
+    if m.requests and all(q.reply.kind == "llamacpp" for q in m.requests):  # its answers count draft tokens
+        want, key = sum(q.reply.drafted or 0 for q in m.requests), "draft_tokens"
     deadline, last = time.monotonic() + SETTLE_S, None
     while True:
         after = _scrape(server)
@@ -209,7 +254,10 @@ def _settle(server: Server, before: MetricsTable, m: Measured) -> tuple[MetricsT
             m.notes.append("/metrics lost its spec_decode counters during the run")
             return after, None
         diff = difference(before, after)
-        drafts = diff.rows[0].get("drafts")
+        if not diff.rows:  # a counter went down: the interval is left out (`difference`)
+            m.notes += [f"/metrics: {x}" for x in diff.missing if "went down" in x]
+            return after, None
+        drafts = diff.rows[0].get(key)
         done = (drafts == last) if want is None else (drafts is not None and drafts >= want)
         if done or time.monotonic() > deadline:
             if diff.missing:

@@ -13,13 +13,23 @@ HTTP error with the server's own message.
   (`{"vllm_config", "vllm_env", "system_env"}`, `vllm/entrypoints/serve/dev/server_info/api_router.py`):
   that is vLLM's, read again as JSON (`?config_format=json`) for its speculative config
   (`Server.setup`: the algorithm, the draft, a synthetic rejection sampler).
+  llama.cpp's `llama-server` is recognised by its `/props` answer (`build_info`,
+  `default_generation_settings`, `total_slots`: tools/server/server-context.cpp `get_props`), its
+  models listed as `owned_by: llamacpp`, or its `llamacpp:` metrics.
 - `send(server, ...)`: one greedy request. Token ids in: vLLM (or any OpenAI server)
   `/v1/completions` with `"prompt": [ids]`, `"return_token_ids": true`; SGLang `/generate` with
-  `"input_ids"` and `"sampling_params"`. Messages in: `/v1/chat/completions`.
+  `"input_ids"` and `"sampling_params"`; llama.cpp its native `/completion` (`llamacpp_body`: the ids
+  as `prompt`, `n_predict`, temperature 0, `return_tokens`, no prompt cache). Messages in:
+  `/v1/chat/completions`.
 - `Reply`: one answer - output ids (where the server returns them), text, completion tokens and the
   per-request speculative counts: vLLM 0.32+'s `metrics.speculative_decoding`
-  (`--per-request-spec-decode-metrics summary|detailed`) or SGLang's `meta_info` (read by
-  `helpers.serving.records.read_records`).
+  (`--per-request-spec-decode-metrics summary|detailed`), SGLang's `meta_info` (read by
+  `helpers.serving.records.read_records`) or llama.cpp's `timings.draft_n` / `draft_n_accepted`
+  (draft tokens and accepted ones; llama.cpp gives no verify steps per request, and leaves both out
+  of an answer that drafted nothing).
+
+`--api-key KEY`: sent as `Authorization: Bearer KEY` on every call (vLLM, SGLang and llama-server
+all read it; llama-server asks it on every path but /health, /metrics included).
 """
 from __future__ import annotations
 
@@ -44,13 +54,15 @@ class Server:
     """What a URL is: its base, engine, served models, SGLang's server info and its first /metrics page."""
 
     url: str  # base URL: scheme://host:port[/prefix]
-    engine: str  # "vllm", "sglang" or "openai" (an OpenAI-compatible server of no known engine)
+    engine: str  # "vllm", "sglang", "llamacpp" or "openai" (an OpenAI-compatible server of no known engine)
     models: list[str] = field(default_factory=list)
     server_info: dict | None = None  # SGLang /get_server_info
     metrics: str | None = None  # the /metrics text at discovery (None: no /metrics)
     generate: bool = False  # SGLang's /generate answers
     timeout: float = 30.0
     vllm_info: dict | None = None  # vLLM's /server_info (dev mode), JSON form where it gives one
+    props: dict | None = None  # llama.cpp's /props
+    api_key: str | None = None  # sent as a bearer token on every call
 
     @property
     def setup(self) -> Setup:
@@ -65,8 +77,13 @@ class Server:
         return "sglang" if self.engine == "sglang" else "vllm"
 
     def needs_model(self, token_ids: bool) -> bool:
-        """Whether a request names the served model: not for token ids sent to SGLang's /generate."""
-        return not (token_ids and self.engine == "sglang")
+        """Whether a request names the served model: not for token ids sent to SGLang's /generate or
+        llama.cpp's /completion (it serves one model)."""
+        return not (token_ids and self.engine in ("sglang", "llamacpp"))
+
+    def call(self, path: str, body: dict | None = None) -> tuple[int, bytes]:
+        """`call` on this server, with its timeout and API key."""
+        return call(self.url + path, body, timeout=self.timeout, api_key=self.api_key)
 
     @property
     def speculative_algorithm(self) -> str | None:
@@ -81,7 +98,8 @@ class Reply:
     text: str
     completion_tokens: int | None
     finish_reason: str | None
-    kind: str | None = None  # "vllm" (metrics.speculative_decoding) or "sglang" (meta_info); None: no counts
+    kind: str | None = None  # "vllm" (metrics.speculative_decoding), "sglang" (meta_info) or "llamacpp"
+    #                          (timings: drafted and accepted, no steps); None: no counts
     steps: int | None = None  # verify steps (vLLM num_spec_steps, SGLang spec_verify_ct)
     accepted: int | None = None  # accepted draft tokens, the bonus not counted
     drafted: int | None = None  # draft tokens proposed
@@ -103,12 +121,15 @@ def base_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path.rstrip("/"), "", ""))
 
 
-def call(url: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int, bytes]:
+def call(url: str, body: dict | None = None, timeout: float = 30.0, api_key: str | None = None) -> tuple[int, bytes]:
     """GET (or POST `body` as JSON) -> (HTTP status, body). An HTTP error status is returned, not
-    raised; a server that cannot be reached, does not answer in time or hangs up is one line."""
+    raised; a server that cannot be reached, does not answer in time or hangs up is one line.
+    `api_key`: sent as `Authorization: Bearer KEY`."""
     data = None if body is None else json.dumps(body).encode()
-    req = Request(url, data=data, method="GET" if body is None else "POST",
-                  headers={"Content-Type": "application/json", "Accept": "application/json, text/plain"})
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/plain"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = Request(url, data=data, method="GET" if body is None else "POST", headers=headers)
     late = f"the server did not answer within {timeout:g} s (--timeout SECONDS)"
     def get() -> tuple[int, bytes]:
         with urlopen(req, timeout=timeout) as r:  # noqa: S310 (the URL the user gave)
@@ -146,10 +167,20 @@ def _json(status: int, body: bytes):
         return None
 
 
-def discover(url: str, timeout: float) -> Server:
+def is_llamacpp_props(props) -> bool:
+    """Whether a /props answer is llama-server's (tools/server/server-context.cpp `get_props`)."""
+    return isinstance(props, dict) and "default_generation_settings" in props and (
+        "build_info" in props or "total_slots" in props)
+
+
+def discover(url: str, timeout: float, api_key: str | None = None) -> Server:
     """Find out what answers at `url` (see the module docstring); one line when it is not an
     OpenAI-compatible server (no /v1/models and no /generate)."""
     base = base_url(url)
+
+    def call(u, body=None, timeout=timeout):  # every call with the key
+        return _call(u, body, timeout=timeout, api_key=api_key)
+
     status, body = call(base + "/v1/models", timeout=timeout)  # a server that is down ends here
     models = _json(status, body)
     ids, owners = [], set()
@@ -160,10 +191,12 @@ def discover(url: str, timeout: float) -> Server:
                 owners.add(str(m.get("owned_by", "")).lower())
     has_models = isinstance(models, dict) and isinstance(models.get("data"), list)
     if status in (401, 403):
-        raise BadInputError(base + "/v1/models", f"HTTP {status}: the server wants credentials (an API key), which "
-                            "probe does not send; probe a server started without --api-key")
+        raise BadInputError(base + "/v1/models", f"HTTP {status}: the server wants credentials: " + (
+            "it refused the API key given (--api-key)" if api_key else "pass its key with --api-key KEY"))
     info, vllm_info = None, None
-    for path in ("/get_server_info", "/server_info"):
+    props = _json(*call(base + "/props", timeout=timeout))
+    props = props if is_llamacpp_props(props) else None
+    for path in (() if props is not None else ("/get_server_info", "/server_info")):
         got = _json(*call(base + path, timeout=timeout))
         if isinstance(got, dict) and "vllm_config" in got:  # vLLM's dev-mode /server_info, not SGLang's
             as_json = _json(*call(base + "/server_info?config_format=json", timeout=timeout))
@@ -183,18 +216,23 @@ def discover(url: str, timeout: float) -> Server:
                                 f"and there is no SGLang /generate (HTTP {gst}); give the server's base URL, "
                                 "e.g. http://HOST:PORT")
     metrics_text = metrics or ""
-    if vllm_info is None and (info is not None or "sglang:" in metrics_text or "sglang" in owners):
+    if props is not None or "llamacpp:" in metrics_text or "llamacpp" in owners:
+        engine = "llamacpp"
+    elif vllm_info is None and (info is not None or "sglang:" in metrics_text or "sglang" in owners):
         engine = "sglang"
     elif vllm_info is not None or "vllm:" in metrics_text or "vllm" in owners:
         engine = "vllm"
     else:
         engine = "openai"
-    return Server(base, engine, ids, info, metrics, generate, timeout, vllm_info)
+    return Server(base, engine, ids, info, metrics, generate, timeout, vllm_info, props, api_key)
+
+
+_call = call
 
 
 def _post(server: Server, path: str, body: dict) -> dict:
     url = server.url + path
-    status, raw = call(url, body, timeout=server.timeout)
+    status, raw = server.call(path, body)
     if status != 200:
         msg = raw.decode("utf-8", errors="replace")
         try:
@@ -222,6 +260,9 @@ def send(server: Server, *, ids: list[int] | None = None, messages: list[dict] |
         obj = _post(server, path, {"input_ids": list(ids), "sampling_params": {
             "temperature": 0, "max_new_tokens": int(max_new_tokens)}})
         return path, sglang_reply(obj, server.url + path)
+    if ids is not None and server.engine == "llamacpp":
+        path = "/completion"
+        return path, llamacpp_reply(_post(server, path, llamacpp_body(ids, max_new_tokens)), server.url + path)
     if ids is not None:
         path = "/v1/completions"
         obj = _post(server, path, {"model": model, "prompt": list(ids), "max_tokens": int(max_new_tokens),
@@ -231,6 +272,38 @@ def send(server: Server, *, ids: list[int] | None = None, messages: list[dict] |
         obj = _post(server, path, {"model": model, "messages": list(messages), "max_tokens": int(max_new_tokens),
                                    "temperature": 0})
     return path, openai_reply(obj, server.url + path)
+
+
+def llamacpp_body(ids: list[int], max_new_tokens: int) -> dict:
+    """llama-server's native /completion for one greedy request: the prompt as token ids, the output's
+    ids back (`return_tokens`), no prompt cache (each request drafts from a cold start, as the
+    engine-free loop does)."""
+    return {"prompt": [int(t) for t in ids], "n_predict": int(max_new_tokens), "temperature": 0,
+            "return_tokens": True, "cache_prompt": False}
+
+
+def llamacpp_reply(obj: dict, url: str) -> Reply:
+    """A llama-server /completion answer: `tokens`, `content`, `tokens_predicted`, `stop_type` and the
+    request's `timings` (`draft_n`, `draft_n_accepted`; both absent when nothing was drafted)."""
+    if "content" not in obj and "tokens" not in obj:
+        raise BadInputError(url, f"answered without content or tokens (keys {sorted(obj)[:6]}): not a llama-server "
+                            "/completion answer")
+    ids = obj.get("tokens")
+    reply = Reply([int(t) for t in ids] if isinstance(ids, list) and ids else None, obj.get("content") or "",
+                  _int(obj.get("tokens_predicted"), "tokens_predicted", url), obj.get("stop_type"))
+    _llamacpp_timings(reply, obj, url)
+    return reply
+
+
+def _llamacpp_timings(reply: Reply, obj: dict, url: str) -> None:
+    """llama.cpp's per-request draft counts (`timings`, on its native and OpenAI answers alike)."""
+    t = obj.get("timings")
+    if not isinstance(t, dict):
+        return
+    reply.kind = "llamacpp"
+    reply.drafted = _int(t.get("draft_n", 0), "timings.draft_n", url)
+    reply.accepted = _int(t.get("draft_n_accepted", 0), "timings.draft_n_accepted", url)
+    _check_bounds(reply, url, "timings")
 
 
 def _int(v, what: str, url: str) -> int | None:
@@ -255,6 +328,8 @@ def openai_reply(obj: dict, url: str) -> Reply:
     usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
     reply = Reply(ids, text or "", _int(usage.get("completion_tokens"), "usage.completion_tokens", url),
                   c.get("finish_reason"))
+    if isinstance(obj.get("timings"), dict):  # llama-server's OpenAI answers carry its timings
+        _llamacpp_timings(reply, obj, url)
     metrics = obj.get("metrics")
     spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
     if isinstance(spec, dict):
@@ -310,6 +385,8 @@ def request_row(reply: Reply, index: int) -> dict:
     if reply.kind == "sglang":
         return _row("request", index, verify_ct=reply.steps, completion_tokens=reply.completion_tokens,
                     accepted=reply.accepted, draft_tokens=reply.drafted, histogram=reply.histogram)
+    if reply.kind == "llamacpp":  # no verify steps per request
+        return _row("request", index, accepted=reply.accepted, draft_tokens=reply.drafted)
     per_pos = None
     if reply.histogram:  # position j is reached by the steps that accepted more than j
         per_pos = [sum(reply.histogram[j + 1:]) for j in range(len(reply.histogram) - 1)]
