@@ -80,3 +80,19 @@ def test_counts_are_llamacpps_own(served, kit):
 def test_answers_timings_add_up_to_the_counters(served, llamacpp):
     drafted, accepted = llamacpp.served_counts(served["responses"])
     assert (drafted, accepted) == (served["counters"]["num_draft_tokens"], served["counters"]["num_accepted_tokens"])
+
+
+def test_the_loop_on_the_gguf_itself_counts_as_llamacpp(served, cli, llamacpp_pair):
+    """`speculate` on the converter-made GGUF draft: its d2t holds absolute ids, so `absolute` is the reading
+    llama.cpp uses; that reading reproduces the server's counts, the offset reading accepts nothing."""
+    pair = llamacpp_pair["hf"]
+    r = cli("speculate", str(llamacpp_pair["draft"]), "--target", str(pair / "target"), "--engine", "llamacpp",
+            "--num-speculative-tokens", str(K), "--max-new-tokens", str(TOKENS), "--max-prompts", str(N),
+            "--readings", "absolute,offset", "--dtype", "float32", "--json")
+    assert r.returncode == 0, r.stderr
+    runs = json.loads(r.stdout)["readings"]
+    c = served["counters"]
+    ec = runs["absolute"]["engine_counts"]
+    assert (ec["drafts"], ec["accepted"], ec["accepted_per_position"]) == (c["num_drafts"], c["num_accepted_tokens"],
+                                                                          c["per_pos"])
+    assert runs["offset"]["engine_counts"]["accepted"] == 0
