@@ -247,8 +247,8 @@ def test_sampling_follows_the_target_distribution(models, records, shape):
 def test_a_wrong_rejection_rule_fails_the_chi_square(models, records, shape, monkeypatch):
     right = S.accept_rule
 
-    def resample_from_target(p, q, token, gen):  # the classic bug: after a rejection, sample p, not max(p-q, 0)
-        ok, _ = right(p, q, token, gen)
+    def resample_from_target(p, q, token, gen, *rule):  # the classic bug: after a rejection, sample p, not max(p-q, 0)
+        ok, _ = right(p, q, token, gen, *rule)
         return ok, p
 
     monkeypatch.setattr(S, "accept_rule", resample_from_target)

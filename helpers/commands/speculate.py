@@ -21,7 +21,9 @@ the dashboard, notebook 07; a shape SGLang does not run, e.g. --steps 0 or
 in one forward with its KV cache (a tree attention mask for trees) and keeps only the accepted
 tokens' cache rows. Temperature 0 verifies greedily (the output is token for token the target's
 own greedy output); temperature > 0 uses the rejection rule (the output follows the target's own
-sampling). Each reading of d2t (offset, absolute, none) is run on the same prompts, so a misread
+sampling), by the acceptance rule of the --engine named (vLLM's default and SGLang and llama.cpp's
+EAGLE-3 drafter: the draft's argmax, accepted with probability p(token); textbook: drafts sampled
+from q, accepted with min(1, p/q); --acceptance-rule picks one; docs/sampling.md). Each reading of d2t (offset, absolute, none) is run on the same prompts, so a misread
 table shows as accept length ~1.0 while the text stays the same.
 
 Targets: decoder-only causal LMs whose layers are full or sliding-window attention (Llama, Qwen,
@@ -54,8 +56,11 @@ generated_tokens, histogram, accepted_per_position,
 per_position_unconditional, per_position_conditional, target_forwards, target_tokens_fed,
 target_forwards_per_token, draft_forwards, seconds, loop_overhead_fraction,
 engine_counts{engine, definition, drafts, draft_tokens, accepted, accepted_per_position,
-accept_length} (the same steps as --engine counts them: llama.cpp drafts at most min(K, tokens
+accept_length, acceptance_rule, temperature} (the same steps as --engine counts them: llama.cpp drafts at most min(K, tokens
 left - 1) and counts no step without a draft; null for a tree),
+acceptance_rule ('greedy' at temperature 0, else the rule's name), temperature,
+expected_per_position_unconditional, expected_accept_length (the rule's exact expectation on the
+contexts met: argmax-drafted chains under sampling, else null),
 prompts[{index, prompt_tokens, output_ids, text, kinds, draft_pos, accept_lengths, cut_from
 (the accept length the verifier found in a last step the cut shortened, else null),
 mean_accept_length}]}.
@@ -71,6 +76,12 @@ def add_arguments(p) -> None:
     _options.readings(p)
     _options.drafting(p, "drafted")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: speculative sampling")
+    from helpers.core.acceptance_rules import ENGINE_DEFAULT_RULE, LOOP_RULES
+
+    p.add_argument("--acceptance-rule", choices=LOOP_RULES, default=None, metavar="RULE",
+                   help="how drafted tokens are accepted at --temperature > 0 (default: the --engine's own: "
+                        + ", ".join(f"{e} {r}" for e, r in ENGINE_DEFAULT_RULE.items() if e != "textbook")
+                        + f"); one of {', '.join(LOOP_RULES)}")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
@@ -94,8 +105,12 @@ def _report(out: dict) -> str:
         shape = (f"chain of {s['steps']}" if s["drafting"] == "chain"
                  else f"tree steps {s['steps']} topk {s['topk']} draft tokens {s['draft_tokens']}")
         lines.append(f"  {r:8s} accept length {_f(d['mean_accept_length'])} ± {_f(d['stderr'])} over "
-                     f"{d['verify_steps']} verify steps ({shape}, temperature {s['temperature']}); "
-                     f"target forwards/token {_f(d['target_forwards_per_token'])}")
+                     f"{d['verify_steps']} verify steps ({shape}, temperature {s['temperature']}, "
+                     f"rule {d.get('acceptance_rule')}); target forwards/token {_f(d['target_forwards_per_token'])}")
+        if d.get("expected_accept_length") is not None:
+            lines.append(f"           exact expectation (the rule's closed form on the contexts met): accept length "
+                         f"{_f(d['expected_accept_length'])}; per position "
+                         + " ".join(_f(x, 2) for x in d["expected_per_position_unconditional"]))
         lines.append("           per position: unconditional " +
                      " ".join(_f(x, 2) for x in d["per_position_unconditional"]) + " | conditional " +
                      " ".join(_f(x, 2) for x in d["per_position_conditional"]))
@@ -128,7 +143,7 @@ def run(args) -> int:
 
     # the one builder every front end uses: no shape given is its default (a chain of 5), the engine honoured
     knobs = dict(temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                 chat_template=args.chat_template)
+                 chat_template=args.chat_template, acceptance_rule=args.acceptance_rule)
     spec_settings(drafting, engine=args.engine, **knobs)  # checked before any file is touched
     # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
     checked = preflight(RunInputs(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts),

@@ -14,6 +14,7 @@ Modules (import them by name; this file imports nothing):
 - `engines`
 - `key_names`: how a stored draft tensor name reads (prefix, layer layout, parameter)
 - `engine_docs`
+- `acceptance_rules`: how each engine accepts a drafted token under sampling, by release, with source lines
 """
 
-__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_outcomes", "engine_table", "engines", "key_names", "engine_docs"]
+__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_outcomes", "engine_table", "engines", "key_names", "engine_docs", "acceptance_rules"]

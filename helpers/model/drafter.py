@@ -16,9 +16,14 @@ after every verification. Nothing already in the cache is recomputed.
 - kept: the `draft_tokens - 1` candidates of highest cumulative probability (SGLang's
   `--speculative-num-draft-tokens` counts the root), which is always a tree.
 
-With topk 1 and draft_tokens = steps + 1 this is a chain. With `sample=True` (a chain only, for
-speculative sampling) each depth's token is drawn from the draft distribution at `temperature`
-instead of taken as the top one, and that distribution is kept for the rejection rule.
+With topk 1 and draft_tokens = steps + 1 this is a chain. How a chain picks under sampling is the
+engine's acceptance rule (`helpers.core.acceptance_rules`): vLLM's default, SGLang and llama.cpp's
+EAGLE-3 drafter take the draft's argmax whatever the temperature (`sample=False`: q is then a
+point mass on the drafted token, which `Proposal.q` leaves unstated); the textbook rule, vLLM's
+`draft_sample_method="probabilistic"` and SGLang's rejection sampling draw each depth's token from
+softmax(draft logits / temperature) (`sample=True`, a chain only), llama.cpp's draft-simple from
+the softmax over the top `draft_top_k` (10) logits / temperature, and that distribution is kept
+in `Proposal.q` for the rejection rule.
 
 Draft ids become target ids through `d2t` under a reading (`helpers.io.mapping.to_target_ids`); an id
 outside the target vocab (a misread table) is kept as -1 for verification (never accepted) and
@@ -112,10 +117,18 @@ class Drafter:
 
     @torch.inference_mode()
     def propose(self, root_token: int, steps: int, topk: int, draft_tokens: int, *, sample: bool = False,
-                temperature: float = 1.0, generator=None) -> Proposal:
-        """Draft a tree (see the module docstring) after the root token `root_token`."""
+                temperature: float = 1.0, generator=None, draft_top_k: int | None = None) -> Proposal:
+        """Draft a tree (see the module docstring) after the root token `root_token`; `draft_top_k`
+        (with `sample`): draw from the softmax over the top k logits only (llama.cpp's draft-simple q)."""
         n = self.length
-        ids, lp, probs = pick_tokens(self.logits_last[None], topk, sample, temperature, generator)
+
+        def pick(logits):
+            if sample and draft_top_k and 0 < draft_top_k < logits.shape[-1]:
+                kth = logits.topk(draft_top_k, dim=-1).values[..., -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            return pick_tokens(logits, topk, sample, temperature, generator)
+
+        ids, lp, probs = pick(self.logits_last[None])
         # candidates: cumulative log-prob, parent candidate (0 = root), depth, draft id
         c_score, c_parent, c_depth, c_draft = [0.0], [-1], [0], [-1]
         c_q: dict = {}
@@ -133,7 +146,7 @@ class Drafter:
             # row r of the chain cache holds beam[r]'s ancestors: each query sees the context and its ancestors
             h, logits = self._step(beam_h, emb, torch.full((m,), n - 1 + d, device=self.device),
                                    anchor=torch.full((m,), n - 1, device=self.device))
-            ids, lp, probs = pick_tokens(logits[0], topk, sample, temperature, generator)
+            ids, lp, probs = pick(logits[0])
             base = torch.tensor([c_score[b] for b in beam], device=lp.device)
             scores = (base[:, None] + lp).flatten()
             first = len(c_score)

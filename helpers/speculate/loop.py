@@ -9,10 +9,14 @@ One round, with n tokens in the target's KV cache and the root (the last generat
    4-D attention mask lets each node see the context, its ancestors and itself), recording the aux
    hidden states (`HiddenStateCapture`);
 3. verification walks from the root: greedy (temperature 0) accepts a child equal to the target's
-   argmax; sampling applies the rejection rule child by child (accept c with min(1, p(c)/q(c)),
-   else p <- normalised max(p - q, 0); q is the draft distribution mapped to target ids through
-   the reading, or a point mass for a top-k child); the walk's last node gives the correction (a
-   rejected depth) or bonus token (a leaf reached) from its target distribution;
+   argmax; sampling applies the engine's acceptance rule child by child
+   (`helpers.core.acceptance_rules`, chosen by `SpecSettings.rule`: the --engine's default, or
+   --acceptance-rule): with a sampled draft accept c with min(1, p(c)/q(c)), else p <- normalised
+   max(p - q, 0), q being the draft distribution mapped to target ids through the reading; with an
+   argmax draft (vLLM's default, SGLang, llama.cpp's EAGLE-3) q is a point mass, so c is accepted
+   with probability p(c) (llama.cpp: the target samples and c must match; SGLang: its thresholds);
+   the walk's last node gives the correction (a rejected depth) or bonus token (a leaf reached)
+   from its target distribution;
 4. the cache keeps the context, the root and the accepted nodes' rows (rejected rows are dropped,
    nothing is recomputed: one target forward per round), and the draft extends its own cache over
    the same positions with their aux states.
@@ -35,6 +39,7 @@ import time
 
 import torch
 
+from helpers.core.acceptance_rules import RULES, AcceptanceRule, accept_step, residual, token_acceptance  # noqa: F401 (residual: tests use S.residual)
 from helpers.core.errors import BadInputError
 from helpers.io.chat import prompt_ids, uses_template
 from helpers.measure.predict import cpu_threads
@@ -45,21 +50,11 @@ from helpers.speculate.target_cache import TargetCache
 
 
 # -- verification ---------------------------------------------------------------------------------
-def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """normalised max(p - q, 0): what to sample from after rejecting a draft drawn from q."""
-    r = (p - q).clamp_min(0)
-    s = r.sum()
-    return r / s if s > 0 else p
-
-
-def accept_rule(p: torch.Tensor, q: torch.Tensor, token: int, generator) -> tuple[bool, torch.Tensor]:
-    """The standard rejection rule for one drafted token: (accepted, p for what comes next)."""
-    pq = float(q[token]) if token >= 0 else 1.0
-    pt = float(p[token]) if token >= 0 else 0.0
-    u = float(torch.rand((), generator=generator, device=p.device))
-    if pq > 0 and u < min(1.0, pt / pq):
-        return True, p
-    return False, residual(p, q)
+def accept_rule(p: torch.Tensor, q: torch.Tensor, token: int, generator,
+                rule: AcceptanceRule | None = None) -> tuple[bool, torch.Tensor]:
+    """One drafted token under `rule` (default the textbook rejection rule): (accepted, p for what
+    comes next: p when accepted, the residual when rejected). The one place `verify` decides."""
+    return accept_step(rule or RULES["textbook"], p, q, token, generator)
 
 
 def _target_q(prop: Proposal, node: int, drafter: Drafter, vocab: int, device) -> torch.Tensor:
@@ -75,8 +70,11 @@ def _target_q(prop: Proposal, node: int, drafter: Drafter, vocab: int, device) -
     return q
 
 
-def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Drafter, generator):
-    """Walk the tree: (accepted node path without the root, next token, 'correction'|'bonus')."""
+def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Drafter, generator,
+           rule: AcceptanceRule | None = None):
+    """Walk the tree: (accepted node path without the root, next token, 'correction'|'bonus').
+    `rule`: the acceptance rule at temperature > 0 (default textbook); a node the draft sampled is
+    weighed against its recorded q, any other against a point mass on its token."""
     children = prop.children()
     path, cur = [], 0
     if temperature <= 0:
@@ -90,7 +88,7 @@ def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Dr
     while True:
         p = torch.softmax(logits[cur].float() / temperature, dim=-1)
         for c in children[cur]:
-            ok, p = accept_rule(p, _target_q(prop, c, drafter, p.numel(), p.device), prop.tokens[c], generator)
+            ok, p = accept_rule(p, _target_q(prop, c, drafter, p.numel(), p.device), prop.tokens[c], generator, rule)
             if ok:
                 path.append(c)
                 cur = c
@@ -98,6 +96,18 @@ def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Dr
         else:
             tok = int(torch.multinomial(p, 1, generator=generator))
             return path, tok, "correction" if children[cur] else "bonus"
+
+
+def chain_expectation(prop: Proposal, logits: torch.Tensor, temperature: float, rule: AcceptanceRule) -> list[float]:
+    """Exact P(drafted position j accepted) for an argmax-drafted chain given this step's context:
+    prod over depths i <= j of the rule's acceptance of token i under the target's p at its parent
+    (`helpers.core.acceptance_rules.token_acceptance`; p(t) for vLLM's default, SGLang, llama.cpp)."""
+    probs = torch.softmax(logits[: prop.size - 1].float() / temperature, dim=-1)
+    out, run = [], 1.0
+    for i in range(1, prop.size):
+        run *= token_acceptance(rule, probs[i - 1], token=prop.tokens[i])
+        out.append(run)
+    return out
 
 
 # -- the loop -------------------------------------------------------------------------------------
@@ -117,7 +127,8 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
     d = settings.drafting
     steps, topk, n_tokens = d.steps, d.topk, d.num_draft_tokens
     T = float(settings.temperature)
-    sample_chain = T > 0 and topk == 1 and n_tokens == steps + 1
+    rule = settings.rule
+    sample_chain = T > 0 and topk == 1 and n_tokens == steps + 1 and rule.samples_draft
     dev = target.input_device
     eos = _eos_ids(target)
     out = PromptRun(index, list(ids))
@@ -151,7 +162,7 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
         root, n = first, len(ids)
         while not done:
             prop = drafter.propose(root, steps, topk, n_tokens, sample=sample_chain, temperature=T or 1.0,
-                                   generator=generator)
+                                   generator=generator, draft_top_k=rule.draft_top_k)
             feed = torch.tensor([[t if t >= 0 else 0 for t in prop.tokens]], device=dev)
             depth = torch.tensor([prop.depth], device=dev)
             kw = {"position_ids": n + depth, "cache_position": torch.arange(n, n + prop.size, device=dev)}
@@ -163,7 +174,7 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             aux = cap.aux()
             run.target_forwards += 1
             run.target_tokens_fed += prop.size
-            path, nxt, how = verify(prop, logits, T, drafter, generator)
+            path, nxt, how = verify(prop, logits, T, drafter, generator, rule)
             tc.keep(n, [0] + path, chain)
             rows = torch.tensor([0] + path, device=aux.device)
             accepted = [prop.tokens[c] for c in path]
@@ -183,6 +194,10 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             out.accept_lengths.append(emitted)
             if run.engine_counts is not None:
                 run.engine_counts.record(remaining, emitted)
+            if run.expected_per_position is not None and chain:
+                exact = chain_expectation(prop, logits, T, rule)
+                m = min(len(exact), remaining - 1)  # positions this step could emit (EOS not foreseen)
+                run.expected_per_position[:m] += exact[:m]
             if emitted < len(path) + 1:
                 out.cut_from = len(path) + 1
             n += 1 + len(path)

@@ -44,6 +44,8 @@ class SpecSettings:
     seed: int = 0
     engine: str = DEFAULT_ENGINE
     chat_template: str = "auto"
+    # the acceptance rule under sampling (`helpers.core.acceptance_rules`); None: the engine's default
+    acceptance_rule: str | None = None
 
     def __post_init__(self):
         self.check()  # settings are checked when made (`replace` too): a run never starts on bad ones
@@ -51,6 +53,19 @@ class SpecSettings:
     @property
     def is_chain(self) -> bool:
         return self.drafting.is_chain
+
+    @property
+    def rule(self):
+        """The `AcceptanceRule` verification follows at temperature > 0: the named one, else the engine's."""
+        from helpers.core.acceptance_rules import rule_for_engine
+
+        return rule_for_engine(self.engine, self.acceptance_rule)
+
+    @property
+    def rule_name(self) -> str:
+        """What the accept lengths were measured under: 'greedy' at temperature 0 (every rule is then
+        argmax-match), else the acceptance rule's name."""
+        return "greedy" if self.temperature <= 0 else self.rule.name
 
     def check(self) -> SpecSettings:
         check_reading(self.reading)
@@ -61,6 +76,10 @@ class SpecSettings:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.max_new_tokens < 1:
             raise ValueError("max new tokens must be at least 1")
+        from helpers.core.acceptance_rules import LOOP_RULES
+
+        if self.acceptance_rule is not None and self.acceptance_rule not in LOOP_RULES:
+            raise ValueError(f"acceptance rule must be one of {', '.join(LOOP_RULES)}, got {self.acceptance_rule!r}")
         return self
 
     def to_dict(self) -> dict:
@@ -72,7 +91,8 @@ class SpecSettings:
                 "topk": d.topk, "draft_tokens": d.steps if d.is_chain else d.num_draft_tokens,
                 "num_draft_tokens": d.num_draft_tokens, "temperature": self.temperature,
                 "max_new_tokens": self.max_new_tokens, "seed": self.seed, "engine": self.engine,
-                "chat_template": self.chat_template, **d.engine_flags()}
+                "chat_template": self.chat_template, "acceptance_rule": self.rule_name,
+                "acceptance_rule_asked": self.acceptance_rule, **d.engine_flags()}
 
 
 @dataclass
@@ -111,12 +131,19 @@ class SpecRun:
     prompts: list[PromptRun] = field(default_factory=list)
     # the same steps as the settings' engine counts them (chains only; None for a tree)
     engine_counts: EngineCounts | None = None
+    # sum over verify steps of the exact P(drafted position j accepted | the step's context), where the
+    # rule makes it a closed form (an argmax-drafted chain: prod_{i<=j} of the rule's per-token
+    # acceptance, `helpers.core.acceptance_rules.exact_chain_acceptance`); None otherwise
+    expected_per_position: np.ndarray | None = None
 
     @classmethod
     def empty(cls, settings: SpecSettings) -> SpecRun:
         steps = settings.drafting.steps
         counts = EngineCounts(settings.engine, steps) if settings.is_chain else None
-        return cls(settings.to_dict(), np.zeros(steps + 2, np.int64), np.zeros(steps, np.int64), engine_counts=counts)
+        exact = (np.zeros(steps, np.float64) if settings.is_chain and settings.temperature > 0
+                 and not settings.rule.samples_draft else None)
+        return cls(settings.to_dict(), np.zeros(steps + 2, np.int64), np.zeros(steps, np.int64), engine_counts=counts,
+                   expected_per_position=exact)
 
     @classmethod
     def merge(cls, runs: list[SpecRun]) -> SpecRun:
@@ -125,6 +152,8 @@ class SpecRun:
                   sum(r.accepted_per_position for r in runs))
         if runs[0].engine_counts is not None:
             out.engine_counts = EngineCounts(runs[0].engine_counts.engine, runs[0].engine_counts.steps)
+        if all(r.expected_per_position is not None for r in runs):
+            out.expected_per_position = sum(r.expected_per_position for r in runs)
         for r in runs:
             if out.engine_counts is not None and r.engine_counts is not None:
                 out.engine_counts.add(r.engine_counts)
@@ -193,6 +222,24 @@ class SpecRun:
         s = self.seconds
         return (s["total"] - s["target"] - s["draft"]) / s["total"] if s["total"] else float("nan")
 
+    @property
+    def expected_unconditional(self) -> list[float] | None:
+        """The exact expectation of `per_position_unconditional` given the contexts the run met (argmax
+        drafted chains under sampling only; None otherwise): its Monte Carlo counterpart should lie
+        within a few standard errors."""
+        return _expected_unconditional(self)
+
+    @property
+    def expected_accept_length(self) -> float:
+        e = self.expected_unconditional
+        return 1.0 + sum(e) if e is not None else float("nan")
+
+    def _engine_counts_dict(self) -> dict | None:
+        if self.engine_counts is None:
+            return None
+        return {**self.engine_counts.to_dict(), "acceptance_rule": self.settings.get("acceptance_rule"),
+                "temperature": self.settings.get("temperature")}
+
     def to_dict(self, prompts: bool = True) -> dict:
         d = {"settings": self.settings, "mean_accept_length": _num(self.mean), "stderr": _num(self.stderr),
              "accept_length_definition": DEFINITION, "verify_steps": self.verify_steps,
@@ -203,10 +250,19 @@ class SpecRun:
              "target_forwards": self.target_forwards, "target_tokens_fed": self.target_tokens_fed,
              "target_forwards_per_token": _num(self.forwards_per_token), "draft_forwards": self.draft_forwards,
              "seconds": dict(self.seconds), "loop_overhead_fraction": _num(self.overhead_fraction),
-             "engine_counts": self.engine_counts.to_dict() if self.engine_counts is not None else None}
+             "engine_counts": self._engine_counts_dict(),
+             "acceptance_rule": self.settings.get("acceptance_rule"), "temperature": self.settings.get("temperature"),
+             "expected_per_position_unconditional": self.expected_unconditional,
+             "expected_accept_length": _num(self.expected_accept_length)}
         if prompts:
             d["prompts"] = [p.to_dict() for p in self.prompts]
         return d
+
+
+def _expected_unconditional(run: SpecRun) -> list | None:
+    if run.expected_per_position is None or not run.verify_steps:
+        return None
+    return [float(x / run.verify_steps) for x in run.expected_per_position]
 
 
 def _num(x: float) -> float | None:
