@@ -200,6 +200,33 @@ def test_each_bad_input_is_one_line_exit_2_nothing_written(case, corpus, cli, sp
     assert _files(corpus) == before and not out.exists(), "something was written"
     assert spies == {"load_target": 0, "run_notebook": 0}, spies  # refused before anything heavy ran
     assert took < LIMIT_S, took
+    assert_flags_taken(args[0], line)
+
+
+def assert_flags_taken(command: str, line: str) -> None:
+    """Every flag an error line names (echoed or recommended) is one `command` takes."""
+    from helpers.__main__ import build_parser
+
+    parser = build_parser([command])
+    sub = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    taken = {o for a in sub.choices[command]._actions for o in a.option_strings}
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", line))
+    assert named <= taken, f"{command} names {sorted(named - taken)}, which it does not take: {line}"
+
+
+def test_command_modules_recommend_only_their_own_flags():
+    """Flags named in the messages a command module raises (helpers/commands/NAME.py) are NAME's flags."""
+    import ast
+
+    from helpers.__main__ import command_modules
+
+    for name, module in command_modules().items():
+        tree = ast.parse((ROOT / "helpers" / "commands" / f"{module}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                text = " ".join(s.value for s in ast.walk(node.exc)
+                                if isinstance(s, ast.Constant) and isinstance(s.value, str))
+                assert_flags_taken(name, text)
 
 
 def test_speculate_draft_config_flag_is_never_suggested(cli):

@@ -1,6 +1,8 @@
 """`evaluate CHECKPOINT --samples DIR`: draft accuracy under each reading of d2t."""
 from __future__ import annotations
 
+import re
+
 from helpers.commands import _options
 from helpers.core import jsontext
 from helpers.core.errors import BadInputError
@@ -143,6 +145,24 @@ def _shape(text: str):
             return Drafting.tree(*nums)
     except ValueError as e:
         if all(x.strip().lstrip("-").isdigit() for x in parts):
-            raise BadInputError(None, f"--predict {text}: {e}") from None
+            raise BadInputError(None, f"--predict {text}: {_in_predict_terms(str(e), parts)}") from None
     raise BadInputError(None, f"--predict {text!r}: expected S (a chain of S drafted tokens) or S/K/N (SGLang's "
                               "steps/topk/num-draft-tokens, root counted), e.g. --predict 5/4/16")
+
+
+def _in_predict_terms(message: str, parts) -> str:
+    """A shape check's message (`helpers.acceptance.drafting`, which names the shape flags of
+    speculate/simulate) in --predict's own terms: evaluate takes none of those flags, and its --steps
+    and --topk mean other things (the scored depth, top-k accuracy)."""
+    steps = parts[0].strip()
+    message = re.sub(r"give --draft-tokens (\d+) or leave it out",
+                     lambda m: f"give --predict {steps}/1/{m.group(1)} or --predict {steps}", message)
+    message = re.sub(r"\(?SGLang(?:'s)? --speculative-num-steps\)?", "", message)
+    message = re.sub(r"--num-speculative-tokens (\d+)", r"--predict \1", message)
+    for flag, letter in (("--steps", "S"), ("--topk", "K"), ("--draft-tokens", "N"),
+                         ("--speculative-num-steps", "S"), ("--speculative-eagle-topk", "K"),
+                         ("--speculative-num-draft-tokens", "N")):
+        message = re.sub(rf"(?<![\w-]){flag}(?![\w-])( (\d+))?",
+                         lambda m, letter=letter: letter + (f" = {m.group(2)}" if m.group(2) else ""), message)
+    message = message.replace("vLLM's num_speculative_tokens", "a chain of")
+    return " ".join(message.split())

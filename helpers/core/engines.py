@@ -133,8 +133,9 @@ class EngineAt:
         release = f"{self.engine.tag}{self.version}" if self.version else None  # as the engine names it: b<build>
         # checked: this release was run, and this row is one of the runs (not a row read in the code)
         checked = self.version in self.engine.run and (sp.pr or "").startswith("run in")
-        return {"result": serve.result, "accept": serve.accept, "says": serve.says, "release": release,
-                "checked": checked, "run_in": list(self.engine.run), "source": sp.pr}
+        return {"result": serve.result, "accept": serve.accept, "says": serve.says,
+                **({"stage": serve.stage} if serve.stage else {}), "release": release, "checked": checked,
+                "run_in": list(self.engine.run), "source": sp.pr}
 
     def _pick(self, spans) -> Span:
         """The range holding this release: since <= release <= until (the table's ranges are whole:
@@ -297,14 +298,16 @@ def support_starts(engine, rule: str) -> tuple[str | None, str | None, str | Non
 
 
 def worst_outcome(outcomes) -> dict | None:
-    """The outcome that decides a checkpoint's fate: refuses, then crashes, then serves with the
-    lowest accept class (about-1, at-most, unknown, as-trained). None when none is known."""
+    """The outcome that decides a checkpoint's fate: refuses (at conversion before at start-up, for an
+    engine that converts), then crashes, then serves with the lowest accept class (about-1, at-most,
+    unknown, as-trained). None when none is known."""
     known = [o for o in outcomes if o]
     if not known:
         return None
 
     def rank(o):
-        return (SERVE_RESULTS.index(o["result"]), ACCEPT_CLASSES.index(o["accept"]) if o["accept"] else 0)
+        return (SERVE_RESULTS.index(o["result"]), ACCEPT_CLASSES.index(o["accept"]) if o["accept"] else 0,
+                o.get("stage") != "convert")
 
     return min(known, key=rank)
 
@@ -365,6 +368,16 @@ def captured_layers(engine, ids: list[int] | None, num_layers: int, target_type:
     if shift == "1-if-first-is-1":
         shift = 1 if ids and ids[0] == 1 else 0
     return [i + shift for i in ids]
+
+
+def arriving_layers(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:
+    """The target layers whose input actually reaches the draft's fc, in the order it arrives: the
+    engines read here (SGLang, vLLM, TokenSpeed, llama.cpp) capture in their forward loop, testing each
+    layer index for membership in the capture list, so a layer named twice is captured once, one
+    outside 0..L-1 never, and the states arrive in layer order. With the default capture
+    (2, L//2, L-3) a target of 1, 2, 4, 5 or 6 layers therefore delivers fewer than three states."""
+    got = captured_layers(engine, ids, num_layers, target_type)
+    return sorted({i for i in got if 0 <= i < num_layers})
 
 
 def layers_in(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:

@@ -6,7 +6,7 @@ from the capture, ids where a release does not look) are `helpers.doctor.checks_
 """
 from __future__ import annotations
 
-from helpers.core.engines import aux_convention, aux_layer_ids, captured_layers
+from helpers.core.engines import arriving_layers, aux_convention, aux_layer_ids, captured_layers
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config
@@ -21,6 +21,14 @@ def _ids_invalid(c: CheckContext) -> bool:
 def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
     """aux-layers: which target layers each engine release captures, checked against the target's depth."""
     ats = [at for at in c.engine_list if at.value("aux.shift") is not None]
+    unread = [at for at in c.engine_list if at.value("aux.shift") is None]
+    if not ats:  # no engine checked whose capture the kit has read: say so, not an empty list
+        c.add("aux-layers", "info",
+              f"aux layers not checked: the kit has not read {' or '.join(at.label for at in unread)}'s aux-layer "
+              "capture (which target layers it feeds the draft)",
+              "check the engine's own EAGLE-3 capture code against the draft's "
+              "eagle_config.eagle_aux_hidden_state_layer_ids", effect=NO_EFFECT)
+        return
     ids = aux_layer_ids(c.ck.config, ats)
     if target_cfg is None:
         named = {e: v for e, v in ids.items() if v is not None}
@@ -34,7 +42,7 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
         return
     t = text_config(target_cfg)
     n_layers = t.get("num_hidden_layers")
-    if not isinstance(n_layers, int) or n_layers < 4:
+    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
         c.add("aux-layers", "warning", "the target config has no usable num_hidden_layers", "pass the target's config.json")
         return
     captured = {}
@@ -49,14 +57,26 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
         if ids[e] is None and at.value("aux.from") == () and _any_ids(c.ck.config):
             src = f"no ids (this release reads none from the config: {at.change('aux.from') or 'never'})"
         bad = [i for i in got if i < 0 or i >= n_layers]
+        arrive = arriving_layers(at, ids[e], n_layers, ttype)  # distinct, in range, in layer order
+        twice = sorted({i for i in got if got.count(i) > 1 and 0 <= i < n_layers})
         if ids[e] is not None and len(ids[e]) != 3 and c.shape("fc.weight") is None:  # else check_aux_config's
             c.add("aux-layers", "error", f"{name}: {len(ids[e])} aux layer ids {ids[e]}, but fc takes 3 hidden states",
                   "name exactly three aux layers", effect="aux.fc-width", engine=e)
-        if bad:
+        if bad or twice:
+            default = ids[e] is None
+            why = "; ".join(([f"{bad} {'is' if len(bad) == 1 else 'are'} outside the target's {n_layers} "
+                              f"layer{'s' if n_layers != 1 else ''} (0..{n_layers - 1})"] if bad else [])
+                            + ([f"{twice} {'is' if len(twice) == 1 else 'are'} named twice and captured once"]
+                               if twice else []))
             c.add("aux-layers", "error",
-                  f"{name}: {src} capture the input of target layers {got}; {bad} is outside the target's "
-                  f"{n_layers} layers (0..{n_layers - 1}), so fewer hidden states arrive than fc expects",
-                  "use ids the target has (SGLang adds 1 to each configured id)")
+                  f"{name}: {src} capture the input of target layers {got}"
+                  + (f" (the default 2, L//2, L-3 for L = {n_layers})" if default else "")
+                  + f"; {why}, so {len(arrive)} hidden state{'s' if len(arrive) != 1 else ''} "
+                  f"arrive{'s' if len(arrive) == 1 else ''} (layers {arrive}) where fc expects 3",
+                  ("write three distinct ids the target has into the draft's config (the ids the draft was "
+                   "trained on)") if default else
+                  f"use three distinct ids the target has ({_shift_words(at, ttype)})",
+                  effect="aux.capture-count" if at.outcome("aux.capture-count") else None, engine=e)
         elif ids[e] is None and not _any_ids(c.ck.config) and at.value("aux.from") and not _ids_invalid(c):
             c.add("aux-layers", "warning",
                   f"{name}: the config names no aux layer ids, so the engine falls back to the target's default "
@@ -71,7 +91,8 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
             place = _aux_place(got, n_layers)
             c.add("aux-layers", "info",
                   f"{name}: {src} -> captures the input of target layers {got} (outputs of layers "
-                  f"{[i - 1 for i in got]}) of {n_layers}" + _PLACE_WORDS[place],
+                  f"{[i - 1 for i in got]}) of {n_layers}" + _PLACE_WORDS[place]
+                  + (f"; they reach fc in layer order {arrive}" if arrive != list(got) else ""),
                   "nothing to do if the draft was trained on these", effect=f"aux.{place}", engine=e)
     for i, a in enumerate(ats):  # each pair of engines checked together (`--engine all`)
         for b in ats[i + 1:]:
