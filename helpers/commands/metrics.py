@@ -13,14 +13,17 @@ what vLLM reports) and conditional (given position j-1 was accepted). Each sourc
 is printed with it.
 
 SOURCE is a URL or a file:
-  http://HOST:PORT[/metrics]     vLLM counters vllm:spec_decode_* or SGLang gauges sglang:spec_accept_*
+  http://HOST:PORT[/metrics]     vLLM counters vllm:spec_decode_*, llama.cpp's llamacpp:spec_decode_*
+                                 (1 + accepted / drafts, drafts = verify steps) or SGLang gauges sglang:spec_accept_*
   http://HOST:PORT/get_server_info   SGLang: internal_states[i].avg_spec_accept_length per DP rank
   FILE  a saved /metrics text, a /get_server_info JSON, a JSONL of SGLang responses (meta_info) or of
         vLLM answers (0.32+ --per-request-spec-decode-metrics: metrics.speculative_decoding), of
         vLLM per-request counts (num_drafts, num_accepted_tokens, ...), an SGLang/vLLM/llama.cpp
         server log, or a SpecForge training log (acc_i, simulated_acc_len).
 --interval S (a URL): scrape twice S seconds apart and use the counters' difference (vLLM's
-counters count from server start; the difference is what the traffic in between did).
+counters count from server start; the difference is what the traffic in between did; so do
+llama.cpp's). A llama.cpp log's requests are pooled with the verify steps each line's mean len and
+acc per pos give (notes say where they are not exact).
 """ + _options.SHAPE_TEXT + """
 --draft-tokens alone (it meant a chain of N - 1 here, and a chain of N elsewhere) is refused in one
 line naming --num-speculative-tokens. Drafting settings: the flags, else what the source states (SGLang's server_args line in either form or

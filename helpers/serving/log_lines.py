@@ -307,7 +307,7 @@ def _llamacpp(body: str) -> dict:
     if generated and abs(ratio - accepted / generated) > 0.5 * 10.0 ** -decimals + 1e-6:
         raise Garbled(f"draft acceptance {ratio} is not accepted / generated = {accepted / generated:.5f}")
     row = {"engine": "llamacpp", "format": "llamacpp-old", "accept_rate": ratio, "accepted": accepted,
-           "drafted": generated}
+           "drafted": generated, "steps_exact": False}  # verify steps: `_llamacpp_steps`
     rest = m["rest"].strip()
     fields = {}
     if rest:

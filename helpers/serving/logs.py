@@ -146,7 +146,7 @@ class LogTable:
         """llama.cpp's lines: how many requests' verify steps the log gives exactly (`log_lines._llamacpp_steps`),
         how many only approximately, how many not at all (nothing accepted, or no mean printed). None for
         other engines (their lines count their steps)."""
-        rows = [r for r in self.rows if r["engine"] == "llamacpp" and not r.get("cut")]
+        rows = [r for r in self.rows if "steps_exact" in r and not r.get("cut")]  # llama.cpp's rows carry it
         if not rows:
             return None
         exact = [r["line"] for r in rows if r.get("steps_exact")]

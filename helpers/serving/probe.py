@@ -56,7 +56,7 @@ class Request:
     @property
     def accept_length(self) -> float | None:
         r = self.reply
-        if r.kind in (None, "llamacpp") or not r.steps:  # llama.cpp: no verify steps per request
+        if r.kind is None or not r.steps:  # llama.cpp's answers: no verify steps
             return None
         if r.kind == "sglang":
             return None if r.completion_tokens is None else r.completion_tokens / r.steps
@@ -126,7 +126,7 @@ class Measured:
     def agreement(self) -> dict | None:
         """Per-request sums against the counters' movement (both present only)."""
         c = self.counts()
-        if c is not None and self.requests and all(q.reply.kind == "llamacpp" for q in self.requests):
+        if c is not None and self.requests and all(q.reply.steps_unknown for q in self.requests):
             return self._llamacpp_agreement(c)
         if self.per_request is None or c is None or c["drafts"] is None or self.requests[0].reply.kind != "vllm":
             return None
@@ -180,7 +180,7 @@ def _has_counters(table: MetricsTable | None) -> bool:
 
 
 def _not_speculating(server: Server, what: str) -> BadInputError:
-    if server.engine == "llamacpp":
+    if server.completion_path:  # llama-server
         return BadInputError(server.url, f"is not speculating: {what}; start llama-server with a draft (-md DRAFT.gguf "
                              "--spec-type draft-eagle3) and --metrics")
     return BadInputError(server.url, f"is not speculating: {what}; start it with speculative decoding (vLLM "
@@ -201,7 +201,7 @@ def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, 
         endpoint, reply = send(server, ids=ids, messages=None if ids is not None else messages,
                                max_new_tokens=max_new_tokens, model=model)
         requests.append(Request(index, None if ids is None else len(ids), reply))
-        if server.engine == "llamacpp" and len(requests) == 1 and not _has_counters(before):
+        if server.completion_path and len(requests) == 1 and not _has_counters(before):
             raise BadInputError(server.url, "llama-server's /metrics has no spec_decode counters (started without "
                                 "--metrics?): its answers carry no verify steps, so the probe needs the counters; "
                                 "start it with --metrics")
@@ -214,9 +214,9 @@ def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, 
                                    "and /metrics has no spec_decode counters")
     seconds = time.monotonic() - t0
     m = Measured(server, endpoint, requests, before, None, None, seconds=seconds)
-    with_counts = [q for q in requests if q.reply.kind in ("vllm", "sglang")]  # llama.cpp's: no verify steps
-    if server.engine == "llamacpp":
-        no_timings = [q.index for q in requests if q.reply.kind != "llamacpp"]
+    with_counts = [q for q in requests if q.reply.kind and not q.reply.steps_unknown]  # llama.cpp's: no steps
+    if server.completion_path:
+        no_timings = [q.index for q in requests if not q.reply.steps_unknown]
         if no_timings:
             m.notes.append(f"{len(no_timings)} of {len(requests)} answers carry no timings (prompt {no_timings[0]}...): "
                            "the cross-check of the answers against the counters is left out")
@@ -245,7 +245,7 @@ def _settle(server: Server, before: MetricsTable, m: Measured) -> tuple[MetricsT
     requests' own verify steps), at most SETTLE_S seconds."""
     want = sum(q.reply.steps or 0 for q in m.requests) if all(q.reply.kind == "vllm" for q in m.requests) else None
     key = "drafts"
-    if m.requests and all(q.reply.kind == "llamacpp" for q in m.requests):  # its answers count draft tokens
+    if m.requests and all(q.reply.steps_unknown for q in m.requests):  # llama.cpp: its answers count draft tokens
         want, key = sum(q.reply.drafted or 0 for q in m.requests), "draft_tokens"
     deadline, last = time.monotonic() + SETTLE_S, None
     while True:

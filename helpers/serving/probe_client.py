@@ -62,6 +62,7 @@ class Server:
     timeout: float = 30.0
     vllm_info: dict | None = None  # vLLM's /server_info (dev mode), JSON form where it gives one
     props: dict | None = None  # llama.cpp's /props
+    completion_path: str | None = None  # llama-server's native /completion (token ids in and out), None elsewhere
     api_key: str | None = None  # sent as a bearer token on every call
 
     @property
@@ -79,7 +80,7 @@ class Server:
     def needs_model(self, token_ids: bool) -> bool:
         """Whether a request names the served model: not for token ids sent to SGLang's /generate or
         llama.cpp's /completion (it serves one model)."""
-        return not (token_ids and self.engine in ("sglang", "llamacpp"))
+        return not (token_ids and (self.engine == "sglang" or self.completion_path is not None))
 
     def call(self, path: str, body: dict | None = None) -> tuple[int, bytes]:
         """`call` on this server, with its timeout and API key."""
@@ -105,6 +106,11 @@ class Reply:
     drafted: int | None = None  # draft tokens proposed
     histogram: list[int] | None = None  # [j]: verify steps that accepted exactly j draft tokens
     num_spec_tokens: int | None = None  # vLLM: the chain length the server drafts
+
+    @property
+    def steps_unknown(self) -> bool:
+        """Counts without verify steps (llama.cpp's timings: draft tokens and accepted ones only)."""
+        return self.kind is not None and self.steps is None
 
 
 def base_url(url: str) -> str:
@@ -216,15 +222,16 @@ def discover(url: str, timeout: float, api_key: str | None = None) -> Server:
                                 f"and there is no SGLang /generate (HTTP {gst}); give the server's base URL, "
                                 "e.g. http://HOST:PORT")
     metrics_text = metrics or ""
+    completion = None
     if props is not None or "llamacpp:" in metrics_text or "llamacpp" in owners:
-        engine = "llamacpp"
+        engine, completion = "llamacpp", "/completion"
     elif vllm_info is None and (info is not None or "sglang:" in metrics_text or "sglang" in owners):
         engine = "sglang"
     elif vllm_info is not None or "vllm:" in metrics_text or "vllm" in owners:
         engine = "vllm"
     else:
         engine = "openai"
-    return Server(base, engine, ids, info, metrics, generate, timeout, vllm_info, props, api_key)
+    return Server(base, engine, ids, info, metrics, generate, timeout, vllm_info, props, completion, api_key)
 
 
 _call = call
@@ -260,8 +267,8 @@ def send(server: Server, *, ids: list[int] | None = None, messages: list[dict] |
         obj = _post(server, path, {"input_ids": list(ids), "sampling_params": {
             "temperature": 0, "max_new_tokens": int(max_new_tokens)}})
         return path, sglang_reply(obj, server.url + path)
-    if ids is not None and server.engine == "llamacpp":
-        path = "/completion"
+    if ids is not None and server.completion_path:
+        path = server.completion_path
         return path, llamacpp_reply(_post(server, path, llamacpp_body(ids, max_new_tokens)), server.url + path)
     if ids is not None:
         path = "/v1/completions"
@@ -385,7 +392,7 @@ def request_row(reply: Reply, index: int) -> dict:
     if reply.kind == "sglang":
         return _row("request", index, verify_ct=reply.steps, completion_tokens=reply.completion_tokens,
                     accepted=reply.accepted, draft_tokens=reply.drafted, histogram=reply.histogram)
-    if reply.kind == "llamacpp":  # no verify steps per request
+    if reply.steps_unknown:  # llama.cpp: no verify steps per request
         return _row("request", index, accepted=reply.accepted, draft_tokens=reply.drafted)
     per_pos = None
     if reply.histogram:  # position j is reached by the steps that accepted more than j
