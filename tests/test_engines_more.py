@@ -113,8 +113,9 @@ def test_cli_llamacpp_on_the_engine_pair_names_the_ids_it_does_not_read(cli):
     assert len(unread) == 1 and unread[0]["severity"] == "info" and "[2, 4, 5]" in unread[0]["message"]
     assert "top-level" in unread[0]["message"] and f"llama.cpp b{LC_NEWEST}" in unread[0]["message"]
     pred = out["predicted_outcome"]["llamacpp"]
-    assert (pred["result"], pred["accept"], pred["release"], pred["checked"]) == ("serves", "as-trained", f"b{LC_NEWEST}", False)
-    assert pred["source"].startswith("read in conversion/llama.py")
+    # b11434 was run (docs/engine-truth.md, "llama.cpp b11434"): the healthy row is one of the runs
+    assert (pred["result"], pred["accept"], pred["release"], pred["checked"]) == ("serves", "as-trained", f"b{LC_NEWEST}", True)
+    assert pred["source"] == "run in llama.cpp b11434" and pred["run_in"] == ["11434"]
     text = cli("doctor", DRAFT, "--engine", "llamacpp", "--target-config", TCFG, "--no-weights").stdout
     assert f"rules of llama.cpp b{LC_NEWEST}" in text and f"served by llama.cpp b{LC_NEWEST}: starts and serves" in text
 

