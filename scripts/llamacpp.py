@@ -303,13 +303,18 @@ def get_text(url: str, timeout: float = 30) -> str:
         return r.read().decode()
 
 
+PLAIN_SAMPLING = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}  # llama-server's 40 / 0.95 / 0.05 off: softmax(logits / T)
+
+
 def complete(server: Server, ids: list[list[int]], max_tokens: int, concurrent: bool = False,
-             temperature: float = 0.0, seed: int = 0, timeout: float = 300) -> list[dict]:
-    """/completion for each prompt (token ids in, token ids out), one at a time or all at once."""
+             temperature: float = 0.0, seed: int = 0, timeout: float = 300, sampling: dict | None = None) -> list[dict]:
+    """/completion for each prompt (token ids in, token ids out), one at a time or all at once;
+    `sampling`: more request fields (e.g. `PLAIN_SAMPLING`, so the target samples plain softmax(logits / T))."""
     def one(i_p):
         i, p = i_p
         return post(server.url + "/completion", {"prompt": p, "n_predict": max_tokens, "temperature": temperature,
-                                                 "seed": seed + i, "return_tokens": True, "cache_prompt": False},
+                                                 "seed": seed + i, "return_tokens": True, "cache_prompt": False,
+                                                 **(sampling or {})},
                     timeout)
     if not concurrent:
         return [one(x) for x in enumerate(ids)]

