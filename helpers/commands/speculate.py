@@ -55,7 +55,7 @@ mean_accept_length, stderr, accept_length_definition, verify_steps, accepted_tok
 generated_tokens, histogram, accepted_per_position,
 per_position_unconditional, per_position_conditional, target_forwards, target_tokens_fed,
 target_forwards_per_token, draft_forwards, seconds, loop_overhead_fraction,
-engine_counts{engine, definition, drafts, draft_tokens, accepted, accepted_per_position,
+engine_counts{engine, engine_name, rule, definition, drafts, draft_tokens, accepted, accepted_per_position,
 accept_length, acceptance_rule, temperature} (the same steps as --engine counts them: llama.cpp drafts at most min(K, tokens
 left - 1) and counts no step without a draft; null for a tree),
 acceptance_rule ('greedy' at temperature 0, else the rule's name), temperature,
@@ -115,8 +115,8 @@ def _report(out: dict) -> str:
                      " ".join(_f(x, 2) for x in d["per_position_unconditional"]) + " | conditional " +
                      " ".join(_f(x, 2) for x in d["per_position_conditional"]))
         ec = d.get("engine_counts")
-        if ec and ec["engine"] == "llamacpp":
-            lines.append(f"           as llama.cpp counts: accept length {_f(ec['accept_length'])} = 1 + {ec['accepted']} "
+        if ec and ec.get("rule", "loop") != "loop":
+            lines.append(f"           as {ec['engine_name']} counts: accept length {_f(ec['accept_length'])} = 1 + {ec['accepted']} "
                          f"accepted / {ec['drafts']} drafts ({ec['draft_tokens']} draft tokens; per position "
                          + " ".join(str(x) for x in ec["accepted_per_position"]) + ")")
     lines.append(f"  ({next(iter(out['readings'].values()))['accept_length_definition']})")

@@ -3,11 +3,11 @@
 The loop (`helpers.speculate.loop`) counts verify steps: every target forward after the prefill.
 An engine counts what its own scheduler did, which differs at the end of a request:
 
-- llama.cpp (b11434, tools/server/server-context.cpp `get_n_draft_max`): a draft is at most
-  `n_remaining - 1` tokens long (`n_remaining` = tokens still to generate), so the last tokens of a
-  request get shorter drafts and the very last none; a step without a draft is a plain decode, not
-  counted (`n_draft_verif_steps`, `/metrics` `spec_decode_num_drafts`). Its accept length is
-  1 + accepted / drafts, its per-position counts `n_accepted_per_pos`, its `draft_n` the tokens drafted.
+- an engine whose table rule `count.draft_cap` is "remaining-minus-one" (llama.cpp's server): a
+  draft is at most `n_remaining - 1` tokens long (`n_remaining` = tokens still to generate), so the
+  last tokens of a request get shorter drafts and the very last none; a step without a draft is a
+  plain decode, not counted (its verify steps, `/metrics` `spec_decode_num_drafts`). Its accept
+  length is 1 + accepted / drafts, its per-position counts, its `draft_n` the tokens drafted.
 - every other engine: the loop's own count (each verify step drafted the whole shape).
 
 `EngineCounts` keeps those sums beside a run's (`SpecRun.engine_counts`), so `speculate --engine
@@ -19,21 +19,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from helpers.core.engines import engine_key
+from helpers.core.engines import engine_at
 
-# engine -> the definition its counts follow (stated in JSON beside the numbers)
+# the table's `count.draft_cap` value -> the definition its counts follow (stated in JSON beside the numbers)
 DEFINITIONS = {
-    "llamacpp": ("llama.cpp's counting (tools/server/server-context.cpp): a draft holds at most min(K, tokens still "
-                 "to generate - 1) tokens, a step without one is not a draft; accept length = 1 + accepted / drafts"),
+    "remaining-minus-one": ("{name}'s counting: a draft holds at most min(K, tokens still to generate - 1) tokens, "
+                            "a step without one is not a draft; accept length = 1 + accepted / drafts"),
+    "loop": "the loop's counting: every verify step is a draft of the whole shape; accept length = 1 + accepted / drafts",
 }
-LOOP_DEFINITION = "the loop's counting: every verify step is a draft of the whole shape; accept length = 1 + accepted / drafts"
 
 
-def _key(engine: str) -> str:
+def _rule(engine: str) -> tuple[str, str, str]:
+    """(table key, name, count.draft_cap value or 'loop') of an --engine value."""
     try:
-        return engine_key(str(engine).split("==")[0].split(">")[0].split("<")[0])
+        at = engine_at(str(engine))
     except ValueError:  # an engine the table does not know counts as the loop does
-        return str(engine)
+        return str(engine), str(engine), "loop"
+    cap = at.value("count.draft_cap", "loop")
+    return at.key, at.name, cap if cap in DEFINITIONS else "loop"
 
 
 @dataclass
@@ -52,11 +55,11 @@ class EngineCounts:
 
     @property
     def rule(self) -> str:
-        return _key(self.engine) if _key(self.engine) in DEFINITIONS else "loop"
+        return _rule(self.engine)[2]
 
     def drafted(self, remaining: int) -> int:
         """Tokens the engine drafts at a step with `remaining` tokens still to generate."""
-        if self.rule == "llamacpp":
+        if self.rule == "remaining-minus-one":
             return max(0, min(self.steps, remaining - 1))
         return self.steps
 
@@ -84,7 +87,8 @@ class EngineCounts:
 
     def to_dict(self) -> dict:
         al = self.accept_length
-        return {"engine": _key(self.engine), "definition": DEFINITIONS.get(self.rule, LOOP_DEFINITION),
+        key, name, rule = _rule(self.engine)
+        return {"engine": key, "engine_name": name, "rule": rule, "definition": DEFINITIONS[rule].format(name=name),
                 "drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted": self.accepted,
                 "accepted_per_position": self.accepted_per_position.tolist(),
                 "accept_length": None if al != al else float(al)}
