@@ -114,3 +114,89 @@ def _flags_exist(command: str, text: str) -> None:
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", text))
     missing = named - _parser_flags(command)
     assert not missing, f"{command} recommends {sorted(missing)}, which it does not take: {text}"
+
+
+# -- 1. notebooks' parameters -----------------------------------------------------------------------------
+NB = ROOT / "notebooks"
+BAD_PARAMETERS = [  # notebook, parameters, what the one line says
+    ("07_speculative_decoding", {"steps": 3, "topk": 1, "draft_tokens": 3},
+     r"parameters steps/topk/draft_tokens: draft_tokens=3: with topk=1 a 3-step chain verifies 4 tokens"),
+    ("03_accuracy_with_and_without_mapping", {"steps": 0}, r"parameter steps must be at least 1"),
+    ("03_accuracy_with_and_without_mapping", {"mask_at": "banana"}, r"parameter mask_at must be one of 'label'"),
+    ("04_accept_length_simulation", {"logs": str(DATA / "logs" / "sglang.log")},
+     r"parameter logs must be a list of paths, not one string: write logs = \["),
+    ("06_checkpoint_doctor", {"compare_with": str(DATA / "tiny_draft_sglang")},
+     r"parameter compare_with must be a list of paths"),
+    ("04_accept_length_simulation", {"steps": 3, "topk": 1, "draft_tokens": 3}, r"draft_tokens=3: with topk=1"),
+]
+
+
+def test_parameter_rules_cover_every_notebook_parameter():
+    """Every parameter any notebook declares has a rule (a new one cannot slip past the door)."""
+    import papermill as pm
+
+    from helpers.ui.parameters import RULES
+
+    for nb in sorted(NB.glob("[0-9]*.ipynb")):
+        missing = set(pm.inspect_notebook(str(nb))) - set(RULES)
+        assert not missing, (nb.name, missing)
+        assert "helpers.ui.notebook.setup(" in json.dumps(json.loads(nb.read_text())["cells"][:4])
+
+
+@pytest.mark.slow  # a kernel per case
+@pytest.mark.parametrize("name,params,match", BAD_PARAMETERS, ids=[f"{n[:2]}-{'-'.join(p)}" for n, p, _ in BAD_PARAMETERS])
+def test_a_bad_notebook_parameter_is_one_line(tmp_path, run_notebook, name, params, match):
+    import papermill as pm
+
+    with pytest.raises(pm.PapermillExecutionError) as e:
+        run_notebook(NB / f"{name}.ipynb", tmp_path, params)
+    assert e.value.ename == "BadInputError", (e.value.ename, e.value.evalue)
+    assert re.search(match, e.value.evalue), e.value.evalue
+    executed = json.loads((tmp_path / f"{name}.ipynb").read_text())
+    errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert len(errors) == 1 and len(errors[0]["traceback"]) == 1, errors
+
+
+@pytest.mark.slow  # runs notebook 04
+@pytest.mark.parametrize("drafting_from", ["log", "flags"])
+def test_report_log_against_a_flag_runs_notebook_04(tmp_path, drafting_from):
+    """`report --log LOG --num-speculative-tokens 3`: the conflict is named and resolved as documented
+    (the log's shape by default, the flags' with --drafting-from flags); notebook 04 runs with it."""
+    from helpers.__main__ import build_parser
+    from helpers.commands.report import settings_from_args
+    from helpers.ui.report import run_report
+
+    log = DATA / "logs" / "sglang.log"
+    args = build_parser(["report"]).parse_args(["report", str(DATA / "tiny_draft_sglang"), "-o", str(tmp_path / "r"),
+                                                "--log", str(log), "--num-speculative-tokens", "3",
+                                                "--drafting-from", drafting_from, "--max-samples", "2"])
+    s = settings_from_args(args)
+    assert "drafting settings conflict" in s.sources["drafting_conflict"]
+    res = run_report(s, tmp_path / "r", notebooks=("04_accept_length_simulation",), progress=None)
+    assert res.ok, [r.error for r in res.runs]
+    drafting = res.runs[0].numbers["drafting"]
+    assert (drafting["steps"], drafting["topk"], drafting["draft_tokens"]) == \
+        ((5, 4, 16) if drafting_from == "log" else (3, 1, 4))
+    assert s.sources["drafting_conflict"] in res.summary["conclusion"]
+
+
+def test_a_failed_notebook_is_never_concluded_from(tmp_path):
+    """A notebook that failed part-way may have recorded numbers: the summary uses none of them and
+    says which section failed and why, instead of calling the checkpoint healthy."""
+    from helpers.ui.report import NotebookRun
+    from helpers.ui.settings import RunSettings, note_defaults
+    from helpers.ui.summary import summary_dict
+
+    s = note_defaults(RunSettings(checkpoint=str(DATA / "tiny_draft_sglang"), samples=str(DATA / "tiny_hidden_states")))
+    ok = {"01_mapping_inspection": {}, "04_accept_length_simulation": {}}
+    runs = [NotebookRun(n, True, 1.0, numbers=v) for n, v in ok.items()]
+    runs.append(NotebookRun("03_accuracy_with_and_without_mapping", False, 1.0,
+                            error="RuntimeError: CUDA out of memory (cell 4)",
+                            numbers={"accuracy": {"offset": {"top1": 0.9}}, "diagnosis": "healthy",
+                                     "conclusion": "healthy"}))
+    runs.append(NotebookRun("06_checkpoint_doctor", True, 1.0, numbers={"findings": []}))
+    summary = summary_dict(s, runs, {})
+    assert "accuracy" not in summary["numbers"]
+    head = summary["conclusion"][0]
+    assert "No conclusion" in head and "CUDA out of memory" in head and "Healthy" not in head
+    assert any(line.startswith("Accuracy: not concluded") for line in summary["conclusion"])

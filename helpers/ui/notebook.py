@@ -36,9 +36,14 @@ DOCTOR = "06_checkpoint_doctor"
 CHECKED = ("checkpoint", "target", "target_config", "prompts", "embed_from", "target_head", "max_prompts")
 
 
-def setup(**inputs) -> None:
+def setup(*, notebook: str | None = None, **inputs) -> None:
     """Install the one-line error display in the running IPython kernel (no-op elsewhere), then
-    check the input parameters (keywords, else the notebook's own `CHECKED` names)."""
+    check the parameters: every one `helpers.ui.parameters.RULES` knows by name (type, range,
+    choices, lists, the drafting shape; `notebook` ("05", "07", "08") for one whose parameter
+    means something else under a shared name: `helpers.ui.parameters.NOTEBOOKS`), then the input paths (keywords, else the notebook's own `CHECKED` names).
+    A bad one is one line naming the parameter."""
+    from helpers.ui.parameters import NOTEBOOKS, check_values, declared_values
+
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython is a dependency
@@ -46,6 +51,9 @@ def setup(**inputs) -> None:
     ip = get_ipython() if get_ipython else None
     if ip is not None:
         ip.set_custom_exc((BadInputError,), _one_line)
+    values = dict(inputs) if inputs or ip is None else declared_values(ip.user_ns)
+    own = NOTEBOOKS.get(notebook or "", {})
+    check_values(values, own.get("rules"), shape_alone=own.get("shape_alone", False))
     if not inputs and ip is not None:
         inputs = {k: ip.user_ns[k] for k in CHECKED if k in ip.user_ns}
     check_parameters(**inputs)

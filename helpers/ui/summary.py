@@ -33,7 +33,9 @@ SECTION_OF = {  # which notebook computes what
 
 
 def _numbers(runs, name: str) -> dict:
-    return next((r.numbers for r in runs if r.name == name), {})
+    """What notebook `name` recorded; {} when it failed: a notebook that stopped part-way may have
+    recorded some numbers before the failing cell, and nothing is concluded from a failed section."""
+    return next((r.numbers for r in runs if r.name == name and r.ok), {})
 
 
 def _failed(runs, name: str) -> str | None:
@@ -154,11 +156,23 @@ def ladder(numbers: dict, samples=None):
                            loop_tokens=(spec.get("settings") or {}).get("max_new_tokens"))
 
 
+def _failures(numbers: dict) -> str:
+    """The sections whose notebook failed (or was not run), with why, as one clause ('' when none)."""
+    return "; ".join(f"{what}: {why}" for what, why in (numbers.get("errors") or {}).items())
+
+
 def overall(numbers: dict, samples=None) -> str:
-    """One sentence that reconciles the sections: is the checkpoint broken, or the deployment?"""
+    """One sentence that reconciles the sections: is the checkpoint broken, or the deployment? A
+    section whose notebook failed is missing, and nothing is concluded from it: with no problem found
+    in the sections that ran, the sentence says the run is incomplete instead of healthy."""
     problems = broken(numbers)
+    failed = _failures(numbers)
     if problems:
-        return f"The checkpoint itself is broken ({'; '.join(problems)}): fix it before looking at serving."
+        return (f"The checkpoint itself is broken ({'; '.join(problems)}): fix it before looking at serving."
+                + (f" (Incomplete: {failed}.)" if failed else ""))
+    if failed:
+        return (f"No conclusion: {failed}. Nothing is concluded from a section whose notebook failed; fix the "
+                "cause and run the report again.")
     lad = ladder(numbers, samples)
     if lad.verdict in ("a deployment bug", "no deployment bug", "the samples overstate the draft"):
         return lad.conclusion
@@ -171,6 +185,8 @@ def overall(numbers: dict, samples=None) -> str:
 def conclusion(numbers: dict, samples=None) -> list[str]:
     """The bundle's findings in a few lines, each quoting the notebook that computed it."""
     lines = [f"**{overall(numbers, samples)}**"]
+    for what, why in (numbers.get("errors") or {}).items():
+        lines.append(f"{what[:1].upper() + what[1:]}: not concluded ({why}).")
     ins = numbers.get("inspect") or {}
     if ins:
         lines.append(f"d2t verdict: {ins['verdict'].upper()} (notebook 01).")
