@@ -200,3 +200,61 @@ def test_a_failed_notebook_is_never_concluded_from(tmp_path):
     head = summary["conclusion"][0]
     assert "No conclusion" in head and "CUDA out of memory" in head and "Healthy" not in head
     assert any(line.startswith("Accuracy: not concluded") for line in summary["conclusion"])
+
+
+# -- 2. long runs ---------------------------------------------------------------------------------------------
+def test_speculate_more_tokens_than_the_target_holds_is_refused_at_the_door():
+    """The bundled target has 512 positions: 100,000 new tokens is one line at once, naming the limit
+    and what to pass (engines refuse such a request at once too)."""
+    import time
+
+    t0 = time.monotonic()
+    r = run_cli("speculate", str(DATA / "tiny_draft_sglang"), "--max-new-tokens", "100000")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "max_position_embeddings is 512" in r.stderr and "pass --max-new-tokens 506 or less" in r.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_prompt_too_long_for_the_target_is_refused_before_generating(tmp_path):
+    from tests.conftest import run_main
+
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"prompt": "short"}) + "\n" + json.dumps({"prompt": "hello world " * 220}) + "\n")
+    r = run_main("speculate", DATA / "tiny_draft_sglang", "--prompts", long, "--max-new-tokens", "16")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "prompt record 1 is" in r.stderr and "max_position_embeddings is 512" in r.stderr
+    _flags_exist("speculate", r.stderr)
+
+
+def test_positions_fit_is_the_prompt_plus_tokens_plus_the_draft_depth():
+    from helpers.core.errors import BadInputError
+    from helpers.speculate.builder import check_positions, spec_settings
+
+    target = DATA / "tiny_target"
+    check_positions(target, spec_settings(5, max_new_tokens=406), 100)  # 100 + 406 + 5 = 511
+    check_positions(target, spec_settings(5, max_new_tokens=407), 100)  # 512
+    with pytest.raises(BadInputError, match="pass --max-new-tokens 407 or less"):
+        check_positions(target, spec_settings(5, max_new_tokens=408), 100)
+
+
+def test_a_long_speculate_run_off_a_terminal_prints_progress_lines(monkeypatch):
+    """Off a terminal the per-prompt bar moves only when a prompt ends; a long prompt still prints a
+    plain line each PROGRESS_EVERY_S (shortened here), and a run shorter than it prints none."""
+    import time
+
+    from helpers.commands import _options
+    from tests.conftest import run_main
+
+    monkeypatch.setattr(_options, "PROGRESS_EVERY_S", 0.2)
+    t0 = time.monotonic()
+    r = run_main("speculate", DATA / "tiny_draft_sglang", "--max-prompts", "1", "--max-new-tokens", "150",
+                 "--readings", "offset")
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if "tokens generated" in x]
+    assert lines or took < 1.0, r.stderr
+    assert all(re.match(r"speculate: [\d,]+ of at most 150 tokens generated, \d+ of 1 prompt runs done", x) for x in lines)
+    monkeypatch.setattr(_options, "PROGRESS_EVERY_S", 600)
+    r = run_main("speculate", DATA / "tiny_draft_sglang", "--max-prompts", "1", "--max-new-tokens", "8",
+                 "--readings", "offset")
+    assert r.returncode == 0 and "tokens generated" not in r.stderr

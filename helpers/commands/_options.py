@@ -179,6 +179,35 @@ def show_progress(args) -> bool:
     return True
 
 
+def token_progress(prompts: int, max_new_tokens: int, readings: int = 1):
+    """An `on_round` callback for a long generation off a terminal: the per-prompt bar moves only
+    when a prompt ends, so a long prompt would be silent; this prints one plain line every
+    PROGRESS_EVERY_S (none for a run shorter than that): tokens generated of the run's most, prompts
+    done. At a terminal the bar is enough (None)."""
+    import time
+
+    if sys.stderr.isatty() and not isinstance(sys.stderr, _ProgressLines):
+        return None
+    start = time.monotonic()
+    state = {"shown": start, "prompt": None, "done": 0, "tokens": 0, "before": 0}
+    total = prompts * max_new_tokens * readings
+
+    def on_round(pr) -> None:
+        if pr is not state["prompt"]:  # a new prompt (or the same prompts under the next reading)
+            if state["prompt"] is not None:
+                state["done"] += 1
+                state["before"] += len(state["prompt"].output_ids)
+            state["prompt"] = pr
+        now = time.monotonic()
+        if now - state["shown"] >= PROGRESS_EVERY_S:
+            made = state["before"] + len(pr.output_ids)
+            print(f"speculate: {made:,} of at most {total:,} tokens generated, {state['done']} of "
+                  f"{prompts * readings} prompt runs done, {now - start:.0f} s", file=sys.stderr, flush=True)
+            state["shown"] = now
+
+    return on_round
+
+
 def figure_path(path, what: str = "figure"):
     """Where `-o FIG` writes a figure: checked as an output file, '.png' added to a bare name,
     an unknown format refused (one line, exit 2)."""

@@ -83,6 +83,9 @@ def run(args) -> int:
         raise BadInputError(prompts, "holds no prompt records")
     (target, draft), settings = build_run(args.checkpoint, Path(args.target), drafting, engine=args.engine,
                                           device=args.device, dtype=dtype, embed_from=args.embed_from, **knobs)
+    from helpers.speculate.builder import check_prompt_positions
+
+    check_prompt_positions(target, records, settings)  # the longest prompt + tokens fit the target's context
     res = reproduce(target, draft, records, settings, accept_length=args.accept_length, stderr=args.stderr,
                     window=args.window or DEFAULT_WINDOW, progress=_options.show_progress(args))
     if args.json:

@@ -168,10 +168,15 @@ def run(args) -> int:
     if draft.d2t is None:
         readings = ["none"]
     records = list(read_prompts(prompts, args.max_prompts))  # checked at the door: at least one
+    from helpers.speculate.builder import check_prompt_positions
+
+    check_prompt_positions(target, records, settings)  # the longest prompt + tokens fit the target's context
     mine = [rec for rec in records if ranks.takes(rec.index)]
+    show = _options.show_progress(args) and ranks.main
     with torch.inference_mode():
-        runs = speculate_readings(target, draft, mine, settings, readings,
-                                  progress=_options.show_progress(args) and ranks.main)
+        runs = speculate_readings(target, draft, mine, settings, readings, progress=show,
+                                  on_round=_options.token_progress(len(mine), settings.max_new_tokens, len(readings))
+                                  if show else None)
     shards = gather_to_main(runs, ranks)
     if ranks.main:
         runs = {r: SpecRun.merge([shard[r] for shard in shards]) for r in readings}

@@ -70,5 +70,76 @@ def build_run(checkpoint, target, drafting: Drafting | int | None = None, *, eng
     from helpers.model.pair import load_pair
 
     settings = spec_settings(drafting, engine=engine, **knobs)
+    if not hasattr(target, "model"):  # a folder: its context checked from config.json, before anything loads
+        check_positions(target, settings)
     pair = load_pair(target, checkpoint, device=device, dtype=dtype, embed_from=embed_from)
     return pair, settings
+
+
+# -- the target's context --------------------------------------------------------------------------------
+def target_positions(target) -> int | None:
+    """The target's max_position_embeddings (a loaded `Target` or a folder's config.json); None when
+    it states none."""
+    if hasattr(target, "model"):
+        n = getattr(target.text_config, "max_position_embeddings", None)
+    else:
+        import json
+        from pathlib import Path
+
+        from helpers.model.fit import text_config
+
+        p = Path(target) / "config.json"
+        try:
+            n = text_config(json.loads(p.read_text())).get("max_position_embeddings")
+        except (OSError, ValueError, AttributeError):
+            return None  # the loader names an unreadable config
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def positions_needed(prompt_tokens: int, settings: SpecSettings) -> int:
+    """Positions one prompt takes in the target: the prompt, every generated token, and the draft's
+    depth (a chain's drafted tokens, a tree's steps: their position ids) the last verify step may
+    hold beyond them."""
+    return int(prompt_tokens) + int(settings.max_new_tokens) + int(settings.drafting.steps)
+
+
+def check_positions(target, settings: SpecSettings, prompt_tokens: int = 1, *, prompt: str | None = None,
+                    flag: str = "--max-new-tokens") -> None:
+    """Refuse a run whose positions do not fit the target's max_position_embeddings, as an engine
+    refuses such a request at once (one `BadInputError` line saying the limit and what to pass),
+    instead of generating for minutes first. `prompt_tokens`: the longest prompt (1: none read yet)."""
+    limit = target_positions(target)
+    if limit is None:
+        return
+    need = positions_needed(prompt_tokens, settings)
+    if need <= limit:
+        return
+    room = limit - int(prompt_tokens) - int(settings.drafting.steps)
+    where = getattr(target, "path", target)
+    what = (f"{prompt} is {prompt_tokens} tokens: with " if prompt else "") + \
+        f"{flag} {settings.max_new_tokens} and a draft depth of {settings.drafting.steps}" \
+        + (f" it needs {need:,} positions" if prompt else f", even a one-token prompt needs {need:,} positions")
+    fix = f"pass {flag} {room} or less" if room >= 1 else "use a shorter prompt (it leaves no room to generate)"
+    raise BadInputError(where, f"max_position_embeddings is {limit:,}: {what}, more than the target has; {fix}")
+
+
+def check_prompt_positions(target, records, settings: SpecSettings, *, flag: str = "--max-new-tokens") -> None:
+    """`check_positions` for the longest of `records` (prompt records, or lists of token ids), each
+    tokenized as the loop tokenizes it; one line naming that record."""
+    from helpers.io.chat import prompt_ids, uses_template
+
+    if target_positions(target) is None:
+        return
+    template = uses_template(target.tokenizer, settings.chat_template) if target.tokenizer is not None else False
+    longest, which = 0, None
+    for k, rec in enumerate(records):
+        if isinstance(rec, (list, tuple)):
+            n, index = len(rec), k
+        elif target.tokenizer is None:
+            continue
+        else:
+            n, index = len(prompt_ids(target.tokenizer, rec.prompt_messages(), template)), rec.index
+        if n > longest:
+            longest, which = n, index
+    if which is not None:
+        check_positions(target, settings, longest, prompt=f"prompt record {which}", flag=flag)
