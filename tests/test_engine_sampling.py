@@ -8,7 +8,7 @@ seeds x 32 tokens at T = 0.7 and 1.0, sent with top_k 0, top_p 1, min_p 0 so the
 softmax(logits / T) (`scripts/llamacpp.py` PLAIN_SAMPLING; llama-server's defaults 40 / 0.95 / 0.05
 would truncate it). The kit runs the same prompts with `--engine llamacpp` (the EAGLE-3 drafter's
 argmax, accepted when the target's own sample matches it). Checked: the per-position acceptance
-(accepted at position j / drafts, llama.cpp's counters) within 3 combined standard errors at each
+(accepted at position j / drafts, llama.cpp's counters) within 2 combined standard errors at each
 position and the accept length within 2; and at T = 1 the textbook rule (draft sampled from q,
 accepted with min(1, p/q)) is more than 3 standard errors away from what llama.cpp measured: the
 data tell the rules apart.
@@ -115,7 +115,7 @@ def test_kit_under_llamacpps_rule_matches_llamacpp_per_position(served, kit, T):
     r_l, r_k = _rates(c["per_pos"], n_l), _rates(ec["accepted_per_position"], n_k)
     for j, (a, b) in enumerate(zip(r_l, r_k)):
         se = _se((a * n_l + b * n_k) / (n_l + n_k), n_l, n_k)
-        assert abs(a - b) <= 3 * se, (T, j, a, b, se)
+        assert abs(a - b) <= 2 * se, (T, j, a, b, se)  # seeded on both sides: the same numbers every run
     al_l, al_k = 1 + c["num_accepted_tokens"] / n_l, ec["accept_length"]
     se = math.hypot(kit[(T, None)]["stderr"] or 0.0, kit[(T, None)]["stderr"] or 0.0)  # the same spread on both sides
     assert abs(al_l - al_k) <= 2 * se, (T, al_l, al_k, se)
