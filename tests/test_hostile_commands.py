@@ -330,29 +330,49 @@ def test_progress_off_a_terminal_is_plain_lines_only_for_long_waits(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_on_capture_says_how_to_resume(tmp_path):
-    """Ctrl-C (SIGINT) during a capture: one line that says how to resume, and the re-run does."""
+    """Ctrl-C (SIGINT) during a capture: one line that says how to resume, and the re-run does.
+
+    Deterministic on any machine: the capture runs under a hook that lets the first batch through and
+    then holds the second one until the signal comes (it waits on a file nobody writes), so the signal
+    always arrives mid-capture, with one sample written, however fast or loaded the machine is."""
     import os
     import signal
     import subprocess
     import sys
 
     out = tmp_path / "o"
-    # enough work after the first sample lands (32 prompts x 64 tokens) that the signal always arrives
-    # mid-capture: with 12 x 16 a fast or idle machine finished before it
-    args = [sys.executable, "-m", "helpers", "capture", str(TARGET), "--prompts", str(PROMPTS), "--regenerate",
-            "--max-new-tokens", "64", "--batch-size", "1", "--max-prompts", "32", "--device", "cpu", "--json",
-            "-o", str(out)]
+    args = ["capture", str(TARGET), "--prompts", str(PROMPTS), "--regenerate", "--max-new-tokens", "8",
+            "--batch-size", "1", "--max-prompts", "4", "--device", "cpu", "--json", "-o", str(out)]
+    hook = tmp_path / "held_capture.py"
+    hook.write_text(
+        "import sys, time\nfrom pathlib import Path\nimport helpers.model.capture as c\n"
+        "real, calls = c._sequences, []\n"
+        "def held(*a, **kw):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) > 1:  # the first batch is written; the second waits for the signal\n"
+        "        never = Path(sys.argv[1])\n"
+        "        t0 = time.monotonic()\n"
+        "        while not never.exists() and time.monotonic() - t0 < 300:\n"
+        "            time.sleep(0.05)\n"
+        "    return real(*a, **kw)\n"
+        "c._sequences = held\n"
+        "from helpers.__main__ import main\n"
+        "sys.exit(main(sys.argv[2:]))\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    deadline = time.time() + 180
+    proc = subprocess.Popen([sys.executable, str(hook), str(tmp_path / "never"), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.time() + 240
     while time.time() < deadline and not list(out.rglob("data_*.ckpt")) and proc.poll() is None:
         time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]  # held: it cannot have finished
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "interrupted: re-run the same command to resume (finished samples are kept)"
     done = len(list(out.rglob("data_*.ckpt")))
-    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done == 1
+    again = subprocess.run([sys.executable, "-m", "helpers", *args], env=env, capture_output=True, text=True,
+                           timeout=300, cwd=ROOT)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout)["skipped"] == done
 

@@ -258,3 +258,20 @@ def test_a_long_speculate_run_off_a_terminal_prints_progress_lines(monkeypatch):
     r = run_main("speculate", DATA / "tiny_draft_sglang", "--max-prompts", "1", "--max-new-tokens", "8",
                  "--readings", "offset")
     assert r.returncode == 0 and "tokens generated" not in r.stderr
+
+
+# -- 5. UX gaps -------------------------------------------------------------------------------------------------
+def test_speculate_a_draft_without_embed_tokens_uses_the_given_target_s(tmp_path):
+    """The bundled Kimi engine pair: its draft has no embed_tokens; with --target given, the target's
+    embedding is used (as the engines do), said in one stderr line and in the JSON."""
+    from tests.conftest import run_main
+
+    pair = DATA / "engine_kimi"
+    if not (pair / "draft").exists():
+        pytest.skip("the Kimi engine pair is not in this checkout")
+    r = run_main("speculate", pair / "draft", "--target", pair / "target", "--engine", "vllm", "--max-prompts", "1",
+                 "--max-new-tokens", "4", "--readings", "offset", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "has no embed_tokens; using the target's" in r.stderr
+    out = json.loads(r.stdout)
+    assert out["embed_from"]["path"] == str(pair / "target") and "the target's" in out["embed_from"]["why"]

@@ -163,6 +163,10 @@ def run(args) -> int:
     (target, draft), settings = build_run(checked.opened or args.checkpoint, target_dir, drafting, engine=args.engine,
                                           device=ranks.device(args.device), dtype=dtype, embed_from=args.embed_from,
                                           **knobs)
+    borrowed = getattr(draft, "embed_borrowed_from", None)
+    if borrowed and ranks.main:
+        print(f"note: {args.checkpoint} has no embed_tokens; using the target's ({borrowed}), as the engines do",
+              file=sys.stderr)
     if draft.d2t is None and args.readings.strip().lower() != "all" and set(readings) - {"none"}:
         raise BadInputError(args.checkpoint, f"has no d2t: --readings {args.readings} needs one (use none)")
     if draft.d2t is None:
@@ -181,6 +185,9 @@ def run(args) -> int:
     if ranks.main:
         runs = {r: SpecRun.merge([shard[r] for shard in shards]) for r in readings}
         out = result_json(runs, target=str(target_dir), checkpoint=args.checkpoint, prompts=str(prompts))
+        out["embed_from"] = {"path": borrowed or args.embed_from,
+                             "why": "the draft has no embed_tokens: the target's, as the engines do" if borrowed
+                             else "--embed-from" if args.embed_from else None}
         print(jsontext.dumps(out, indent=2) if args.json else _report(out), file=sys.stdout)
     finish(ranks)
     return 0
