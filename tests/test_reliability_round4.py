@@ -275,3 +275,48 @@ def test_speculate_a_draft_without_embed_tokens_uses_the_given_target_s(tmp_path
     assert "has no embed_tokens; using the target's" in r.stderr
     out = json.loads(r.stdout)
     assert out["embed_from"]["path"] == str(pair / "target") and "the target's" in out["embed_from"]["why"]
+
+
+# -- 3. files the kit writes -----------------------------------------------------------------------------------
+def test_fix_writes_normal_modes_under_the_umask(tmp_path):
+    import os
+    import stat
+
+    from helpers.doctor.fix import fix_checkpoint
+
+    old = os.umask(0o022)
+    try:
+        fix_checkpoint(DATA / "tiny_draft_absolute", tmp_path / "fixed", check_weights=False)
+    finally:
+        os.umask(old)
+    for p in [tmp_path / "fixed", *(tmp_path / "fixed").iterdir()]:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert mode == (0o755 if p.is_dir() else 0o644), (p.name, oct(mode))
+
+
+def test_fix_refuses_a_symlink_out_of_the_checkpoint_and_copies_one_inside(tmp_path):
+    from helpers.core.errors import BadInputError
+    from helpers.doctor.fix import fix_checkpoint
+
+    src = shutil.copytree(DATA / "tiny_draft_absolute", tmp_path / "src")
+    (tmp_path / "elsewhere.txt").write_text("not the checkpoint's")
+    (src / "notes.txt").symlink_to(tmp_path / "elsewhere.txt")
+    with pytest.raises(BadInputError, match="is a symlink out of the checkpoint"):
+        fix_checkpoint(src, tmp_path / "out", check_weights=False)
+    assert not (tmp_path / "out").exists()
+    (src / "notes.txt").unlink()
+    (src / "readme.txt").write_text("the checkpoint's own")
+    (src / "alias.txt").symlink_to("readme.txt")
+    fix_checkpoint(src, tmp_path / "out", check_weights=False)
+    copied = tmp_path / "out" / "alias.txt"
+    assert copied.read_text() == "the checkpoint's own" and not copied.is_symlink()
+
+
+def test_capture_refuses_an_output_folder_inside_the_target(tmp_path):
+    target = shutil.copytree(DATA / "tiny_target", tmp_path / "target")
+    before = sorted(p.name for p in target.iterdir())
+    r = run_cli("capture", str(target), "--prompts", str(DATA / "prompts.jsonl"), "--regenerate",
+                "-o", str(target / "captured"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "is inside TARGET" in r.stderr
+    assert sorted(p.name for p in target.iterdir()) == before

@@ -88,6 +88,7 @@ def run(args) -> int:
                         aux_layers=layers, engine=args.engine),
               Door(what="capture", target_flag="TARGET", need_answer=not args.regenerate))
     output_dir(args.out, "capture folder", create=False)  # not a file, its parents creatable
+    _outside(args.out, {"TARGET": args.target, "--draft": args.draft})
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank, its share of the batches
     target = load_target(args.target, device=ranks.device(args.device), dtype=args.dtype)
     settings = CaptureSettings(engine=args.engine, aux_layers=layers, draft=args.draft, regenerate=args.regenerate,
@@ -99,3 +100,19 @@ def run(args) -> int:
         print(jsontext.dumps(result.to_json(), indent=2) if args.json else result.report())
     finish(ranks)
     return 0
+
+
+def _outside(out, inputs: dict) -> None:
+    """-o must not lie inside (or be) the target's or the draft's folder, as report and fix refuse to
+    write into their inputs: one line naming both (symlinks resolved)."""
+    from pathlib import Path
+
+    o = Path(out).absolute().resolve()
+    for flag, given in inputs.items():
+        if not given or "://" in str(given):
+            continue
+        p = Path(given).resolve()
+        folder = p if p.is_dir() else p.parent
+        if o == folder or folder in o.parents:
+            raise BadInputError(out, f"is inside {flag} {given}: capture never writes into the model it reads; "
+                                     "pass an -o folder outside it")

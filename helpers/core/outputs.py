@@ -113,3 +113,40 @@ def new_output_dir(path, what: str = "output folder") -> Path:
         raise BadInputError(path, f"is not a folder name (the {what} needs one)")
     _check_parent(path, what)
     return path
+
+
+def umask() -> int:
+    """The process's umask (read without changing it for longer than the call)."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def normal_modes(path) -> None:
+    """Give what the kit wrote at `path` (a file, or a folder and everything in it) the modes a plain
+    `open()` / `mkdir()` gives under the umask: files 0666 & ~umask (0777 & ~umask when they were
+    executable), folders 0777 & ~umask. Some writers create private files (safetensors' `save_file`
+    writes 0600, `mkdtemp` makes 0700), which an engine running as another user could not read.
+    Symlinks are left alone (their targets are not the kit's)."""
+    import os
+    import stat
+
+    mask = umask()
+    p = Path(path)
+
+    def one(q: Path) -> None:
+        st = q.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            return
+        if stat.S_ISDIR(st.st_mode):
+            os.chmod(q, 0o777 & ~mask)
+        elif stat.S_ISREG(st.st_mode):
+            os.chmod(q, (0o777 if st.st_mode & 0o111 else 0o666) & ~mask)
+
+    one(p)
+    if p.is_dir() and not p.is_symlink():
+        for root, dirs, files in os.walk(p):
+            for name in dirs + files:
+                one(Path(root) / name)

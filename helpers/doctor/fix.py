@@ -177,8 +177,26 @@ def _plan_other_files(ck: Checkpoint, changes: list[str]) -> list[Path]:
              and p.resolve() not in weight_files]
     if stale:
         changes.append(f"not copied: {', '.join(stale)} (weight files the checkpoint does not load from)")
-    return [p for p in entries if not (p.resolve() in weight_files or p.resolve() in side or p.name in stale
-                                      or p.name.endswith(".index.json") or p.name == "config.json")]
+    copied = [p for p in entries if not (p.resolve() in weight_files or p.resolve() in side or p.name in stale
+                                        or p.name.endswith(".index.json") or p.name == "config.json")]
+    for p in copied:
+        _check_link(ck.path, p)
+    return copied
+
+
+def _check_link(folder: Path, p: Path) -> None:
+    """A symlink among the files fix copies is followed only when its target is the checkpoint's own:
+    inside the checkpoint folder, or a blob of the Hugging Face cache the folder is a snapshot of
+    (`.../snapshots/REV/` beside `.../blobs/`). A link out of the checkpoint is refused (one line):
+    fix never copies a file from elsewhere on the machine into the copy."""
+    if not p.is_symlink():
+        return
+    real, home = p.resolve(), folder.resolve()
+    blobs = home.parent.parent / "blobs" if home.parent.name == "snapshots" else None
+    if real == home or home in real.parents or (blobs is not None and blobs in real.parents):
+        return
+    raise BadInputError(p, f"is a symlink out of the checkpoint (to {real}): fix copies only the checkpoint's own "
+                           "files; replace the link with the file, or move it out of the folder")
 
 
 def _error_counts(findings) -> dict[str, int]:
@@ -271,6 +289,9 @@ def _fix_gguf(plan: FixPlan, dst: Path, target_config, check_weights: bool) -> F
     tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}.gguf")
     try:
         copy_gguf(plan.copy.src, tmp, plan.copy.replace)
+        from helpers.core.outputs import normal_modes
+
+        normal_modes(tmp)
         after = diagnose(tmp, "llamacpp", target_config, check_weights=check_weights)
         if out.exists():
             raise BadInputError(out, "appeared while the fixed copy was written; nothing was overwritten")
@@ -353,9 +374,9 @@ def _publish(tmp: Path, dst: Path) -> None:
     """Give the finished copy normal folder modes and rename it to `dst` (never over anything)."""
     if dst.exists() or dst.is_symlink():
         raise BadInputError(dst, "appeared while the fixed copy was written; nothing was overwritten")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private; the copy gets normal folder modes
+    from helpers.core.outputs import normal_modes
+
+    normal_modes(tmp)  # mkdtemp made it private and save_file writes 0600: normal modes under the umask
     os.rename(tmp, dst)
 
 
