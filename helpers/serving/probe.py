@@ -1,6 +1,7 @@
 """`d2t-lab probe`: measure a running speculative-decoding server with the user's prompts.
 
-`measure(server, prompts, ...)` sends each prompt, one request at a time, greedy (temperature 0),
+`measure(server, prompts, ...)` sends each prompt, one request at a time, greedy (temperature 0) or at
+the `temperature` asked (`probe --temperature T`),
 through `helpers.serving.probe_client`, scraping `/metrics` before the first request and after the
 last. The served accept length comes from, in order of preference:
 
@@ -93,6 +94,7 @@ class Measured:
     from_metrics: object = None  # Acceptance of the differenced counters
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    counters_invalid: str | None = None  # why the counters' movement is out of bounds (`helpers.serving.bounds`)
 
     @property
     def source(self) -> str:
@@ -168,11 +170,13 @@ class Measured:
                 "why": why}
 
 
-def _scrape(server: Server) -> MetricsTable | None:
+def _scrape(server: Server, model: str | None = None) -> MetricsTable | None:
+    """/metrics read for the probed model's series only (`parse_prometheus(model=...)`: another model's
+    series on the same page are left out and named in the table's notes)."""
     status, body = server.call("/metrics")
     if status != 200:
         return None
-    return parse_prometheus(body.decode("utf-8", errors="replace"), server.url + "/metrics")
+    return parse_prometheus(body.decode("utf-8", errors="replace"), server.url + "/metrics", model=model)
 
 
 def _has_counters(table: MetricsTable | None) -> bool:
@@ -188,18 +192,22 @@ def _not_speculating(server: Server, what: str) -> BadInputError:
                          "--per-request-spec-decode-metrics summary")
 
 
-def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, progress: bool = False) -> Measured:
-    """Send each prompt (`(index, ids or None, messages)`) one at a time; see the module docstring."""
+def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, progress: bool = False,
+            temperature: float = 0.0, seed: int | None = None) -> Measured:
+    """Send each prompt (`(index, ids or None, messages)`) one at a time, at `temperature` (0: greedy;
+    prompt i seeded with `seed` + i where a seed is given); see the module docstring."""
     from tqdm.auto import tqdm
 
     if server.server_info is not None and "speculative_algorithm" in server.server_info \
             and not server.speculative_algorithm:
         raise _not_speculating(server, "/get_server_info says speculative_algorithm is None")
-    before = _scrape(server)
+    before = _scrape(server, model)
+    m_model = model
     requests, endpoint, t0 = [], None, time.monotonic()
     for index, ids, messages in tqdm(prompts, desc="probe", unit="request", disable=not progress):
         endpoint, reply = send(server, ids=ids, messages=None if ids is not None else messages,
-                               max_new_tokens=max_new_tokens, model=model)
+                               max_new_tokens=max_new_tokens, model=model, temperature=temperature,
+                               seed=None if seed is None else seed + index)
         requests.append(Request(index, None if ids is None else len(ids), reply))
         if server.completion_path and len(requests) == 1 and not _has_counters(before):
             raise BadInputError(server.url, "llama-server's /metrics has no spec_decode counters (started without "
@@ -229,18 +237,51 @@ def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, 
                              lines=len(requests))
         m.per_request = normalise(table)
     if _has_counters(before):
-        m.after, m.counters = _settle(server, before, m)
+        m.notes += [f"/metrics: {n}" for n in before.notes if "another model" in n]
+        m.after, m.counters = _settle(server, before, m, m_model)
+        _bound_counters(m)
         c = m.counts()
-        if c and c["drafts"]:
+        if c and c["drafts"] and m.counters_invalid is None:
             m.from_metrics = normalise(m.counters)
     if m.per_request is None and m.from_metrics is None:
+        trouble = [n for n in m.notes if n.startswith("/metrics") and ("went down" in n or "stopped reading" in n
+                                                                        or "lost its" in n)]
+        if m.counters_invalid:
+            raise BadInputError(server.url, f"the answers carry no per-request figures and its /metrics counters over "
+                                f"the run are out of bounds ({m.counters_invalid}): not used; nothing else measures "
+                                "the run")
+        if _has_counters(before) and trouble:
+            raise BadInputError(server.url, f"the answers carry no per-request figures and {trouble[0]}: nothing "
+                                "measures the run; probe again (after a restart the counters count from zero)")
         what = ("its /metrics spec_decode counters did not move during the run" if _has_counters(before)
                 else "no answer carries per-request speculative figures and /metrics has no spec_decode counters")
         raise _not_speculating(server, f"{what} ({len(requests)} requests to {endpoint})")
     return m
 
 
-def _settle(server: Server, before: MetricsTable, m: Measured) -> tuple[MetricsTable | None, MetricsTable | None]:
+def _bound_counters(m: Measured) -> None:
+    """The counters' movement over the run through `helpers.serving.bounds`, as `metrics` bounds a page
+    (accepted no more than drafted, 1 + accepted / drafts within what the drafting emits, per position
+    never rising, no counter missing): out of bounds, `counters_invalid` says why and they are not used."""
+    from helpers.serving import bounds
+
+    if m.counters is None or not m.counters.rows:
+        return
+    row = m.counters.rows[0]
+    ks = {q.reply.num_spec_tokens for q in m.requests if q.reply.num_spec_tokens}
+    maximum = ks.pop() + 1 if len(ks) == 1 else None
+    found = bounds.problems(row, maximum)
+    gone = [k for k in ("drafts", "draft_tokens", "accepted") if row.get(k) is None]
+    if found:
+        m.counters_invalid = "; ".join(w for _, _, w in found)
+    elif gone and row.get("drafts"):
+        m.counters_invalid = f"counter(s) {', '.join(gone)} did not read at both scrapes ({'; '.join(m.counters.missing)})"
+    if m.counters_invalid:
+        m.notes.append(f"/metrics counters over the run are out of bounds, not used: {m.counters_invalid}")
+
+
+def _settle(server: Server, before: MetricsTable, m: Measured,
+            model: str | None = None) -> tuple[MetricsTable | None, MetricsTable | None]:
     """Scrape after the run until the counters stop moving (and, with per-request figures, reach the
     requests' own verify steps), at most SETTLE_S seconds."""
     want = sum(q.reply.steps or 0 for q in m.requests) if all(q.reply.kind == "vllm" for q in m.requests) else None
@@ -249,9 +290,11 @@ def _settle(server: Server, before: MetricsTable, m: Measured) -> tuple[MetricsT
         want, key = sum(q.reply.drafted or 0 for q in m.requests), "draft_tokens"
     deadline, last = time.monotonic() + SETTLE_S, None
     while True:
-        after = _scrape(server)
+        after = _scrape(server, model)
         if not _has_counters(after):
-            m.notes.append("/metrics lost its spec_decode counters during the run")
+            bad = [r for _, r in (after.garbled_lines if after is not None else []) if "spec_decode" in r]
+            m.notes.append(f"/metrics: a spec_decode counter stopped reading during the run ({bad[0]})" if bad else
+                           "/metrics lost its spec_decode counters during the run")
             return after, None
         diff = difference(before, after)
         if not diff.rows:  # a counter went down: the interval is left out (`difference`)

@@ -64,6 +64,7 @@ class Server:
     props: dict | None = None  # llama.cpp's /props
     completion_path: str | None = None  # llama-server's native /completion (token ids in and out), None elsewhere
     api_key: str | None = None  # sent as a bearer token on every call
+    roots: dict = field(default_factory=dict)  # /v1/models: model id -> its `root` (the folder or repo it was loaded from)
 
     @property
     def setup(self) -> Setup:
@@ -106,11 +107,43 @@ class Reply:
     drafted: int | None = None  # draft tokens proposed
     histogram: list[int] | None = None  # [j]: verify steps that accepted exactly j draft tokens
     num_spec_tokens: int | None = None  # vLLM: the chain length the server drafts
+    temperature: float | None = None  # the temperature the answer says was applied (llama.cpp generation_settings)
 
     @property
     def steps_unknown(self) -> bool:
         """Counts without verify steps (llama.cpp's timings: draft tokens and accepted ones only)."""
         return self.kind is not None and self.steps is None
+
+
+def served_mismatch(server: Server, model: str | None, target) -> str | None:
+    """Why `--target DIR` is not the model the server serves, or None: the served model's `/v1/models`
+    `root` (the folder or Hub repo it was loaded from; vLLM, SGLang) names another model than DIR's
+    folder (compared by the last path component, case and `-`/`_`/`.` ignored) or its config's
+    `_name_or_path`. None when the server lists no root."""
+    import json as _json
+    from pathlib import Path
+
+    root = server.roots.get(model) if model else None
+    if not root or target is None:
+        return None
+    def key(x: str) -> str:
+        return "".join(ch for ch in str(x).rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower() if ch.isalnum())
+
+    t = Path(target)
+    names = {key(t.resolve().name), key(t.name)}
+    names |= {key(part.split("--")[-1]) for part in t.resolve().parts if part.startswith("models--")}  # the Hub cache
+    try:
+        cfg = _json.loads((t / "config.json").read_text(encoding="utf-8"))
+        if isinstance(cfg, dict) and isinstance(cfg.get("_name_or_path"), str) and cfg["_name_or_path"]:
+            names.add(key(cfg["_name_or_path"]))
+    except (OSError, ValueError):
+        pass
+    names.discard("")
+    if key(root) in names or not key(root):
+        return None
+    return (f"the server serves {model!r} from {root!r} (its /v1/models root), not --target {str(target)!r}: the "
+            "served tokens are compared with another model's, so a difference says nothing about the verify step; "
+            "pass the served model's folder as --target")
 
 
 def base_url(url: str) -> str:
@@ -189,11 +222,13 @@ def discover(url: str, timeout: float, api_key: str | None = None) -> Server:
 
     status, body = call(base + "/v1/models", timeout=timeout)  # a server that is down ends here
     models = _json(status, body)
-    ids, owners = [], set()
+    ids, owners, roots = [], set(), {}
     if isinstance(models, dict) and isinstance(models.get("data"), list):
         for m in models["data"]:
             if isinstance(m, dict) and isinstance(m.get("id"), str):
                 ids.append(m["id"])
+                if isinstance(m.get("root"), str) and m["root"].strip():
+                    roots[m["id"]] = m["root"].strip()
                 owners.add(str(m.get("owned_by", "")).lower())
     has_models = isinstance(models, dict) and isinstance(models.get("data"), list)
     if status in (401, 403):
@@ -231,7 +266,7 @@ def discover(url: str, timeout: float, api_key: str | None = None) -> Server:
         engine = "vllm"
     else:
         engine = "openai"
-    return Server(base, engine, ids, info, metrics, generate, timeout, vllm_info, props, completion, api_key)
+    return Server(base, engine, ids, info, metrics, generate, timeout, vllm_info, props, completion, api_key, roots)
 
 
 _call = call
@@ -260,33 +295,45 @@ def _post(server: Server, path: str, body: dict) -> dict:
 
 
 def send(server: Server, *, ids: list[int] | None = None, messages: list[dict] | None = None,
-         max_new_tokens: int, model: str | None) -> tuple[str, Reply]:
-    """One greedy request (temperature 0): (the endpoint used, its `Reply`)."""
+         max_new_tokens: int, model: str | None, temperature: float = 0.0,
+         seed: int | None = None) -> tuple[str, Reply]:
+    """One request at `temperature` (0: greedy; `seed` sent where given): (the endpoint used, its `Reply`)."""
+    t = float(temperature)
+    t = int(t) if t == 0 else t  # greedy is sent as 0, as before
+    extra = {} if seed is None else {"seed": int(seed)}
     if ids is not None and server.engine == "sglang" and server.generate:
         path = "/generate"
         obj = _post(server, path, {"input_ids": list(ids), "sampling_params": {
-            "temperature": 0, "max_new_tokens": int(max_new_tokens)}})
+            "temperature": t, "max_new_tokens": int(max_new_tokens), **({"sampling_seed": int(seed)} if seed is not None
+                                                                       else {})}})
         return path, sglang_reply(obj, server.url + path)
     if ids is not None and server.completion_path:
         path = server.completion_path
-        return path, llamacpp_reply(_post(server, path, llamacpp_body(ids, max_new_tokens)), server.url + path)
+        return path, llamacpp_reply(_post(server, path, llamacpp_body(ids, max_new_tokens, temperature=t, seed=seed)),
+                                    server.url + path)
     if ids is not None:
         path = "/v1/completions"
         obj = _post(server, path, {"model": model, "prompt": list(ids), "max_tokens": int(max_new_tokens),
-                                   "temperature": 0, "return_token_ids": True})
+                                   "temperature": t, "return_token_ids": True, **extra})
     else:
         path = "/v1/chat/completions"
         obj = _post(server, path, {"model": model, "messages": list(messages), "max_tokens": int(max_new_tokens),
-                                   "temperature": 0})
+                                   "temperature": t, **extra})
     return path, openai_reply(obj, server.url + path)
 
 
-def llamacpp_body(ids: list[int], max_new_tokens: int) -> dict:
-    """llama-server's native /completion for one greedy request: the prompt as token ids, the output's
-    ids back (`return_tokens`), no prompt cache (each request drafts from a cold start, as the
-    engine-free loop does)."""
-    return {"prompt": [int(t) for t in ids], "n_predict": int(max_new_tokens), "temperature": 0,
+def llamacpp_body(ids: list[int], max_new_tokens: int, temperature: float = 0, seed: int | None = None) -> dict:
+    """llama-server's native /completion for one request (greedy by default): the prompt as token ids, the
+    output's ids back (`return_tokens`), no prompt cache (each request drafts from a cold start, as the
+    engine-free loop does). Sampled: top_k 0, top_p 1, min_p 0 as well, so the target samples plain
+    softmax(logits / T) as the kit's loop does (llama-server's defaults 40 / 0.95 / 0.05 would truncate it)."""
+    body = {"prompt": [int(t) for t in ids], "n_predict": int(max_new_tokens), "temperature": temperature,
             "return_tokens": True, "cache_prompt": False}
+    if temperature:
+        body.update({"top_k": 0, "top_p": 1.0, "min_p": 0.0})
+    if seed is not None:
+        body["seed"] = int(seed)
+    return body
 
 
 def llamacpp_reply(obj: dict, url: str) -> Reply:
@@ -299,6 +346,9 @@ def llamacpp_reply(obj: dict, url: str) -> Reply:
     reply = Reply([int(t) for t in ids] if isinstance(ids, list) and ids else None, obj.get("content") or "",
                   _int(obj.get("tokens_predicted"), "tokens_predicted", url), obj.get("stop_type"))
     _llamacpp_timings(reply, obj, url)
+    g = obj.get("generation_settings")
+    if isinstance(g, dict) and isinstance(g.get("temperature"), (int, float)):
+        reply.temperature = float(g["temperature"])
     return reply
 
 
@@ -398,4 +448,4 @@ def request_row(reply: Reply, index: int) -> dict:
     if reply.histogram:  # position j is reached by the steps that accepted more than j
         per_pos = [sum(reply.histogram[j + 1:]) for j in range(len(reply.histogram) - 1)]
     return _row("request", index, drafts=reply.steps, accepted=reply.accepted, draft_tokens=reply.drafted,
-                accepted_per_pos=per_pos, histogram=reply.histogram)
+                accepted_per_pos=per_pos, histogram=reply.histogram, completion_tokens=reply.completion_tokens)

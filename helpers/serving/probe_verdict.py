@@ -135,8 +135,14 @@ def _pm(x, se) -> str:
     return f"{x:.3f}" + ("" if se is None else f" ± {se:.3f}")
 
 
-def conclude(served: float, served_se, engine_free: dict | None, repro) -> str:
-    """The one conclusion line (module docstring); without an engine-free run, the served figure."""
+def conclude(served: float, served_se, engine_free: dict | None, repro, defect=None) -> str:
+    """The one conclusion line (module docstring); without an engine-free run, the served figure. A
+    match of an engine's own defect (`helpers.serving.engine_defects.DefectMatch`) decides first: the
+    engine's sampler, not the draft or its wiring."""
+    if defect is not None:
+        ef = "" if engine_free is None or engine_free.get("accept_length_as_served") is None else \
+            f", engine-free at the same temperature {engine_free['accept_length_as_served']:.3f}"
+        return f"{defect.sentence} (served {_pm(served, served_se)}{ef})"
     if engine_free is None:
         return (f"served accept length {_pm(served, served_se)}; pass --target DIR --checkpoint DRAFT to compare it "
                 "with the checkpoint run engine-free")
@@ -177,12 +183,32 @@ class ProbeResult:
     notes: list[str] = field(default_factory=list)
     setup: object = None  # helpers.serving.startup.Setup: what the server, --log and --launch-command state
     serving_findings: list = field(default_factory=list)  # eagle3-as-eagle (`helpers.commands.logs.algorithm_findings`)
+    temperature: float = 0.0  # what the probe sent
+    seed: int | None = None
+    engine_defect: object = None  # helpers.serving.engine_defects.DefectMatch, or None
+
+    def sampling(self) -> dict:
+        """The temperature sent, what the answers say was applied (llama.cpp), the engine's rule at it."""
+        from helpers.serving.temperature import rule_name
+
+        applied = sorted({q.reply.temperature for q in self.measured.requests if q.reply.temperature is not None})
+        src = f"sent by the probe (--temperature {self.temperature:g})"
+        if applied:
+            src += ("; the answers' generation_settings say " + ", ".join(f"{x:g}" for x in applied)
+                    + (" (as sent)" if applied == [float(self.temperature)] else " (NOT what was sent)"))
+        return {"temperature": self.temperature, "temperature_source": src, "seed": self.seed,
+                "acceptance_rule": rule_name(self.temperature, self.measured.server.engine),
+                "engine_defect": None if self.engine_defect is None else self.engine_defect.to_dict()}
+    served_mismatch: str | None = None  # --target is not the served model (`probe_client.served_mismatch`)
 
     @property
     def findings(self) -> list[str]:
         out = []
         tc = self.target_check
-        if tc and tc["lossy"]:
+        if self.served_mismatch and tc and (tc["lossy"] or tc["near_ties"]):  # another model's tokens: no verdict
+            out.append(f"target mismatch: {self.served_mismatch} (the tokens differ at "
+                       f"{tc['lossy'] + tc['near_ties']} prompt(s); no conclusion about a lossy verify is drawn)")
+        elif tc and tc["lossy"]:
             bad = [r for r in tc["per_prompt"] if r["identical"] is False and not r.get("near_tie")]
             out.append(f"lossy verify: at {len(bad)} prompt(s) the served text is not the target's greedy output "
                        "(first at prompt " + ", ".join(f"{r['index']} position {r['first_difference']}" for r in bad[:3])
@@ -199,7 +225,7 @@ class ProbeResult:
         fm = m.from_metrics
         return {
             "url": m.server.url, "engine": m.server.engine, "model": self.model, "endpoint": m.endpoint,
-            "max_new_tokens": self.max_new_tokens, "temperature": 0,
+            "max_new_tokens": self.max_new_tokens, **self.sampling(),
             "drafting": None if d is None else {"shape": d.label, "steps": d.steps, "topk": d.topk,
                                                 "num_draft_tokens": d.num_draft_tokens, "source": self.drafting_source,
                                                 **d.engine_flags()},
@@ -214,7 +240,8 @@ class ProbeResult:
             "per_position_conditional": (m.per_request or fm).per_position_conditional,
             "target_check": self.target_check, "engine_free": self.engine_free,
             "reproduce": None if self.reproduce is None else self.reproduce.to_dict(),
-            "conclusion": self.conclusion, "findings": self.findings, "notes": list(m.notes) + self.notes,
+            "conclusion": self.conclusion, "findings": self.findings, "served_mismatch": self.served_mismatch,
+            "notes": list(m.notes) + self.notes,
             "seconds": m.seconds, "forced_acceptance": None,
             "speculative_algorithm": None if self.setup is None else {
                 k: v for k, v in self.setup.to_dict().items() if k != "forced_acceptance"},
@@ -225,7 +252,9 @@ class ProbeResult:
         src = f"{self.prompts_path}" + (" (the bundled default prompts: pass --prompts FILE for your own traffic)"
                                         if self.bundled_default else "")
         lines = [f"probe: {m.server.url} ({m.server.engine}, model {self.model or '-'})",
-                 f"  prompts: {len(m.requests)} from {src}; {self.max_new_tokens} new tokens each, greedy, "
+                 f"  prompts: {len(m.requests)} from {src}; {self.max_new_tokens} new tokens each, "
+                 + ("greedy, " if not self.temperature else f"sampled at T = {self.temperature:g} (acceptance rule "
+                                                              f"{d['acceptance_rule']}), ") +
                  f"one request at a time to {m.endpoint} in {m.seconds:.1f} s",
                  "  drafting: " + (f"{d['drafting']['shape']} ({d['drafting']['source']})" if d["drafting"] else "unknown"),
                  f"  accept length {_pm(m.accept_length, m.stderr)} ({m.source}: {d['accept_length_definition']})"]

@@ -53,6 +53,16 @@ class Figure:
     source: str = ""
     shape: tuple | None = None  # (steps, topk, draft tokens counting the root)
     assumptions: tuple = ()  # a prediction's assumptions (names, `helpers.acceptance.prediction.ASSUMPTIONS`)
+    temperature: float | None = None  # what it was measured at (0: greedy); None: not stated (unknown)
+    rule: str | None = None  # the acceptance rule it was measured under ('greedy' at 0)
+
+    def at(self) -> str:
+        """' at T = 0.7 (rule)', ' greedy', or ' at an unstated temperature'."""
+        if self.temperature is None:
+            return " at an unstated temperature"
+        if self.temperature <= 0:
+            return " greedy"
+        return f" at T = {self.temperature:g}" + (f" ({self.rule})" if self.rule and self.rule != "greedy" else "")
 
     def text(self) -> str:
         se = "" if self.stderr is None or self.stderr != self.stderr else f" ± {self.stderr:.2f}"
@@ -141,7 +151,7 @@ class Ladder:
     """The rungs, the verdict, and which evidence decided it."""
 
     rungs: list[Rung]
-    verdict: str  # "deployment bug", "no deployment bug", "no serving measurement", "nothing measured"
+    verdict: str  # "a deployment bug", "no deployment bug", "the engine's sampler", "no serving measurement", ...
     decided_by: str
     rests_on_prediction: bool
     samples_overstate: bool | None
@@ -157,6 +167,8 @@ class Ladder:
         if self.verdict in ("no serving measurement", "no verdict"):
             s = f"No verdict on the deployment: {r1.text}"
             return s + (f" The draft itself: {r2.text}" if r2.decided else "")
+        if self.verdict == "the engine's sampler":
+            return f"Not the draft, not its wiring: the engine's sampler, decided by {self.decided_by}: {r1.text}"
         s = f"{self.verdict[0].upper()}{self.verdict[1:]}, decided by {self.decided_by}: {r1.text}"
         if self.reproduced:
             s += f" Reproduced engine-free by: {self.reproduced['label']} ({_row_text(self.reproduced)})"
@@ -200,23 +212,75 @@ def _row_text(row: dict) -> str:
     return f"{row['mean']:.2f}" + ("" if se is None else f" ± {se:.2f}") + zt
 
 
+def _temps(figs) -> str:
+    return ", ".join(f"{t:g}" for t in sorted({f.temperature for f in figs if f.temperature is not None}))
+
+
+def engine_free_for(serving: Figure, engine_free: Figure | None, curve=()) -> tuple[Figure | None, list[str]]:
+    """The engine-free figure rung 1 compares `serving` with, and notes saying why. Never one measured at
+    another temperature: with the serving temperature stated, the figure at that temperature (none:
+    not compared); with it unknown, the LOWEST engine-free figure over the temperatures measured (`curve`:
+    the loop at several T under the engine's rule), so a deployment bug is said only below every
+    plausible temperature's figure, and the note says what was assumed. Figures that state no
+    temperature at all are compared as they are (a caller that knows none)."""
+    figs = [f for f in [engine_free, *curve] if f is not None]
+    if not figs:
+        return None, []
+    stated = [f for f in figs if f.temperature is not None]
+    if serving.temperature is not None:
+        same = [f for f in stated if abs(f.temperature - serving.temperature) < 1e-6]
+        if same:
+            return same[0], []
+        if not stated:
+            return figs[0], [f"the engine-free figure states no temperature; serving was measured{serving.at()}"]
+        return None, [f"not compared: serving was measured{serving.at()}, the engine-free loop at T = {_temps(stated)}; "
+                      "accept length depends on the temperature, so figures at different temperatures are never "
+                      f"compared: run the loop at T = {serving.temperature:g} under the engine's rule "
+                      "(speculate/report --temperature)"]
+    if not stated:
+        return figs[0], []
+    low = min(stated, key=lambda f: f.value)
+    greedy = [f for f in stated if f.temperature <= 0]
+    shown = f"greedy {greedy[0].text()}; " if greedy and greedy[0] is not low else ""
+    if len({f.temperature for f in stated}) == 1:
+        return low, [f"the serving temperature is not stated: assumed{low.at()}, the only temperature the loop ran at "
+                     f"({low.text()}); a sampled deployment accepts less than greedy under an argmax-draft rule, so "
+                     "state the serving temperature (--temperature T, or a log written with vLLM "
+                     "--enable-log-requests) or measure the loop at T in [0, 1]"]
+    return low, [f"the serving temperature is not stated: {shown}compared with the lowest engine-free figure over "
+                 f"T in {{{_temps(stated)}}}, {low.text()}{low.at()}, so a deployment bug is said only below every "
+                 "plausible temperature's figure"]
+
+
+def _defect_rung(q: str, serving: Figure, defect: dict, compared: str, notes: list[str]) -> tuple[Rung, str, str, bool]:
+    ev = "the engine's own sampled-decoding defect (its signature in the serving figures)"
+    text = f"serving accepts {serving.text()}{serving.at()} ({serving.source}){compared}: {defect['conclusion']}"
+    return (Rung(1, q, ev, "yes: the engine's sampler, not the draft or its wiring", text, True, None, notes),
+            "the engine's sampler", ev, False)
+
+
 def _deployment(serving: Figure | None, engine_free: Figure | None, predicted: Figure | None,
-                prompts_are_traffic: bool) -> tuple[Rung, str, str, bool]:
+                prompts_are_traffic: bool, curve=(), defect: dict | None = None) -> tuple[Rung, str, str, bool]:
     """Rung 1: (rung, verdict, decided_by, rests on a prediction)."""
     q = "Does the engine lose what the draft can do?"
     if serving is None:
         return (Rung(1, q, "no serving figure", "not asked", "no serving measurement was given (pass --log FILE or "
                      "--metrics FILE|URL)."), "no serving measurement", "nothing (no serving figure)", False)
+    engine_free, t_notes = engine_free_for(serving, engine_free, curve) if (engine_free or curve) else (None, [])
+    if defect is not None:
+        cmp = "" if engine_free is None else f" where the same draft accepts {engine_free.text()}{engine_free.at()} engine-free"
+        return _defect_rung(q, serving, defect, cmp, t_notes)
     same = engine_free is not None and (serving.shape is None or engine_free.shape is None
                                         or tuple(serving.shape) == tuple(engine_free.shape))
     if engine_free is not None and same:
         z = z_score(serving, engine_free)
         ev = "serving vs engine-free measurement on the same drafting settings"
-        where = (f"serving accepts {serving.text()} ({serving.source}) where the same draft accepts "
-                 f"{engine_free.text()} engine-free ({engine_free.source}), {shape_label(engine_free.shape)}, z = {z:+.1f}")
-        notes = [] if prompts_are_traffic else [
+        where = (f"serving accepts {serving.text()}{serving.at()} ({serving.source}) where the same draft accepts "
+                 f"{engine_free.text()}{engine_free.at()} engine-free ({engine_free.source}), "
+                 f"{shape_label(engine_free.shape)}, z = {z:+.1f}")
+        notes = list(t_notes) + ([] if prompts_are_traffic else [
             "caveat: the engine-free prompts are not the serving traffic, so both figures measure the draft on "
-            "different text; run the engine-free measurement on requests taken from the served traffic to be sure"]
+            "different text; run the engine-free measurement on requests taken from the served traffic to be sure"])
         if serving.stderr is None:
             notes.append("the serving figure states no standard error (counted as 0)")
         if z <= -DIFFERS_Z:
@@ -227,7 +291,7 @@ def _deployment(serving: Figure | None, engine_free: Figure | None, predicted: F
         tail = (": serving accepts what the draft accepts engine-free." if z < DIFFERS_Z else
                 ": serving accepts more than the engine-free run, so its traffic is easier than the prompts.")
         return Rung(1, q, ev, finding, where + tail, True, z, notes), "no deployment bug", ev, False
-    notes = []
+    notes = list(t_notes)
     if engine_free is not None:
         notes.append(f"the engine-free run drafted a {shape_label(engine_free.shape)} but serving a "
                      f"{shape_label(serving.shape)}: not comparable; run it with the serving settings")
@@ -347,7 +411,8 @@ def evidence_ladder(*, serving: Figure | None = None, engine_free: Figure | None
                     regenerated: bool | None = None, per_position: list | None = None,
                     per_position_source: str = "engine-free", coverage: float | None = None,
                     reproduced: dict | None = None, same_text: Figure | None = None,
-                    answer_tokens: int | None = None, loop_tokens: int | None = None) -> Ladder:
+                    answer_tokens: int | None = None, loop_tokens: int | None = None,
+                    engine_free_curve=(), engine_defect: dict | None = None) -> Ladder:
     """The ladder over whichever figures are given (see the module docstring).
 
     `same_text`: the same prediction measured on the loop's own text (notebook 07's capture of the
@@ -357,8 +422,16 @@ def evidence_ladder(*, serving: Figure | None = None, engine_free: Figure | None
     `reproduced`: the best-ranked row of `helpers.speculate.reproduce` (label, mean, stderr, z,
     reproduces) to name beside a deployment bug; it is named only when it reproduces the serving
     number and is not the correct wiring.
+
+    Temperature: every Figure states what it was measured at (`temperature`, None: unknown).
+    `engine_free_curve`: the loop at several temperatures under the engine's rule; rung 1 compares
+    serving only with the figure at its temperature, or, with the serving temperature unknown, with
+    the lowest of them (`engine_free_for`). `engine_defect`: an engine's own defect whose signature
+    the serving figures show (`helpers.serving.engine_defects.DefectMatch.to_dict()`): the verdict is
+    then "the engine's sampler", never a deployment bug of the draft's wiring, and no wiring is named.
     """
-    r1, verdict, decided_by, on_prediction = _deployment(serving, engine_free, predicted, prompts_are_traffic)
+    r1, verdict, decided_by, on_prediction = _deployment(serving, engine_free, predicted, prompts_are_traffic,
+                                                         engine_free_curve, engine_defect)
     r2, overstate = _samples(engine_free, predicted, regenerated, same_text, answer_tokens, loop_tokens)
     r3 = _where(per_position, coverage, per_position_source)
     if serving is None and r2.decided:
@@ -374,5 +447,8 @@ def figure_from_run(run: dict, source: str) -> Figure:
     """A `SpecRun.to_dict()` (or notebook 07's recorded one) as a Figure."""
     s = run.get("settings") or {}
     n = s.get("num_draft_tokens") or (s.get("draft_tokens") if s.get("drafting") == "tree" else (s.get("steps") or 0) + 1)
+    t = s.get("temperature")
     return Figure(float(run["mean_accept_length"]), run.get("stderr"), source,
-                  (s.get("steps"), s.get("topk") or 1, n) if s.get("steps") else None)
+                  (s.get("steps"), s.get("topk") or 1, n) if s.get("steps") else None,
+                  temperature=None if t is None else float(t),
+                  rule=s.get("acceptance_rule") or ("greedy" if t == 0 else None))
