@@ -98,7 +98,8 @@ class Acceptance:
                  f"  per-token rate implied ({self.drafting or 'no drafting settings'}): {f(self.per_token_rate)}"]
         if self.per_position_unconditional:
             lines.append("  per position, unconditional: " + ", ".join(f"{x:.3f}" for x in self.per_position_unconditional))
-            lines.append("  per position, conditional:   " + ", ".join(f"{x:.3f}" for x in self.per_position_conditional))
+            lines.append("  per position, conditional:   " + ", ".join(
+                f"{x:.3f}" + (" (IMPOSSIBLE: above 1)" if x > 1 + 1e-9 else "") for x in self.per_position_conditional))
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  garbled {g['line']}: {g['reason']}" for g in c.get("garbled_lines", [])[:10]]
         return "\n".join(lines)
@@ -240,6 +241,12 @@ def normalise(table, steps=None, topk=None, draft_tokens=None) -> Acceptance:
     if u:
         acc.per_position_unconditional = u
         acc.per_position_conditional = conditional_from_unconditional(u)
+        high = [j for j, c in enumerate(acc.per_position_conditional) if c > 1 + 1e-9]
+        if high:  # rows are bounded (helpers.serving.bounds); a pooled figure can still rise: flagged
+            acc.notes.append(f"IMPOSSIBLE: the conditional rate at position {high[0]} is "
+                             f"{acc.per_position_conditional[high[0]]:.3f} > 1 (a draft reaches position j only through "
+                             "j - 1): the per-position counts come from different runs, servers or models, or their "
+                             "positions are mislabelled; the per-position figures are not evidence")
     try:
         d = drafting_for(steps, topk, draft_tokens, positions=len(u) if u else None)
     except ValueError as e:

@@ -4,9 +4,11 @@ Every row a serving reader makes (a log line, a request record, a scrape, a DP r
 training step) is checked here before any figure is computed from it:
 
 - accept length (bonus token counted): finite, at least 1 (every verify step emits the target's
-  own token), and at most the most one verify step can emit when the drafting is known: a chain of
-  K drafted tokens K + 1, SGLang's tree of S steps S + 1 (one path of the tree is accepted, at most
-  S deep; fewer when num_draft_tokens - 1 < S). A line printed with two decimals gets 0.005 slack;
+  own token), and at most the most one verify step can emit when the drafting is known, by the
+  algorithm and its shape: a chain of K drafted tokens K + 1, SGLang's tree of S steps (depth S)
+  S + 1 (one path of the tree is accepted, at most S deep; fewer when num_draft_tokens - 1 < S),
+  block drafting (SGLang's DFlash / DSpark: num_draft_tokens - 1 tokens drafted in one step, the
+  settings carrying `block`) num_draft_tokens. A line printed with two decimals gets 0.005 slack;
   a vLLM or llama.cpp line's own per-position list (K values) bounds it by K + 1 as well. When
   nothing states the drafting, only the plausible ceiling applies: PLAUSIBLE = MAX_DRAFT_TOKENS + 1
   (257, `helpers.acceptance.montecarlo`: no engine drafts more than a few dozen tokens a step);
@@ -15,6 +17,13 @@ training step) is checked here before any figure is computed from it:
   accepted drafts no more than drafted ones, accepted at one position no more than the drafts,
   and the accept length the counts imply (1 + accepted / drafts, or SGLang's completion_tokens /
   spec_verify_ct) within the accept-length bounds;
+- per position (unconditional: accepted at j / drafts, or the rate a log prints): never more at
+  position j than at j - 1 (a draft reaches j only through j - 1; a conditional rate above 1 is
+  impossible: counters summed over servers or models, a restart between positions, or positions
+  mislabelled);
+- one record's own figures agree: a vLLM answer's verify steps no more than the tokens it generated
+  (each step emits at least one), its verify steps and accepted tokens those of its own acceptance
+  histogram (sum h, sum j h[j]);
 - counters scraped twice only grow (`helpers.serving.metrics.difference` names one that went
   down: a restart between the scrapes).
 
@@ -45,6 +54,8 @@ def maximum_for(settings: dict | None, positions: int | None = None) -> int | No
     per-position rates drafts K); None when nothing says."""
     s = settings or {}
     steps, n = _whole(s.get("steps")), _whole(s.get("draft_tokens"))
+    if s.get("block") and n and n > 1:  # a block of n - 1 drafted in one step: all accepted emits n
+        return n
     if steps and steps > 0:
         return (min(steps, n - 1) if n and n > 1 else steps) + 1
     if n and n > 1:
@@ -111,6 +122,24 @@ def problems(row: dict, maximum: int | None = None) -> list[tuple[str, object, s
         why = _length(1 + acc / drafts, maximum, f"1 + accepted / drafts = 1 + {acc:g} / {drafts:g} =")
         if why:
             out.append(("accepted", acc, why))
+    for key in ("per_position", "accepted_per_pos"):
+        why = _rising(row.get(key), key)
+        if why:
+            out.append((key, row.get(key), why))
+    hist = row.get("histogram")
+    if isinstance(hist, list) and hist and all(isinstance(h, (int, float)) and not _bad(h) for h in hist):
+        steps = row.get("drafts") if row.get("drafts") is not None else row.get("verify_ct")
+        if steps is not None and sum(hist) != steps:
+            out.append(("histogram", hist, f"the record's verify steps ({steps:g}) are not its own acceptance "
+                                          f"histogram's ({sum(hist):g} = sum of the histogram): the two counts disagree"))
+        elif acc is not None and sum(j * h for j, h in enumerate(hist)) != acc:
+            out.append(("histogram", hist, f"the record's accepted tokens ({acc:g}) are not its own acceptance "
+                                          f"histogram's ({sum(j * h for j, h in enumerate(hist)):g} = sum j h[j]): the "
+                                          "two counts disagree"))
+    comp = row.get("completion_tokens")
+    if comp is not None and drafts and row.get("verify_ct") is None and comp < drafts and not row.get("variable"):
+        out.append(("drafts", drafts, f"{drafts:g} verify steps for {comp:g} tokens generated: each verify step "
+                                      "emits at least one token, so the record cannot be measured"))
     pos = row.get("accepted_per_pos")
     if pos:
         if any(_bad(x) or x < 0 for x in pos):
@@ -130,6 +159,20 @@ def problems(row: dict, maximum: int | None = None) -> list[tuple[str, object, s
                                                    f"{maximum or PLAUSIBLE:g}, the most one step emits under "
                                                    + ("this drafting" if maximum else "any drafting an engine runs")))
     return out
+
+
+def _rising(values, key: str) -> str | None:
+    """Why an unconditional per-position list is impossible (a later position above an earlier one), or None."""
+    if not isinstance(values, list) or len(values) < 2 or any(v is None or _bad(v) for v in values):
+        return None
+    slack = SLACK if key == "per_position" else 0  # printed rates are rounded; counts are exact
+    for j in range(1, len(values)):
+        if values[j] > values[j - 1] + slack:
+            return (f"{key.replace('_', ' ')}[{j}] = {values[j]:g} is above position {j - 1}'s {values[j - 1]:g}: a "
+                    f"conditional rate of {values[j] / values[j - 1] if values[j - 1] else float('inf'):.3g} > 1 is "
+                    "impossible (a draft reaches position j only through j - 1): counters summed over servers or "
+                    "models, a restart between positions, or positions mislabelled")
+    return None
 
 
 def split(rows, maximum: int | None = None, where=None) -> tuple[list[dict], list[dict]]:

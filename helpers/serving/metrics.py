@@ -118,8 +118,12 @@ class MetricsTable:
 
 
 # -- Prometheus text --------------------------------------------------------------------------------
-def parse_prometheus(text: str, source: str = "<text>") -> MetricsTable:
+def parse_prometheus(text: str, source: str = "<text>", model: str | None = None) -> MetricsTable:
     """Prometheus exposition text -> a one-row table of vLLM counters or SGLang gauges.
+
+    `model`: the served model whose series are read (label `model_name`; series without the label
+    are kept): another model's series on the same page are left out and `notes` names them. Without
+    it, series of several models are summed and `notes` says so.
 
     Each sample line goes through prometheus_client's parser on its own, so one bad line is one
     garbled line (counted, reason kept) and the rest still read. Comments are skipped.
@@ -150,7 +154,10 @@ def parse_prometheus(text: str, source: str = "<text>") -> MetricsTable:
         if counted:
             rounded = [n for n, line in enumerate(text.splitlines(), start=1)
                        if line.startswith(prefix + "spec_decode") and "e+" in line.rsplit(" ", 1)[-1].lower()]
+            counted, note = _one_model(counted, model)
             table = _counters_prom(counted, source, lines, garbled, len(samples) - len(counted) - len(sgl), prefix, kind)
+            if note:
+                table.notes.append(note)
             if rounded:
                 table.notes.append(f"{len(rounded)} counter(s) printed in exponent form (line {rounded[0]}): "
                                    "llama.cpp prints its counters with six significant digits, so these are rounded "
@@ -168,6 +175,24 @@ def parse_prometheus(text: str, source: str = "<text>") -> MetricsTable:
             table.rows.append(_row("gauge", label or "all", **v))
         table.missing = [k for k, key in SGLANG_GAUGES.items() if not any(key in v for v in values.values())]
     return table
+
+
+def _one_model(samples, model: str | None):
+    """(the samples of `model` and those without a model_name label, a note naming the other models'
+    series or None). Without `model`, every sample, and a note when several models' series are summed."""
+    names = sorted({s.labels["model_name"] for s in samples if "model_name" in s.labels})
+    if model is None:
+        if len(names) > 1:
+            return samples, (f"the page carries spec_decode series of {len(names)} models ({', '.join(names[:4])}): "
+                             "they are summed here; probe reads only the probed model's")
+        return samples, None
+    others = [n for n in names if n != model]
+    if not others:
+        return samples, None
+    kept = [s for s in samples if s.labels.get("model_name", model) == model]
+    return kept, (f"the page also carries spec_decode series of another model ({', '.join(others[:4])}): left out, "
+                  f"only model_name={model!r} is read" + ("" if model in names else
+                                                          f" (and no series names {model!r})"))
 
 
 def _labels(labels: dict, drop=("position",)) -> str:
@@ -239,12 +264,15 @@ def difference(before: MetricsTable, after: MetricsTable, seconds: float | None 
     out, missing, invalid = {}, list(after.missing), []
     for key in ("drafts", "draft_tokens", "accepted"):
         if a[key] is None or b[key] is None:
+            if b[key] is not None:  # there at the first scrape, gone at the second
+                missing.append(f"{key}: the counter vanished between scrapes (present before, absent after)")
             continue
         if a[key] < b[key]:
-            missing.append(f"{key}: the counter went down between scrapes ({b[key]} -> {a[key]}): a restart?")
+            missing.append(f"{key}: the counter went down between scrapes ({b[key]} -> {a[key]}): a restart")
             invalid.append({"line": "interval", "field": key, "value": a[key] - b[key],
                             "why": f"counter {key} went down between the two scrapes ({b[key]:g} -> {a[key]:g}): "
-                                   "the server restarted in between? scrape again"})
+                                   "the server restarted in between (its counters start again from zero), so no "
+                                   "difference spans the interval; scrape again"})
             continue
         out[key] = _whole(a[key] - b[key])
     pos = None
@@ -302,6 +330,12 @@ def from_log(path, year: int | None = None) -> MetricsTable:
     from helpers.serving.startup import read_drafting
 
     log = read_log(path, year=year)
+    runs = log.runs()
+    if len(runs) > 1 and not log.forced and not log.one_drafting():  # each start its own run: no one figure
+        raise BadInputError(path, f"holds {len(runs)} server starts (lines "
+                            f"{', '.join(str(r['start_line']) for r in runs)}) with different drafting settings: no "
+                            "one figure pools them; `d2t-lab logs FILE` gives each run's own, or split the log at a "
+                            "start")
     engine = log.engines[0] if len(log.engines) == 1 else "mixed"
     rows = []
     for r in log.rows:
@@ -321,9 +355,11 @@ def from_log(path, year: int | None = None) -> MetricsTable:
             rows.append({**_row("log-line", f"line {r['line']}", accept_length=r.get("accept_length"),
                                 accept_rate=r.get("accept_rate")), "line": r["line"]})
     drafting = read_drafting(path)
+    notes = [f"{len(runs)} server starts with the same drafting (lines {', '.join(str(r['start_line']) for r in runs)}): "
+             "their rows are pooled"] if len(runs) > 1 else []
     return MetricsTable(str(path), f"{engine}-log", rows, log.total, log.garbled, list(log.garbled_lines),
                         log.unrecognised, settings={k: drafting[k] for k in ("steps", "topk", "draft_tokens") if k in drafting},
-                        forced=log.forced, invalid_rows=list(log.invalid_rows))
+                        forced=log.forced, invalid_rows=list(log.invalid_rows), notes=notes)
 
 
 # -- any source -------------------------------------------------------------------------------------------

@@ -80,7 +80,12 @@ def _request_row(obj: dict, n: int) -> dict | None:
         if spec is None and "acceptance_histogram" in obj and "num_spec_steps" in obj:
             spec = obj
         if isinstance(spec, dict):
-            return _vllm_answer_row(spec, obj.get("id", n))
+            row = _vllm_answer_row(spec, obj.get("id", n))
+            usage = obj.get("usage")
+            comp = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            if comp is not None:  # the answer's tokens: no fewer than its verify steps (helpers.serving.bounds)
+                row["completion_tokens"] = _number(comp, "usage.completion_tokens", whole=True)
+            return row
     meta = obj.get("meta_info", obj) if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None

@@ -16,6 +16,8 @@ from helpers.core.errors import BadInputError
 # -- drafting settings from a log's start-up lines ----------------------------------------------
 _SGL_ARG = re.compile(r"(?<![\w])['\"]?(speculative_num_steps|speculative_eagle_topk|speculative_num_draft_tokens)"
                       r"['\"]?\s*[:=]\s*(\d+)\b")
+_SGL_ALGORITHM = re.compile(r"['\"]?\bspeculative_algorithm['\"]?\s*[:=]\s*['\"]?([A-Za-z][\w-]*)")
+BLOCK_ALGORITHMS = ("DFLASH", "DSPARK")  # SGLang algorithms that draft a block of num_draft_tokens - 1 in one step
 _VLLM_TOKENS = re.compile(r"['\"]?(?:num_speculative_tokens|num_spec_tokens)['\"]?\s*[:=]\s*(\d+)")
 
 
@@ -36,6 +38,13 @@ def drafting_from_line(line: str) -> dict:
 
     if "server_args=" in line:
         found = {SGLANG_NAMES[k]: int(v) for k, v in _SGL_ARG.findall(line)}
+        algo = _SGL_ALGORITHM.search(line)
+        n = found.get("draft_tokens")
+        if algo and algo.group(1).upper() in BLOCK_ALGORITHMS and n and n > 1:
+            # block drafting (SGLang's DFlash / DSpark): num_draft_tokens - 1 tokens drafted in ONE step and
+            # verified as a chain, so the most one verify emits is num_draft_tokens (not steps + 1 = 2)
+            return {"steps": n - 1, "topk": 1, "draft_tokens": n, "block": True, "algorithm": algo.group(1).upper(),
+                    "server": dict(found), "source": "server_args"}
         return {**found, "source": "server_args"} if found else {}
     if "speculative" in line.lower() or "num_spec_tokens" in line:
         m = _VLLM_TOKENS.search(line)
