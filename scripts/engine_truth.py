@@ -429,45 +429,27 @@ LLAMACPP_CASES: dict[str, tuple] = {
 }
 
 
-def _tensor(t: dict, name: str) -> np.ndarray:
-    return t[name][0]
+def _g_d2t(fn, qtype="I64"):
+    """d2t (absolute ids, I64) replaced by fn(absolute ids), stored as `qtype`."""
+    def f(src):
+        from helpers.io.gguf_files import stored_d2t
 
-
-def _g_d2t(fn, qtype=None):
-    """d2t (absolute ids, I64) replaced by fn(absolute ids), stored as `qtype` (default I64)."""
-    def f(t, kv):
-        import gguf
-
-        d = fn(np.asarray(t["d2t"][0], dtype=np.int64))
-        q = gguf.GGMLQuantizationType[qtype or "I64"]
-        if q == gguf.GGMLQuantizationType.I64:
-            t["d2t"] = (d.astype(np.int64), q)
-        elif q == gguf.GGMLQuantizationType.F32:
-            t["d2t"] = (d.astype(np.float32), q)
-        else:
-            t["d2t"] = (gguf.quants.quantize(d.astype(np.float32), q), q)
+        return {"d2t": (fn(stored_d2t(src)), qtype)}, {}
     return f
 
 
 def _g_drop(*names):
-    def f(t, kv):
-        for n in names:
-            t.pop(n)
-    return f
+    return lambda src: ({n: None for n in names}, {})
 
 
 def _g_kv(key, value):
-    def f(t, kv):
-        if value is None:
-            kv.pop(key)
-        else:
-            kv[key] = (value, *kv[key][1:])
-    return f
+    return lambda src: ({}, {key: value})
 
 
-def _g_output_short(t, kv):
-    w, q = t["output.weight"]
-    t["output.weight"] = (np.ascontiguousarray(w[:-1]), q)
+def _g_output_short(src):
+    from helpers.io.gguf_files import stored_tensor
+
+    return {"output.weight": stored_tensor(src, "output.weight")[:-1]}, {}
 
 
 def _g_d2t_repeated(d):
@@ -480,8 +462,8 @@ def _g_d2t_past(d):
     return d
 
 
-# name -> (what was changed, fn(tensors, metadata)); tensors: name -> (array, GGML type), metadata: key ->
-# (value, type, sub type)
+# name -> (what was changed, fn(the healthy GGUF) -> (tensors to replace, metadata to change) as
+# `helpers.io.gguf_files.copy_gguf` takes them: a tensor or key given None is left out)
 GGUF_CASES: dict[str, tuple] = {
     "gguf-d2t-offsets": ("GGUF d2t holds offsets (target - i, as in the HF file) instead of absolute ids",
                          _g_d2t(lambda d: d - np.arange(d.size))),
@@ -510,35 +492,13 @@ GGUF_CASES: dict[str, tuple] = {
 }
 
 
-def rewrite_gguf(src: Path, dst: Path, change) -> Path:
-    """Copy a GGUF with `change(tensors, metadata)` applied (the gguf package's reader and writer)."""
-    import gguf
+def rewrite_gguf(src: Path, dst: Path, case: str) -> Path:
+    """The healthy draft's GGUF `src` copied to `dst` with GGUF case `case`'s change
+    (`helpers.io.gguf_files.copy_gguf`: the kit's one GGUF writer for changed copies)."""
+    from helpers.io.gguf_files import copy_gguf
 
-    r = gguf.GGUFReader(str(src))
-    kv = {}
-    for f in r.fields.values():
-        if f.name.startswith("GGUF."):
-            continue
-        kv[f.name] = (f.contents(), f.types[0], f.types[1] if len(f.types) > 1 else None)
-    tensors = {t.name: (np.array(t.data), t.tensor_type) for t in r.tensors}
-    for name, (arr, q) in list(tensors.items()):  # quantized tensors as bytes, the rest as numbers
-        tensors[name] = (arr, q)
-    change(tensors, kv)
-    arch = kv.pop("general.architecture")[0]
-    w = gguf.GGUFWriter(str(dst), arch)
-    for key, (value, vtype, sub) in kv.items():
-        w.add_key_value(key, value, vtype, sub_type=sub)
-    for name, (arr, q) in tensors.items():
-        if isinstance(q, str):
-            q = gguf.GGMLQuantizationType[q]
-        if q == gguf.GGMLQuantizationType.BF16 and arr.dtype != np.uint8:
-            arr = gguf.quants.quantize(arr.astype(np.float32), q)
-        w.add_tensor(name, arr, raw_dtype=q)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    replace, metadata = GGUF_CASES[case][1](src)
+    return copy_gguf(src, dst, replace, metadata)
 
 
 def llamacpp_cases() -> dict[str, str]:
@@ -633,7 +593,7 @@ def make_gguf_cases(out: Path, names=None) -> dict[str, Path]:
         return {}
     out.mkdir(parents=True, exist_ok=True)
     base = L.convert(PAIR / "draft", out / "healthy-base.gguf", target=TARGET).path
-    return {n: rewrite_gguf(base, out / f"{n}.gguf", GGUF_CASES[n][1]) for n in wanted}
+    return {n: rewrite_gguf(base, out / f"{n}.gguf", n) for n in wanted}
 
 
 def make_llamacpp(out: Path, names=None) -> dict[str, Path]:
@@ -690,7 +650,7 @@ def run_llamacpp(out_json: Path, names=None, work: Path | None = None) -> list[d
         elif name.startswith("gguf-"):
             if healthy_gguf is None:
                 healthy_gguf = L.convert(PAIR / "draft", work / "healthy-base.gguf", target=TARGET).path
-            draft = rewrite_gguf(healthy_gguf, work / f"{name}.gguf", GGUF_CASES[name][1])
+            draft = rewrite_gguf(healthy_gguf, work / f"{name}.gguf", name)
             row["convert_command"] = "the healthy draft's GGUF, rewritten (scripts/engine_truth.py rewrite_gguf)"
             row |= llamacpp_serve(tgt.path, draft, ids[pair], work / f"{name}.log",
                                   {str(draft): "DRAFT.gguf", str(tgt.path): "TARGET.gguf"} | names_)

@@ -408,8 +408,9 @@ def write_draft_gguf(out: str | os.PathLike, tensors: dict, config: dict, target
     return out
 
 
-def _copy_fields(reader, w, keep) -> None:
-    """Copy `reader`'s metadata keys for which `keep(key)` holds into writer `w`, with their types."""
+def _copy_fields(reader, w, keep, values: dict | None = None) -> None:
+    """Copy `reader`'s metadata keys for which `keep(key)` holds into writer `w`, with their types; a key in
+    `values` is written with that value instead (its stored type kept)."""
     import gguf
 
     for k, f in reader.fields.items():
@@ -417,7 +418,7 @@ def _copy_fields(reader, w, keep) -> None:
             continue
         vtype = gguf.GGUFValueType(f.types[0])
         sub = gguf.GGUFValueType(f.types[1]) if vtype == gguf.GGUFValueType.ARRAY and len(f.types) > 1 else None
-        w.add_key_value(k, f.contents(), vtype, sub_type=sub)
+        w.add_key_value(k, values[k] if values and k in values else f.contents(), vtype, sub_type=sub)
 
 
 def _write(w, out: Path) -> None:
@@ -429,26 +430,64 @@ def _write(w, out: Path) -> None:
         w.close()
 
 
-def copy_gguf(src: str | os.PathLike, dst: str | os.PathLike, replace: dict[str, np.ndarray]) -> Path:
+_NUMPY_OF = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8, "I16": np.int16,
+             "I32": np.int32, "I64": np.int64}
+
+
+def _as_stored(arr, qtype):
+    """(array, raw GGML type) to write `arr` as `qtype` (a `GGMLQuantizationType` or its name; None: by the
+    array's numpy dtype): plain types cast, BF16 and quantized types quantized from float32."""
+    import gguf
+
+    arr = np.asarray(arr)
+    if qtype is None:
+        return np.ascontiguousarray(arr), None
+    q = gguf.GGMLQuantizationType[qtype] if isinstance(qtype, str) else gguf.GGMLQuantizationType(qtype)
+    if q.name in _NUMPY_OF:
+        return np.ascontiguousarray(arr, dtype=_NUMPY_OF[q.name]), q
+    if arr.dtype != np.uint8:  # numbers, not the stored bytes
+        arr = gguf.quants.quantize(arr.astype(np.float32), q)
+    return arr, q
+
+
+def copy_gguf(src: str | os.PathLike, dst: str | os.PathLike, replace: dict, metadata: dict | None = None) -> Path:
     """Copy a GGUF to `dst`: every metadata key and tensor as stored (same types, same order), except the
-    tensors named in `replace` (GGUF names), written with the given arrays (their numpy dtype: I64 for
-    int64). `src` is only read."""
+    tensors named in `replace` (GGUF names): an array is written by its numpy dtype (I64 for int64), an
+    (array, GGML type) pair as that type (`F32`, `BF16`, ...; quantized from the numbers where it is one), None
+    leaves the tensor out. `metadata`: key -> value written in its stored type, None leaves the key out (a key
+    the file lacks is a ValueError: its type is unknown). `src` is only read. The one place the kit writes a
+    changed GGUF (`fix`, and the GGUF-level copies of scripts/engine_truth.py)."""
     import gguf
 
     src, dst = Path(src), Path(dst)
     reader = read_gguf(src)
-    arch = _field(reader, "general.architecture") or ARCH
+    metadata = dict(metadata or {})
+    unknown = [k for k in metadata if k not in reader.fields]
+    if unknown:
+        raise ValueError(f"{src} has no metadata key {', '.join(unknown)} to change")
+    arch = metadata.get("general.architecture") or _field(reader, "general.architecture") or ARCH
     w = gguf.GGUFWriter(dst, arch)
-    _copy_fields(reader, w, lambda k: k != "general.architecture")
+    _copy_fields(reader, w, lambda k: k != "general.architecture" and not (k in metadata and metadata[k] is None),
+                 metadata)
     for t in reader.tensors:
         if t.name in replace:
-            w.add_tensor(t.name, np.ascontiguousarray(replace[t.name]))
+            new = replace[t.name]
+            if new is None:
+                continue
+            arr, q = _as_stored(*new) if isinstance(new, tuple) else _as_stored(new, None)
+            w.add_tensor(t.name, arr, raw_dtype=q)
         else:
             raw_shape = [int(x) for x in reversed([int(n) for n in t.shape])]
             w.add_tensor(t.name, np.array(t.data), raw_shape=raw_shape if t.tensor_type.name not in _TORCH_OF
                          and t.tensor_type.name != "BF16" else None, raw_dtype=t.tensor_type)
     _write(w, dst)
     return dst
+
+
+def stored_tensor(path: str | os.PathLike, name: str) -> np.ndarray | None:
+    """A GGUF tensor as stored (numpy, shape = reversed ne; quantized and BF16 types as their bytes), or None."""
+    t = next((t for t in read_gguf(path).tensors if t.name == name), None)
+    return None if t is None else np.array(t.data)
 
 
 def stored_d2t(path: str | os.PathLike) -> np.ndarray | None:
