@@ -134,7 +134,8 @@ def diagnose_each(path, engine: str = "all", target_config=None, *, check_weight
 
 
 def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bool = True,
-             progress: bool = False, target=None, previous=None, algorithm: str | None = None) -> Findings:
+             progress: bool = False, target=None, previous=None, algorithm: str | None = None,
+             samples=None) -> Findings:
     """All findings for the draft checkpoint at `path`, errors first (a `Findings` list, whose
     `to_dict()` is the `doctor --json` object and `report()` the doctor's text).
 
@@ -145,7 +146,8 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     check that reads every weight). `target`: the target's folder (config.json and, when there,
     its weights: only embed_tokens is read) for the target checks (`helpers.doctor.checks_target`).
     `previous`: an earlier checkpoint of the same draft, for the mapping-drift check
-    (`helpers.doctor.diff`). `algorithm`: 'eagle' / 'eagle3', the flag the draft is served with.
+    (`helpers.doctor.diff`). `samples` (with `target`): the draft's training samples, for the
+    target-drift check (`helpers.doctor.checks_drift`: the target loaded and run on their token ids). `algorithm`: 'eagle' / 'eagle3', the flag the draft is served with.
     Paths may be hf:// or http(s):// locations. Unreadable input raises `BadInputError`.
     """
     try:
@@ -226,11 +228,19 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
             from helpers.doctor.diff import check_drift
 
             check_drift(c, previous)
+        if samples is not None and target is not None and not {f.code for f in c.findings} & _NO_FORWARD:
+            from helpers.doctor.checks_drift import check_target_drift
+
+            check_target_drift(c, target, samples)
         check_loadable(c)  # last: what evaluate / speculate refuse that no other error has named
         if check_weights:
             check_finite(c, progress)
     return Findings([f.with_outcomes(ats) for f in c.findings], path=path if not isinstance(path, Checkpoint) else ck.path,
                     engine=engine, versions=ats)
+
+
+# errors under which the draft cannot be run on the target's states: the drift check is left out
+_NO_FORWARD = {"vocab-size-mismatch", "fc-shape", "aux-layers", "config-invalid", "key-layout", "lm-head-missing"}
 
 
 def _layerless(cfg: dict | None) -> bool:
@@ -252,6 +262,24 @@ def _trainer_files(c: CheckContext) -> None:
     for f, why in c.ck.ignored.items():
         c.add("foreign-file", "info", f"{Path(f).name} is not part of the draft and was not read as one: it holds {why}",
               "nothing to do")
+    _shard_files(c)
+
+
+def _shard_files(c: CheckContext) -> None:
+    """A sharded checkpoint whose shards overlap, or a single-file checkpoint left beside its index: a loader
+    reads one copy and nothing says which (loaders differ: the index's shard, or the last file read)."""
+    dup = c.ck.tensors.duplicates
+    if dup:
+        names = sorted(dup)
+        files = sorted({f.name for k in names for f in dup[k]})
+        c.add("shards-overlap", "warning",
+              f"{len(names)} tensor(s) stored in more than one shard ({', '.join(names[:4])}"
+              f"{', ...' if len(names) > 4 else ''}: in {' and '.join(files)}); the kit read the copy the index names, "
+              "a loader that reads every shard may keep the other",
+              "write each tensor into one shard only, the one model.safetensors.index.json names")
+    for f, why in c.ck.tensors.unread.items():
+        c.add("weights-beside-index", "warning", f"{Path(f).name}: {why}",
+              f"remove {Path(f).name} or the index (a loader picks one of them; which one differs)")
 
 
 def _open(path) -> tuple[Checkpoint, bool]:

@@ -144,6 +144,12 @@ _ENTRIES = [
        "export the draft (the trainer's save / export step)", "speculators / SpecForge trainer layouts"),
     _e("foreign-file", "info", "a file beside the draft that is not part of it was not read as one",
        "nothing to do", "the kit's checkpoint reader"),
+    _e("shards-overlap", "warning", "a tensor stored in more than one shard of a sharded checkpoint (the index names "
+       "one; a loader reading every shard may keep the other)", "write each tensor into the one shard the index names",
+       "safetensors' sharded index; the kit's checkpoint reader"),
+    _e("weights-beside-index", "warning", "a single-file checkpoint (model.safetensors / pytorch_model.bin) beside a "
+       "sharded index: one of them is read, which one depends on the loader", "remove the stray file or the index",
+       "the kit's checkpoint reader"),
     # -- config fields (checks_config) ---------------------------------------------------------------------
     _e("config-invalid", "error", "a config.json field (draft's or target's) the loaders refuse, or a tensor "
        "shape the config contradicts", "write the field as its declaration says (the finding names it)",
@@ -165,6 +171,11 @@ _ENTRIES = [
        "SGLang `eagle_worker.py` set_embed; vLLM PR #28549",
        effects=("embed.differs", "embed.untrained-kept", "embed.untrained-replaced"),
        cannot_repair="needs the target's embed_tokens (or none) in place of the draft's"),
+    _e("target-drift", "error/warning", "with --samples: the target's aux hidden states on the samples' own tokens "
+       "differ from the stored ones (a quantized, rotated or re-released target); an error when the draft's argmax "
+       "no longer agrees", "serve the target build the draft was trained on, or retrain on states captured from this "
+       "one (a rotation: rotate the draft's fc)", "vllm-ascend #5974, fixed by rotating the draft's fc in #6914",
+       cannot_repair="needs states from the served target, or the target the draft was trained on"),
     _e("context-length", "warning", "the draft's positions or RoPE are shorter than the target's: acceptance falls "
        "at long context", "serve no longer than the draft's context, or extend its RoPE", "sglang #6783, "
        "speculators PR #684 / #574, vllm #48894"),

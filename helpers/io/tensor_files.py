@@ -151,6 +151,10 @@ class TensorStore:
         self._read: dict[str, torch.Tensor] = {}  # tensors `read_all` holds, on the CPU as stored
         self._lazy: dict[str, object] = {}  # name -> a callable returning the tensor (`add_lazy`)
         self.files: list[Path] = []
+        # a tensor stored in more than one shard of a sharded checkpoint: name -> the files holding it
+        # (the index's shard is the one read); and weights files beside an index that were not read
+        self.duplicates: dict[str, list[Path]] = {}
+        self.unread: dict[Path, str] = {}
 
     # construction
     def add_safetensors(self, path: Path) -> None:
@@ -177,6 +181,12 @@ class TensorStore:
                 break
         for f in files:
             self.add_file(f)
+        if files and files[0].name.endswith(".index.json"):
+            # weights files beside the index that it does not name (a stray single-file export, an older save)
+            for n in ("model.safetensors", "pytorch_model.bin"):
+                if n in names and names[n] not in self.files:
+                    self.unread[names[n]] = (f"a single-file checkpoint beside the sharded index {files[0].name}: "
+                                             "the index's shards were read, this file was not")
 
     def add_file(self, f: Path, check=None) -> None:
         """Add one weights file: a sharded index, a safetensors file, or a torch file (`check(f, obj)`:
@@ -236,12 +246,35 @@ class TensorStore:
             p = index.parent / shard
             if not p.exists():
                 raise BadInputError(index, f"names shard {shard} which does not exist")
+        held: dict[str, list[Path]] = {}  # tensor name -> the shards that hold it
         for shard in shards:
             p = index.parent / shard
+            before = set(self._where)
             if p.suffix == ".safetensors":
                 self.add_safetensors(p)
             else:
                 self.add_torch(p)
+            for k in (set(self._where) - before) | {k for k in before if self._where[k][0] == p}:
+                held.setdefault(k, []).append(p)
+        for k, files in held.items():
+            if len(files) > 1:  # the same name in two shards: the index says which one a loader reads
+                self.duplicates[k] = files
+                named = index.parent / weight_map[k] if k in weight_map else files[0]
+                if self._where[k][0] != named:
+                    self._reread(named, k)
+
+    def _reread(self, path: Path, name: str) -> None:
+        """Point `name` at its copy in `path` (a shard read before another that holds the same name)."""
+        if path.suffix == ".safetensors":
+            spans: dict[str, tuple[int, int]] = {}
+            size = self.stand_in.stub_size(path) if self.stand_in is not None else None
+            meta = read_safetensors_header(path, spans, size=size)
+            self._where[name] = (path, "remote" if size is not None else "safetensors")
+            self._meta[name], self._spans[name] = meta[name], spans[name]
+        else:
+            t = self._torch_cache[path][name] if path in self._torch_cache else unwrap_state_dict(torch_load(path))[name]
+            self._where[name] = (path, "torch")
+            self._meta[name] = (tuple(t.shape), t.dtype)
 
     # queries
     def keys(self) -> list[str]:

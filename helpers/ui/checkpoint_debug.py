@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from helpers.core.outputs import normal_modes
 from helpers.core.paths import checkout_root
 from helpers.io.checkpoint import (
     flat_config,
@@ -173,6 +174,7 @@ def write_variant(src, dst, *, d2t: torch.Tensor | None = None, t2d: torch.Tenso
     for k in drop:
         tensors.pop(k, None)
     save_file(tensors, str(dst / "model.safetensors"))
+    normal_modes(dst)
     return dst
 
 
@@ -330,6 +332,7 @@ def write_shards(src, dst, shards: int = 2) -> Path:
         weight_map.update({k: fname for k in part})
         total += sum(t.numel() * t.element_size() for t in part.values())
     (dst / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    normal_modes(dst)
     return dst
 
 
@@ -352,6 +355,7 @@ def fix_shard_by_hand(path) -> dict:
     before = tensors["d2t"].clone()
     tensors["d2t"] = (before - torch.arange(before.numel())).contiguous()
     save_file(tensors, str(path / shard))
+    normal_modes(path / shard)
     total = 0
     for f in sorted(set(index["weight_map"].values())):
         total += sum(t.numel() * t.element_size() for t in load_file(str(path / f)).values())
