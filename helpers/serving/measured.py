@@ -31,11 +31,13 @@ def stated_shape(logs) -> tuple | None:
     return None
 
 
-def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None) -> Figure | None:
+def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None, temperature=None) -> Figure | None:
     """The serving accept length (see the module docstring), or None when no source is given.
 
     `acceptance`: a metrics source already read and normalised (`helpers.acceptance.sources`), so a
-    URL is not scraped twice; used when there are no logs, as `metrics` is."""
+    URL is not scraped twice; used when there are no logs, as `metrics` is. The figure's temperature:
+    what the logs' request lines state (`helpers.serving.temperature`), else `temperature` (the one the
+    user states), else None (unknown)."""
     shape = None
     if settings is not None:
         shape = (int(settings.steps), int(settings.topk or 1), int(settings.num_draft_tokens))
@@ -47,8 +49,9 @@ def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None) -> 
         values = [x for t in tables if not t.forced for x in t.column("accept_length")]
         mean, se = mean_stderr(values)
         if mean is not None:
+            t, _ = serving_temperature(tables, temperature)
             return Figure(mean, se, f"serving logs, mean of {len(values):,} logged intervals",
-                          stated_shape(logs) or shape)
+                          stated_shape(logs) or shape, temperature=t, rule=_rule(t, tables))
     acc = acceptance
     if acc is None and metrics and settings is not None:
         from helpers.acceptance.sources import normalise_for
@@ -57,5 +60,57 @@ def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None) -> 
         table = read_metrics(metrics)
         acc = None if table.forced else normalise_for(table, settings)
     if acc is not None and acc.accept_length is not None:
-        return Figure(float(acc.accept_length), None, f"serving metrics ({acc.kind})", shape)
+        return Figure(float(acc.accept_length), None, f"serving metrics ({acc.kind})", shape,
+                      temperature=temperature, rule=_rule(temperature, [], acc.kind))
     return None
+
+
+def serving_temperature(tables, temperature=None) -> tuple[float | None, str]:
+    """(the temperature, where it came from): the logs' request lines when they state one value, else
+    `temperature` as given, else (None, why it is unknown)."""
+    stated = [t.temperature for t in tables if getattr(t, "temperature", None) is not None and t.temperature.values]
+    vals = sorted({v for st in stated for v in st.values})
+    if len(vals) == 1:
+        return vals[0], stated[0].text()
+    if len(vals) > 1:
+        return None, "the logs state mixed temperatures " + ", ".join(f"{v:g}" for v in vals)
+    if temperature is not None:
+        return float(temperature), f"T = {float(temperature):g} (stated by the user: --temperature)"
+    return None, "not stated by the logs or metrics (pass --temperature T, or log requests: vLLM --enable-log-requests)"
+
+
+def _rule(t, tables, kind: str | None = None) -> str | None:
+    from helpers.serving.engine_defects import engine_of_kind
+    from helpers.serving.temperature import rule_name
+
+    engines = {e for tb in tables for e in tb.engines}
+    engine = engines.pop() if len(engines) == 1 else engine_of_kind(kind)
+    return rule_name(t, engine)
+
+
+def serving_sampling(logs=(), *, acceptance=None, table=None, temperature=None, known_accepts=None,
+                     known_source: str = "") -> dict:
+    """What the serving source says about sampling, for the notebooks and the summary: {temperature,
+    temperature_source, acceptance_rule, engine_defect (`helpers.serving.engine_defects`, or None)}."""
+    from helpers.serving.engine_defects import defect_from_acceptance, defect_from_rows
+
+    logs = list(logs or [])
+    match, rule = None, None
+    if logs:
+        from helpers.serving.logs import read_log
+
+        tables = [read_log(p) for p in logs]
+        t, source = serving_temperature(tables, temperature)
+        rows = [r for tb in tables if not tb.forced for r in tb.rows]
+        release = next((tb.release for tb in tables if tb.release), None)
+        match = defect_from_rows(rows, temperature=t, release=release, known_accepts=known_accepts,
+                                 known_source=known_source)
+        rule = _rule(t, tables)
+    else:
+        t, source = serving_temperature([], temperature)
+        if acceptance is not None:
+            match = defect_from_acceptance(acceptance, table, temperature=t, known_accepts=known_accepts,
+                                           known_source=known_source)
+            rule = _rule(t, [], acceptance.kind)
+    return {"temperature": t, "temperature_source": source, "acceptance_rule": rule,
+            "engine_defect": None if match is None else match.to_dict()}

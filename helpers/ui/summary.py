@@ -84,6 +84,8 @@ def summary_dict(s: RunSettings, runs, env: dict) -> dict:
             numbers["speculate"] = {k.removeprefix("speculate_"): v for k, v in nb07.items() if k.startswith("speculate")}
         elif (why := _failed(runs, SPECULATE)):
             errors["speculative decoding"] = why
+    if s.logs or s.metrics:
+        numbers["serving_sampling"] = serving_sampling_of(s, numbers)
     settings = s.to_dict()
     if nb04.get("drafting"):
         settings["drafting"] = nb04["drafting"]["label"]
@@ -92,6 +94,36 @@ def summary_dict(s: RunSettings, runs, env: dict) -> dict:
         "numbers": numbers, "environment": env, "conclusion": conclusion(numbers, s.samples),
         "ladder": ladder(numbers, s.samples).to_dict(),
     }
+
+
+def serving_sampling_of(s: RunSettings, numbers: dict) -> dict:
+    """The serving figures' temperature (the logs' request lines, else --temperature when above 0: the
+    default 0 states nothing), the engine's acceptance rule at it, and the engine's own sampled-decoding
+    defect where the serving numbers show its signature (`helpers.serving.measured.serving_sampling`),
+    with the engine-free figure (notebook 07) as what the draft is known to accept. A metrics URL is not
+    scraped again: only files are read here."""
+    from helpers.serving.measured import serving_sampling
+
+    runs = (numbers.get("speculate") or {}).get("speculate") or {}
+    ref = "offset" if "offset" in runs else next(iter(runs), None)
+    known = runs[ref].get("mean_accept_length") if ref else None
+    stated = s.temperature if s.temperature and s.temperature > 0 else None
+    try:
+        if s.logs:
+            return serving_sampling(s.logs, temperature=stated, known_accepts=known,
+                                    known_source="engine-free (notebook 07)")
+        if s.metrics and "://" not in str(s.metrics):
+            from helpers.acceptance.sources import normalise_for
+            from helpers.serving.metrics import read_metrics
+
+            table = read_metrics(s.metrics)
+            acc = None if table.forced else normalise_for(table, s)
+            return serving_sampling(acceptance=acc, table=table, temperature=stated, known_accepts=known,
+                                    known_source="engine-free (notebook 07)")
+    except Exception as e:  # noqa: BLE001 - the summary states why, it does not stop
+        return {"temperature": stated, "temperature_source": f"not read: {e}", "acceptance_rule": None,
+                "engine_defect": None}
+    return serving_sampling(temperature=stated)
 
 
 SOUND_VERDICTS = ("offset", "identity", "ambiguous")  # what the engines can serve as stored
@@ -130,8 +162,12 @@ def ladder(numbers: dict, samples=None):
 
     spec = numbers.get("speculate") or {}
     fig = numbers.get("serving_figure") or spec.get("serving")
+    sampling = numbers.get("serving_sampling") or {}
+    t = fig.get("temperature") if fig else None
+    t = sampling.get("temperature") if t is None else t
     serving = None if not fig else Figure(fig["value"], fig.get("stderr"), fig.get("source", ""),
-                                          tuple(fig["shape"]) if fig.get("shape") else None)
+                                          tuple(fig["shape"]) if fig.get("shape") else None,
+                                          temperature=t, rule=fig.get("rule") or sampling.get("acceptance_rule"))
     engine_free, per_position, same_text = None, None, None
     runs = spec.get("speculate") or {}
     if runs:
@@ -149,7 +185,11 @@ def ladder(numbers: dict, samples=None):
         (pred["steps"], pred["topk"] or 1, pred["draft_tokens"]), tuple(pred.get("assumptions") or ()))
     acc = numbers.get("accuracy") or {}
     best = (spec.get("reproduce") or {}).get("best")
+    curve = [Figure(c["mean_accept_length"], c.get("stderr"), f"engine-free at T = {c['temperature']:g}, notebook 07",
+                    engine_free.shape if engine_free else None, temperature=c["temperature"], rule=c.get("acceptance_rule"))
+             for c in spec.get("temperature_curve") or [] if c.get("mean_accept_length") is not None]
     return evidence_ladder(serving=serving, engine_free=engine_free, predicted=predicted,
+                           engine_free_curve=curve, engine_defect=sampling.get("engine_defect"),
                            regenerated=samples_regenerated(samples), per_position=per_position,
                            coverage=acc.get("coverage"), reproduced=best, same_text=same_text,
                            answer_tokens=samples_answer_tokens(samples),
@@ -174,7 +214,8 @@ def overall(numbers: dict, samples=None) -> str:
         return (f"No conclusion: {failed}. Nothing is concluded from a section whose notebook failed; fix the "
                 "cause and run the report again.")
     lad = ladder(numbers, samples)
-    if lad.verdict in ("a deployment bug", "no deployment bug", "the samples overstate the draft"):
+    if lad.verdict in ("a deployment bug", "no deployment bug", "the samples overstate the draft",
+                       "the engine's sampler"):
         return lad.conclusion
     if (numbers.get("accuracy") or {}).get("diagnosis") is None and not numbers.get("speculate"):
         return "No accuracy was measured (no samples given): the verdict and the doctor's findings are all there is."
@@ -206,8 +247,17 @@ def conclusion(numbers: dict, samples=None) -> list[str]:
             f"{r} reading accept length {d['mean_accept_length']:.2f}" for r, d in spec["speculate"].items())
             + " (notebook 07).")
     rep = (numbers.get("speculate") or {}).get("reproduce")
-    if rep:
+    defect = (numbers.get("serving_sampling") or {}).get("engine_defect")
+    if rep and defect:
+        lines.append(f"Which wiring reproduces the serving number: none is the cause: the serving number is the "
+                     f"engine's own sampler defect ({defect['key']}), which no emulated wiring models (notebook 07 "
+                     f"ranked: {rep['verdict']}).")
+    elif rep:
         lines.append(f"Which wiring reproduces the serving number: {rep['verdict']} (notebook 07).")
+    sampling = numbers.get("serving_sampling")
+    if sampling:
+        lines.append(f"Serving temperature: {sampling['temperature_source']}; acceptance rule "
+                     f"{sampling.get('acceptance_rule') or 'unknown'}.")
     return lines
 
 
