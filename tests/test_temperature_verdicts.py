@@ -74,3 +74,18 @@ def test_figure_from_run_states_its_temperature_and_rule():
     f = figure_from_run(run, "x")
     assert (f.temperature, f.rule, f.shape) == (0.7, "vllm-greedy-draft", SHAPE)
     assert f.to_dict()["temperature"] == 0.7
+
+
+def test_evaluate_predict_states_that_its_prediction_is_greedy(cli):
+    import json
+
+    from conftest import SAMPLES
+
+    res = cli("evaluate", str(SAMPLES / "tiny_draft_sglang"), "--samples", str(SAMPLES / "tiny_hidden_states"),
+              "--steps", "3", "--max-samples", "2", "--predict", "3", "--temperature", "0.7", "--engine", "vllm",
+              "--json")
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert (d["temperature"], d["acceptance_rule"], d["temperature_asked"]) == (0.0, "greedy", 0.7)
+    assert all(p["temperature"] == 0.0 and p["acceptance_rule"] == "greedy" for p in d["predicted_accept_length"])
+    assert "vllm-greedy-draft" in d["temperature_note"] and "speculate" in d["temperature_note"]

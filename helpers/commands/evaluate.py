@@ -28,7 +28,9 @@ not_in_topk, outside_draft_vocab}] per step}}, splits{train, val: same shape}, d
 predicted_accept_length[{drafting, steps, topk, num_draft_tokens, label, sglang{speculative_num_steps,
 speculative_eagle_topk, speculative_num_draft_tokens}, vllm{num_speculative_tokens} (null for a tree),
 flags (the same as one line of engine flags), expected, rank_table, source, one_rate,
-expected_one_rate, notes, assumptions}] per --predict shape (default: a chain of --steps).
+expected_one_rate, notes, assumptions, temperature, acceptance_rule}] per --predict shape (default: a chain
+of --steps); temperature (0: every prediction is greedy), acceptance_rule ('greedy'), temperature_asked
+(--temperature), temperature_note (at T > 0: why the prediction stays greedy and what measures T).
 
 --predict S/K/N (repeatable): also predict the accept length of SGLang's tree with
 --speculative-num-steps S --speculative-eagle-topk K --speculative-num-draft-tokens N (root counted),
@@ -63,6 +65,12 @@ def add_arguments(p) -> None:
     p.add_argument("--accuracy-topk", "--topk", dest="topk", type=int, default=5, metavar="K",
                    help="k of top-k accuracy (default 5); --topk is its older alias (here it is not SGLang's "
                         "tree branching --speculative-eagle-topk: a tree to predict is --predict S/K/N)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                   help="the serving temperature the predictions are for: stated in the JSON (every predicted accept "
+                        "length is greedy, temperature 0; at T > 0 a note names the measurement that gives the figure "
+                        "at T)")
+    p.add_argument("--engine", default=None, metavar="ENGINE",
+                   help="with --temperature: whose acceptance rule the note names (vllm, sglang, llamacpp)")
     p.add_argument("--predict", action="append", default=None, metavar="S/K/N",
                    help="predict the accept length of SGLang's tree S/K/N (steps/topk/draft tokens, root "
                         "counted) or of a chain of S (--predict S); repeatable (default: a chain of --steps)")
@@ -127,9 +135,36 @@ def run(args) -> int:
         r = evaluate(args.checkpoint, args.samples, scoring, loading=loading, target_head=args.target_head,
                      hidden_normed=args.hidden_normed, ranks=ranks, predict_for=shapes)
     if ranks.main:
-        print(jsontext.dumps(r.to_dict(), indent=2) if args.json else r.report())
+        d = _with_temperature(r.to_dict(), args.temperature, args.engine)
+        text = r.report()
+        if args.temperature:
+            text += f"\n  note: {d['temperature_note']}"
+        print(jsontext.dumps(d, indent=2) if args.json else text)
     finish(ranks)
     return 0
+
+
+def _with_temperature(d: dict, temperature: float, engine: str | None) -> dict:
+    """Every predicted accept length states what it predicts: the teacher-forced rank table is the
+    draft's argmax against the labels, so the prediction is greedy (temperature 0, rule 'greedy')
+    whatever --temperature asks; at T > 0 the JSON says so (temperature_asked, temperature_note) and
+    names the measurement that gives the figure at T (the engine-free loop under the engine's rule)."""
+    from helpers.core.acceptance_rules import rule_for_engine
+
+    for p in d.get("predicted_accept_length") or []:
+        p.update({"temperature": 0.0, "acceptance_rule": "greedy"})
+    d["temperature"], d["acceptance_rule"] = 0.0, "greedy"
+    d["temperature_asked"] = temperature
+    d["temperature_note"] = None
+    if temperature:
+        rule = rule_for_engine(engine).name
+        d["temperature_note"] = (
+            f"the predictions are greedy (temperature 0): the rank table counts the draft's argmax against the labels, "
+            f"while at T = {temperature:g} the engine's rule ({rule}) accepts a drafted token with the target's "
+            f"probability of it, which samples without the target's logits cannot give; measure it with the target in "
+            f"the loop: d2t-lab speculate CHECKPOINT --target DIR --temperature {temperature:g}"
+            + (f" --engine {engine}" if engine else " --engine E"))
+    return d
 
 
 def _shape(text: str):
