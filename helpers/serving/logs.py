@@ -144,7 +144,7 @@ class LogTable:
             f"  throughput:    mean {f(s['mean_throughput'], '.1f')} tok/s",
             f"  time:          {s['first_time'] or '-'} .. {s['last_time'] or '-'}",
         ]
-        d = s["drafting"]
+        d = s["drafting"] if self.one_drafting() else {}  # several starts of different drafting: per run, below
         if d and d.get("block"):  # SGLang's DFlash / DSpark: one step drafts a block, verified as a chain
             lines.append(f"  drafting:      {d['algorithm']} block drafting, num_draft_tokens {d['draft_tokens']}: "
                          f"{d['draft_tokens'] - 1} tokens drafted in one step, at most {d['draft_tokens']} emitted per "
