@@ -176,3 +176,103 @@ class Drafter:
         """The draft_tokens - 1 best candidates (ties: earlier first), in creation order."""
         order = sorted(range(1, len(score)), key=lambda i: (-score[i], i))
         return sorted(order[: max(int(draft_tokens) - 1, 0)])
+
+
+class BatchDrafter(Drafter):
+    """A `Drafter` over a batch of sequences at once, for chains (topk 1): one draft forward per
+    step for every row, each row at its own positions.
+
+    The step-0 cache is rectangular: [B, heads, N, d], a row's keys at the slots where its verified
+    positions were appended, `kv.pos` [B, N] the position of each slot (`NO_POSITION`: a padded
+    slot, seen by no query), so the attention rule is the one-sequence rule by position
+    (`helpers.model.layer.attend`). `extend` appends max(m_i) slots per call; `select` keeps rows
+    (finished prompts leave the batch) and drops slot columns no row uses.
+    """
+
+    def __init__(self, model, reading: str = "offset"):
+        super().__init__(model, reading)
+        self.kv.pos = None
+        self.n = None  # [B] long: verified positions per row (its next position)
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.n is None else int(self.n.numel())
+
+    @torch.inference_mode()
+    def extend(self, aux: torch.Tensor, next_ids: torch.Tensor, counts=None) -> None:
+        """Step 0 over each row's newly verified positions: aux [B, M, 3Ht], next_ids [B, M]; row i's
+        first counts[i] columns are real (None: all M), the rest padding."""
+        from helpers.model.layer import NO_POSITION
+
+        t0 = time.perf_counter()
+        B, M = int(next_ids.shape[0]), int(next_ids.shape[1])
+        dev = self.device
+        counts = torch.full((B,), M, device=dev) if counts is None else torch.as_tensor(counts, device=dev)
+        if self.n is None:
+            self.n = torch.zeros(B, dtype=torch.long, device=dev)
+        j = torch.arange(M, device=dev)[None]
+        positions = self.n[:, None] + j  # [B, M]
+        slot_pos = torch.where(j < counts[:, None], positions, torch.full_like(positions, NO_POSITION))
+        self.kv.pos = slot_pos if self.kv.pos is None else torch.cat([self.kv.pos, slot_pos], dim=1)
+        h = self.model.project(aux.to(dev, self.dtype))
+        emb = self.model.embed_tokens(next_ids.to(dev))
+        self.seconds += time.perf_counter() - t0
+        h, logits = self._step(h, emb, positions)
+        last = (counts - 1).clamp_min(0)
+        rows = torch.arange(B, device=dev)
+        self.h_last, self.logits_last = h[rows, last][:, None], logits[rows, last].float()
+        self.n = self.n + counts
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep rows `keep` (indices), then drop trailing slot columns no kept row uses."""
+        from helpers.model.layer import NO_POSITION
+
+        keep = keep.to(self.device)
+        kv = self.kv
+        kv.k, kv.v, kv.pos = kv.k[keep], kv.v[keep], kv.pos[keep]
+        self.h_last, self.logits_last, self.n = self.h_last[keep], self.logits_last[keep], self.n[keep]
+        used = (kv.pos != NO_POSITION).any(0).nonzero()
+        width = int(used.max()) + 1 if used.numel() else 0
+        if width < kv.pos.shape[1]:
+            kv.k, kv.v, kv.pos = kv.k[:, :, :width], kv.v[:, :, :width], kv.pos[:, :width]
+
+    @torch.inference_mode()
+    def propose_chains(self, roots: list[int], steps: int, *, sample: bool = False, temperature: float = 1.0,
+                       generators=None, draft_top_k: int | None = None) -> list[Proposal]:
+        """A chain of `steps` drafted tokens per row after its root (`Drafter.propose` with topk 1 and
+        steps + 1 draft tokens, row by row the same picks); `generators`: one per row (sampling)."""
+        B, dev = self.rows, self.device
+
+        def pick(logits):  # [B, V] -> ids [B], probs per row (sampled) or None
+            if not sample:
+                return torch.log_softmax(logits.float(), dim=-1).topk(1, dim=-1).indices[:, 0], None
+            ids, probs = [], []
+            for r in range(B):
+                row = logits[r:r + 1]
+                if draft_top_k and 0 < draft_top_k < row.shape[-1]:
+                    kth = row.topk(draft_top_k, dim=-1).values[..., -1:]
+                    row = row.masked_fill(row < kth, float("-inf"))
+                i, _, p = pick_tokens(row, 1, True, temperature, generators[r])
+                ids.append(i[0, 0]), probs.append(p[0])
+            return torch.stack(ids), probs
+
+        ids, probs = pick(self.logits_last)
+        drafted, qs = [ids], [probs]
+        h = self.h_last
+        anchor = (self.n - 1)[:, None]
+        self.kv.end_chain()
+        for d in range(1, steps):
+            toks = self.target_ids(ids)
+            emb = self.model.embed_tokens(toks.clamp(0, self.vocab - 1))[:, None]
+            h, logits = self._step(h, emb, anchor + d, anchor=anchor)
+            ids, probs = pick(logits[:, 0])
+            drafted.append(ids), qs.append(probs)
+        self.kv.end_chain()
+        draft_ids = torch.stack(drafted, dim=1).cpu()  # [B, steps]
+        target = self.target_ids(draft_ids).tolist()
+        out = []
+        for r in range(B):
+            q = {d + 1: qs[d][r] for d in range(steps) if qs[d] is not None}
+            out.append(Proposal([int(roots[r])] + target[r], list(range(-1, steps)), list(range(steps + 1)),
+                                [-1] + draft_ids[r].tolist(), q))
+        return out

@@ -86,6 +86,9 @@ def context_allowed(anchor: torch.Tensor, n_keys: int, window: int | None) -> to
     return allowed
 
 
+NO_POSITION = 2 ** 62  # a slot's position that no query reaches (a padded or rejected row)
+
+
 class DraftKV:
     """The keys/values the draft layer attends to, for one batch of sequences.
 
@@ -98,6 +101,10 @@ class DraftKV:
         self.k = self.v = None
         self.key_mask = key_mask
         self.chain: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # [B, N] the position of each context slot (rows with holes: a batch of sequences whose
+        # slots are not their positions, `BatchDrafter`); None: slot s is position s. The caller
+        # sets it to cover the keys a call appends; a slot no query may see holds `NO_POSITION`.
+        self.pos: torch.Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -123,7 +130,16 @@ def attend(q, k, v, kv: DraftKV, positions, anchor, window: int | None, scale: f
     k0, v0 = kv.k, kv.v
     N = k0.shape[2]
     s0 = (q @ k0.transpose(-1, -2)).float() * scale  # [B, nh, m, N]
-    allowed = context_allowed(anchor.to(q.device), N, window)  # [m, N]
+    if kv.pos is not None or anchor.dim() == 2:  # per-row positions: [B, m] anchors over [B, N] slot positions
+        kpos = kv.pos if kv.pos is not None else torch.arange(N, device=q.device)[None]
+        a = anchor.to(q.device)
+        a = a if a.dim() == 2 else a[None]
+        allowed = kpos[:, None, :] <= a[:, :, None]  # [B, m, N] the rule of `context_allowed`, by position
+        if window is not None:
+            allowed = allowed & (kpos[:, None, :] > a[:, :, None] - window)
+        allowed = allowed[:, None]  # [B, 1, m, N]
+    else:
+        allowed = context_allowed(anchor.to(q.device), N, window)  # [m, N]
     if kv.key_mask is not None:
         allowed = allowed & kv.key_mask[:, None, None, :].bool()
     s0 = s0.masked_fill(~allowed, torch.finfo(torch.float32).min)
@@ -161,14 +177,16 @@ class Attention(nn.Module):
 
     def rope(self, positions, dtype):
         inv = rope_inv_freq(self.cfg).to(positions.device)
-        ang = positions.float()[:, None] * inv[None, :]  # [m, d/2]
+        ang = positions.float()[..., None] * inv  # [m, d/2] ([B, m, d/2] for per-row positions)
         emb = torch.cat([ang, ang], dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
     def forward(self, x, positions, kv: DraftKV, anchor=None):
-        """x [B, m, 2H] at RoPE `positions` [m] -> [B, m, H]."""
+        """x [B, m, 2H] at RoPE `positions` [m] (or per row [B, m]) -> [B, m, H]."""
         B, T, _ = x.shape
         cos, sin = self.rope(positions, x.dtype)
+        if cos.dim() == 3:  # per-row positions [B, m]: [B, 1, m, d] over the heads
+            cos, sin = cos[:, None], sin[:, None]
         q = self.q_proj(x).view(B, T, self.nh, self.d)
         k = self.k_proj(x).view(B, T, self.nkv, self.d)
         if self.q_norm is not None:
@@ -248,7 +266,7 @@ class MLAttention(nn.Module):
         latent, k_rot = torch.split(a.kv_a_proj_with_mqa(x), [a.kv_lora_rank, a.qk_rope_head_dim], dim=-1)
         latent = a.kv_a_layernorm(latent).view(B, 1, T, a.kv_lora_rank)
         k_rot = k_rot.view(B, 1, T, a.qk_rope_head_dim)
-        cos, sin = self.rotary(x, positions[None].to(x.device))
+        cos, sin = self.rotary(x, (positions if positions.dim() == 2 else positions[None]).to(x.device))
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         rot = apply_rotary_pos_emb_interleave if self.interleave else apply_rotary_pos_emb
         q_rot, k_rot = rot(q_rot, k_rot, cos, sin)
@@ -283,7 +301,7 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, h, emb, positions, kv: DraftKV, anchor=None):
-        """h, emb [B, m, H]; RoPE `positions` [m]; `anchor` [m] for a drafting step -> [B, m, H] (pre-norm)."""
+        """h, emb [B, m, H]; RoPE `positions` [m] or [B, m]; `anchor` likewise for a drafting step -> [B, m, H] (pre-norm)."""
         hn = self.hidden_norm(h)
         residual = hn if self.norm_before_residual else h
         x = torch.cat([self.input_layernorm(emb), hn], dim=-1)  # [B, m, 2H]

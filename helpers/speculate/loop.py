@@ -205,6 +205,8 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             if on_round is not None:
                 on_round(out)
     run.draft_forwards += drafter.forwards
+    run.batched_forwards["target"] += 1 + len(out.accept_lengths)
+    run.batched_forwards["draft"] += drafter.forwards
     run.seconds["target"] += t_target
     run.seconds["draft"] += drafter.seconds
     run.seconds["total"] += time.perf_counter() - t_start
@@ -214,12 +216,26 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
     return out
 
 
+def batch_refusal(target: Target, settings: SpecSettings) -> str | None:
+    """Why `speculate` runs these settings one prompt at a time although batch_size > 1 (None: batched)."""
+    if settings.batch_size <= 1:
+        return "batch size 1"
+    if not settings.is_chain:
+        return "a tree is verified one prompt at a time"
+    from transformers import DynamicCache
+
+    if not hasattr(DynamicCache(), "layers"):
+        return "the batched cache needs transformers >= 4.56"
+    return None
+
+
 def speculate(target: Target, draft, records, settings: SpecSettings, *, progress: bool = False,
               on_round=None, on_prompt=None) -> SpecRun:
     """Speculate on every prompt record (`helpers.io.prompts.Conversation`, or a list of token ids).
 
     `records` may be any iterable, e.g. one process's shard of a prompt file; runs over shards
-    add up with `SpecRun.merge`.
+    add up with `SpecRun.merge`. Chains are verified `settings.batch_size` prompts at a time
+    (`helpers.speculate.batched`: the same greedy tokens and counts); trees one at a time.
     """
     why = speculation_refusal(target.config, target.model)
     if why:
@@ -230,6 +246,9 @@ def speculate(target: Target, draft, records, settings: SpecSettings, *, progres
     gen = torch.Generator(device=target.input_device)
     from tqdm.auto import tqdm
 
+    if batch_refusal(target, settings) is None:
+        return _speculate_batched(target, draft, records, settings, run, layers, template, progress=progress,
+                                  on_round=on_round, on_prompt=on_prompt)
     with cpu_threads(target.model):  # a small model on a busy CPU: one thread (see predict.cpu_threads)
         for k, rec in enumerate(tqdm(records, desc=f"speculate ({settings.reading})", unit="prompt",
                                      disable=not progress)):
@@ -243,6 +262,38 @@ def speculate(target: Target, draft, records, settings: SpecSettings, *, progres
             run.prompts.append(pr)
             if on_prompt is not None:
                 on_prompt(pr)
+    return run
+
+
+def _speculate_batched(target: Target, draft, records, settings: SpecSettings, run: SpecRun, layers, template, *,
+                       progress=False, on_round=None, on_prompt=None) -> SpecRun:
+    """`speculate` through `helpers.speculate.batched` (chains): records tokenized first, one
+    generator per prompt seeded as one at a time."""
+    from tqdm.auto import tqdm
+
+    from helpers.speculate.batched import speculate_batched
+
+    items = []
+    for k, rec in enumerate(records):
+        if isinstance(rec, (list, tuple)):
+            items.append(([int(t) for t in rec], k))
+        else:
+            items.append((prompt_ids(target.tokenizer, rec.prompt_messages(), template), rec.index))
+    gens = []
+    for _, index in items:
+        g = torch.Generator(device=target.input_device)
+        g.manual_seed(int(settings.seed) * 1_000_003 + index)  # per prompt: the same tokens however prompts are batched
+        gens.append(g)
+    bar = tqdm(total=len(items), desc=f"speculate ({settings.reading})", unit="prompt", disable=not progress)
+
+    def finished(pr):
+        bar.update(1)
+        if on_prompt is not None:
+            on_prompt(pr)
+
+    with cpu_threads(target.model), bar:
+        run.prompts.extend(speculate_batched(target, draft, items, settings, run, layers=layers, generators=gens,
+                                             batch_size=settings.batch_size, on_round=on_round, on_prompt=finished))
     return run
 
 

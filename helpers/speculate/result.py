@@ -30,6 +30,7 @@ DEFINITION = ("accept length = tokens emitted by verify steps / verify steps (co
 
 
 DEFAULT_ENGINE = "sglang"  # whose aux-layer convention feeds the draft when none is named ('all' too)
+DEFAULT_BATCH_SIZE = 16  # prompts verified together by the engine-free loop (chains; trees run one at a time)
 
 
 @dataclass
@@ -46,6 +47,9 @@ class SpecSettings:
     chat_template: str = "auto"
     # the acceptance rule under sampling (`helpers.core.acceptance_rules`); None: the engine's default
     acceptance_rule: str | None = None
+    # prompts the loop verifies together (`helpers.speculate.batched`; 1: one at a time). Greedy
+    # tokens and every count are the one-at-a-time ones; a tree runs one prompt at a time
+    batch_size: int = DEFAULT_BATCH_SIZE
 
     def __post_init__(self):
         self.check()  # settings are checked when made (`replace` too): a run never starts on bad ones
@@ -76,6 +80,8 @@ class SpecSettings:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.max_new_tokens < 1:
             raise ValueError("max new tokens must be at least 1")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch size must be an integer >= 1, got {self.batch_size!r}")
         from helpers.core.acceptance_rules import LOOP_RULES
 
         if self.acceptance_rule is not None and self.acceptance_rule not in LOOP_RULES:
@@ -92,7 +98,7 @@ class SpecSettings:
                 "num_draft_tokens": d.num_draft_tokens, "temperature": self.temperature,
                 "max_new_tokens": self.max_new_tokens, "seed": self.seed, "engine": self.engine,
                 "chat_template": self.chat_template, "acceptance_rule": self.rule_name,
-                "acceptance_rule_asked": self.acceptance_rule, **d.engine_flags()}
+                "acceptance_rule_asked": self.acceptance_rule, "batch_size": self.batch_size, **d.engine_flags()}
 
 
 @dataclass
@@ -124,7 +130,7 @@ class SpecRun:
     histogram_counts: np.ndarray  # [steps + 2]: verify steps with accept length L
     accepted_per_position: np.ndarray  # [steps]: verify steps that accepted drafted position j
     verify_steps: int = 0
-    target_forwards: int = 0  # prefills + verify forwards
+    target_forwards: int = 0  # prefills + verify forwards, per prompt (as one at a time, however batched)
     target_tokens_fed: int = 0  # tokens the target computed (prompts + tree nodes): the cache is reused
     draft_forwards: int = 0
     seconds: dict = field(default_factory=lambda: {"total": 0.0, "target": 0.0, "draft": 0.0})
@@ -135,6 +141,8 @@ class SpecRun:
     # rule makes it a closed form (an argmax-drafted chain: prod_{i<=j} of the rule's per-token
     # acceptance, `helpers.core.acceptance_rules.exact_chain_acceptance`); None otherwise
     expected_per_position: np.ndarray | None = None
+    # forwards that actually ran: one batched forward verifies (or prefills, or drafts for) many prompts
+    batched_forwards: dict = field(default_factory=lambda: {"target": 0, "draft": 0})
 
     @classmethod
     def empty(cls, settings: SpecSettings) -> SpecRun:
@@ -161,6 +169,8 @@ class SpecRun:
             out.target_forwards += r.target_forwards
             out.target_tokens_fed += r.target_tokens_fed
             out.draft_forwards += r.draft_forwards
+            for k in out.batched_forwards:
+                out.batched_forwards[k] += r.batched_forwards.get(k, 0)
             for k in out.seconds:
                 out.seconds[k] += r.seconds.get(k, 0.0)
             out.prompts += r.prompts
@@ -249,6 +259,7 @@ class SpecRun:
              "per_position_conditional": [_num(x) for x in self.per_position_conditional],
              "target_forwards": self.target_forwards, "target_tokens_fed": self.target_tokens_fed,
              "target_forwards_per_token": _num(self.forwards_per_token), "draft_forwards": self.draft_forwards,
+             "batched_forwards": dict(self.batched_forwards),
              "seconds": dict(self.seconds), "loop_overhead_fraction": _num(self.overhead_fraction),
              "engine_counts": self._engine_counts_dict(),
              "acceptance_rule": self.settings.get("acceptance_rule"), "temperature": self.settings.get("temperature"),

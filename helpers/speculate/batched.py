@@ -1,0 +1,324 @@
+"""The engine-free loop over a batch of prompts at once (chains): one target forward verifies every
+row's chain, one draft forward drafts every row's next token.
+
+The same round as `helpers.speculate.loop.speculate_prompt`, row by row the same decisions:
+
+- the target's KV cache is rectangular ([B, heads, S, d] per layer, `transformers`' DynamicCache
+  with batch B): every forward appends the same number of slots to every row (a prompt's padding,
+  a chain's rejected nodes), and `slot_pos` [B, S] holds the position of the token in each slot,
+  `NO_POSITION` for a slot no query may see (padding, rejected nodes: masked out for good instead
+  of cut). Each forward is given per-row `position_ids` and a 4-D additive mask built from the
+  slot positions by the window rule of `helpers.speculate.target_cache` (a query at position p
+  sees slots at positions <= p, and > p - W in a sliding layer), one per attention type;
+- the draft is a `helpers.model.drafter.BatchDrafter` (the same slots-and-positions scheme);
+- acceptance is `loop.verify` per row, with that prompt's own generator (seeded as one at a time:
+  seed * 1_000_003 + index), so a prompt's draws do not depend on the batch;
+- a finished prompt leaves the batch (its cache rows dropped, then slot columns no row uses), and
+  the next waiting prompt joins: it is prefilled alone and its cache padded into the rectangle.
+
+Counts are the one-at-a-time counts: verify steps, histogram, per-position, engine counts, target
+forwards (prefills + verify steps, per prompt), target tokens fed (real tokens, padding not
+counted), draft forwards (per prompt); `SpecRun.batched_forwards` says how many batched target /
+draft forwards actually ran. Trees are run one prompt at a time (`loop.speculate`).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from helpers.model.drafter import BatchDrafter
+from helpers.model.layer import NO_POSITION
+from helpers.model.target import SLIDING_ATTENTION, HiddenStateCapture, Target, attention_layout
+from helpers.speculate.result import PromptRun, SpecRun, SpecSettings
+from helpers.speculate.target_cache import cache_argument
+
+
+def _cache_layers(cache):
+    """(keys, values) holders of every layer, as settable objects."""
+    return [layer for layer in cache.layers if getattr(layer, "keys", None) is not None and layer.keys.numel()]
+
+
+class BatchTargetCache:
+    """The target's rectangular KV cache over a batch of sequences (see the module docstring)."""
+
+    def __init__(self, model):
+        from transformers import DynamicCache
+
+        self.types, self.window = attention_layout(model.config)
+        self.kinds = sorted(set(self.types))
+        self.cache = DynamicCache()
+        self.argument = cache_argument(model)
+        self.slot_pos = None  # [B, S] long
+
+    @property
+    def slots(self) -> int:
+        return 0 if self.slot_pos is None else int(self.slot_pos.shape[1])
+
+    def masks(self, positions: torch.Tensor, dtype, device):
+        """Additive masks [B, 1, m, S + m] for queries at `positions` [B, m] whose own slots come next
+        (their slot positions are `positions`): one per attention type."""
+        kpos = positions if self.slot_pos is None else torch.cat([self.slot_pos, positions], dim=1)
+        base = kpos[:, None, :] <= positions[:, :, None]
+        out = {}
+        for k in self.kinds:
+            allowed = base
+            if k == SLIDING_ATTENTION and self.window is not None:
+                allowed = base & (kpos[:, None, :] > positions[:, :, None] - int(self.window))
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+            mask.masked_fill_(~allowed.to(device), torch.finfo(dtype).min)
+            out[k] = mask[:, None]
+        return out[self.kinds[0]] if len(self.kinds) == 1 else out
+
+    def appended(self, slot_pos: torch.Tensor) -> None:
+        """The slots the last forward appended, with their positions (`NO_POSITION`: never seen)."""
+        self.slot_pos = slot_pos if self.slot_pos is None else torch.cat([self.slot_pos, slot_pos], dim=1)
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep rows `keep`, then drop trailing slot columns no kept row uses."""
+        keep = keep.to(self.slot_pos.device)
+        self.slot_pos = self.slot_pos[keep]
+        used = (self.slot_pos != NO_POSITION).any(0).nonzero()
+        width = int(used.max()) + 1 if used.numel() else 0
+        for layer in _cache_layers(self.cache):
+            k = keep.to(layer.keys.device)
+            layer.keys, layer.values = layer.keys[k, :, :width], layer.values[k, :, :width]
+        self.slot_pos = self.slot_pos[:, :width]
+
+    def join(self, other: BatchTargetCache) -> None:
+        """Append `other`'s rows (after this cache's), both padded to the wider slot count."""
+        width = max(self.slots, other.slots)
+
+        def pad(t, dim):
+            extra = width - t.shape[dim]
+            if extra <= 0:
+                return t
+            shape = list(t.shape)
+            shape[dim] = extra
+            fill = NO_POSITION if t.dtype == torch.long else 0
+            return torch.cat([t, torch.full(shape, fill, dtype=t.dtype, device=t.device)], dim=dim)
+
+        for mine, theirs in zip(_cache_layers(self.cache), _cache_layers(other.cache)):
+            mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)], dim=0)
+            mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)], dim=0)
+        self.slot_pos = torch.cat([pad(self.slot_pos, 1), pad(other.slot_pos, 1)], dim=0)
+
+
+def _join_drafter(mine: BatchDrafter, theirs: BatchDrafter) -> None:
+    """Append `theirs`' rows to `mine` (step-0 caches padded to the wider slot count)."""
+    a, b = mine.kv, theirs.kv
+    width = max(a.k.shape[2], b.k.shape[2])
+
+    def pad(t, dim, fill):
+        extra = width - t.shape[dim]
+        if extra <= 0:
+            return t
+        shape = list(t.shape)
+        shape[dim] = extra
+        return torch.cat([t, torch.full(shape, fill, dtype=t.dtype, device=t.device)], dim=dim)
+
+    a.k = torch.cat([pad(a.k, 2, 0), pad(b.k, 2, 0)])
+    a.v = torch.cat([pad(a.v, 2, 0), pad(b.v, 2, 0)])
+    a.pos = torch.cat([pad(a.pos, 1, NO_POSITION), pad(b.pos, 1, NO_POSITION)])
+    mine.h_last = torch.cat([mine.h_last, theirs.h_last])
+    mine.logits_last = torch.cat([mine.logits_last, theirs.logits_last])
+    mine.n = torch.cat([mine.n, theirs.n])
+    mine.forwards += theirs.forwards
+    mine.seconds += theirs.seconds
+
+
+class _Row:
+    """One prompt in the batch: its output, generator, root and position."""
+
+    def __init__(self, ids: list[int], index: int, generator):
+        self.out = PromptRun(index, list(ids))
+        self.gen = generator
+        self.root = None
+        self.n = len(ids)
+        self.done = False
+
+
+@torch.inference_mode()
+def speculate_batched(target: Target, draft, items, settings: SpecSettings, run: SpecRun, *, layers: list[int],
+                      generators, batch_size: int, on_round=None, on_prompt=None) -> list[PromptRun]:
+    """Speculate (chains) on `items` [(token ids, index)] keeping up to `batch_size` prompts in the
+    batch; counts go to `run`; returns the PromptRuns in `items`' order. `generators`: one per item."""
+    from helpers.speculate.loop import _eos_ids, verify
+
+    d = settings.drafting
+    steps = d.steps
+    T = float(settings.temperature)
+    rule = settings.rule
+    sample_chain = T > 0 and rule.samples_draft
+    dev = target.input_device
+    model = target.model
+    eos = _eos_ids(target)
+    t_start = time.perf_counter()
+    t_target = 0.0
+    calls = {"target": 0, "draft": 0}
+    draft_seconds = 0.0
+    items = list(items)
+    rows_all = [_Row(ids, index, g) for (ids, index), g in zip(items, generators)]
+    waiting = list(range(len(rows_all)))
+    active: list[int] = []  # indices into rows_all, in batch-row order
+    tc: BatchTargetCache | None = None
+    drafter: BatchDrafter | None = None
+
+    def forward(cache: BatchTargetCache, x, positions):
+        nonlocal t_target
+        t0 = time.perf_counter()
+        B, m = x.shape
+        mask = cache.masks(positions, model.dtype, dev)
+        out = model(input_ids=x, use_cache=True, **{cache.argument: cache.cache}, position_ids=positions,
+                     cache_position=torch.arange(cache.slots, cache.slots + m, device=dev),
+                     attention_mask=mask).logits
+        t_target += time.perf_counter() - t0
+        calls["target"] += 1
+        return out
+
+    def emit(row: _Row, tok, kind, pos=-1):
+        o = row.out
+        o.output_ids.append(int(tok)), o.kinds.append(kind), o.draft_pos.append(pos)
+        return len(o.output_ids) >= settings.max_new_tokens or int(tok) in eos
+
+    def prefill(batch: list[int], cap) -> tuple[BatchTargetCache, BatchDrafter]:
+        """Prefill `batch` (indices into rows_all) together: a new cache and drafter for them."""
+        cache, dr = BatchTargetCache(model), BatchDrafter(draft, settings.reading)
+        prompts = [rows_all[i].out.prompt_ids for i in batch]
+        L = max(len(p) for p in prompts)
+        lens = torch.tensor([len(p) for p in prompts], device=dev)
+        x = torch.tensor([p + [0] * (L - len(p)) for p in prompts], device=dev)
+        pos = torch.arange(L, device=dev)[None].expand(len(batch), L)
+        cap.clear()
+        logits = forward(cache, x, pos)
+        cache.appended(torch.where(pos < lens[:, None], pos, torch.full_like(pos, NO_POSITION)))
+        aux = cap.aux()
+        nxt = []
+        for r, i in enumerate(batch):
+            row = rows_all[i]
+            run.target_forwards += 1
+            run.target_tokens_fed += len(prompts[r])
+            last = logits[r, len(prompts[r]) - 1].float()
+            first = int(last.argmax()) if T <= 0 else int(torch.multinomial(
+                torch.softmax(last / T, -1), 1, generator=row.gen))
+            row.root = first
+            nxt.append(prompts[r][1:] + [first] + [0] * (L - len(prompts[r])))
+            row.done = emit(row, first, "target")
+            run.draft_forwards += 1
+        dr.extend(aux, torch.tensor(nxt, device=dev), lens)
+        calls["draft"] += 1
+        return cache, dr
+
+    def admit(cap) -> None:
+        """Fill the batch from the waiting prompts (prefilled together, then joined)."""
+        nonlocal tc, drafter
+        room = batch_size - len(active)
+        if room <= 0 or not waiting:
+            return
+        batch = [waiting.pop(0) for _ in range(min(room, len(waiting)))]
+        cache, dr = prefill(batch, cap)
+        if tc is None:
+            tc, drafter = cache, dr
+        else:
+            tc.join(cache)
+            _join_drafter(drafter, dr)
+        active.extend(batch)
+
+    def leave() -> None:
+        """Finished prompts leave the batch."""
+        nonlocal tc, drafter, draft_seconds
+        keep = [r for r, i in enumerate(active) if not rows_all[i].done]
+        if len(keep) == len(active):
+            return
+        for i in active:
+            if rows_all[i].done:
+                _finish(rows_all[i])
+        if not keep:
+            active.clear()
+            draft_seconds += drafter.seconds
+            tc, drafter = None, None
+            return
+        idx = torch.tensor(keep)
+        tc.select(idx)
+        drafter.select(idx)
+        active[:] = [active[r] for r in keep]
+
+    def _finish(row: _Row) -> None:
+        if target.tokenizer is not None:
+            row.out.text = target.tokenizer.decode(row.out.output_ids)
+            row.out.pieces = [target.tokenizer.decode([t]) for t in row.out.output_ids]
+        if on_prompt is not None:
+            on_prompt(row.out)
+
+    with HiddenStateCapture(target, layers) as cap:
+        while waiting or active:
+            admit(cap)
+            leave()
+            if not active:
+                continue
+            rows = [rows_all[i] for i in active]
+            B, m = len(rows), steps + 1
+            props = drafter.propose_chains([r.root for r in rows], steps, sample=sample_chain, temperature=T or 1.0,
+                                           generators=[r.gen for r in rows], draft_top_k=rule.draft_top_k)
+            calls["draft"] += steps - 1
+            feed = torch.tensor([[t if t >= 0 else 0 for t in p.tokens] for p in props], device=dev)
+            n = torch.tensor([r.n for r in rows], device=dev)
+            positions = n[:, None] + torch.arange(m, device=dev)[None]
+            cap.clear()
+            logits = forward(tc, feed, positions)
+            aux = cap.aux()
+            kept = torch.full_like(positions, NO_POSITION)
+            counts, nxt_ids = [], []
+            for b, (row, prop) in enumerate(zip(rows, props)):
+                run.target_forwards += 1
+                run.target_tokens_fed += prop.size
+                run.draft_forwards += steps  # as one at a time: steps - 1 drafting steps, one extend
+                path, nxt, how = verify(prop, logits[b], T, drafter, row.gen, rule)
+                kept[b, : len(path) + 1] = positions[b, : len(path) + 1]
+                accepted = [prop.tokens[c] for c in path]
+                counts.append(len(path) + 1)
+                nxt_ids.append(accepted + [nxt] + [0] * (m - len(path) - 1))
+                out = row.out
+                before = len(out.output_ids)
+                remaining = settings.max_new_tokens - before
+                done = False
+                for j, tok in enumerate(accepted):
+                    if emit(row, tok, "draft", j):
+                        done = True
+                        break
+                if not done:
+                    done = emit(row, nxt, how)
+                emitted = len(out.output_ids) - before
+                run.verify_steps += 1
+                run.histogram_counts[emitted] += 1
+                run.accepted_per_position[: emitted - 1] += 1
+                out.accept_lengths.append(emitted)
+                if run.engine_counts is not None:
+                    run.engine_counts.record(remaining, emitted)
+                if run.expected_per_position is not None:
+                    from helpers.speculate.loop import chain_expectation
+
+                    exact = chain_expectation(prop, logits[b], T, rule)
+                    mm = min(len(exact), remaining - 1)
+                    run.expected_per_position[:mm] += exact[:mm]
+                if emitted < len(path) + 1:
+                    out.cut_from = len(path) + 1
+                row.n += 1 + len(path)
+                row.root = nxt
+                row.done = done
+                if on_round is not None:
+                    on_round(out)
+            tc.appended(kept)
+            drop = m - max(counts)  # the new columns no row kept: cut (a row's other rejected slots stay, masked)
+            if drop > 0:
+                tc.cache.crop(-drop)
+                tc.slot_pos = tc.slot_pos[:, : tc.slots - drop]
+            drafter.extend(aux, torch.tensor(nxt_ids, device=dev), counts)
+            calls["draft"] += 1
+            leave()
+    run.seconds["target"] += t_target
+    run.seconds["draft"] += draft_seconds
+    run.seconds["total"] += time.perf_counter() - t_start
+    run.batched_forwards["target"] += calls["target"]
+    run.batched_forwards["draft"] += calls["draft"]
+    return [r.out for r in rows_all]
