@@ -89,3 +89,22 @@ def test_evaluate_predict_states_that_its_prediction_is_greedy(cli):
     assert (d["temperature"], d["acceptance_rule"], d["temperature_asked"]) == (0.0, "greedy", 0.7)
     assert all(p["temperature"] == 0.0 and p["acceptance_rule"] == "greedy" for p in d["predicted_accept_length"])
     assert "vllm-greedy-draft" in d["temperature_note"] and "speculate" in d["temperature_note"]
+
+
+def test_the_temperature_figure_draws_each_source_once():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.plots.speculation import plot_accept_length_vs_temperature
+
+    curve = [{"temperature": t, "mean_accept_length": m, "stderr": 0.05} for t, m in ((0, 1.85), (0.5, 1.91), (1.0, 1.76))]
+    ax = plot_accept_length_vs_temperature(curve, predicted=2.2, served=(0.7, 1.02, 0.004), rule="vllm-greedy-draft")
+    labels = ax.get_legend_handles_labels()[1]
+    assert any(x.startswith("engine-free (vllm-greedy-draft)") for x in labels)
+    assert "served 1.02 at T = 0.7" in labels and any(x.startswith("predicted") for x in labels)
+    plt.close(ax.figure)
+    ax = plot_accept_length_vs_temperature(curve, served=(None, 1.5, 0.05))
+    assert "served 1.50 (temperature not stated)" in ax.get_legend_handles_labels()[1]
+    plt.close(ax.figure)

@@ -186,3 +186,55 @@ def plot_prediction_curve(setups, ax=None, marks: dict | None = None, rates=None
         ax.set_title("accept length predicted from the per-token acceptance")
         ax.legend(loc="upper left", fontsize="small")
     return ax
+
+
+def plot_accept_length_vs_temperature(curve, ax=None, *, predicted: float | None = None, served=None,
+                                      rule: str | None = None):
+    """Accept length against the sampling temperature: the engine-free loop at each temperature under
+    the engine's acceptance rule (`curve`: dicts or objects with `temperature`, `mean_accept_length` /
+    `value` and `stderr`), the teacher-forced prediction (greedy, at T = 0: `predicted`) and the served
+    point (`served`: (temperature or None, accept length[, stderr]); a served figure at an unknown
+    temperature is drawn as a band across every temperature, since it may belong to any of them).
+    Returns the Axes."""
+    def get(c, *names):
+        for n in names:
+            v = c.get(n) if isinstance(c, Mapping) else getattr(c, n, None)
+            if v is not None:
+                return v
+        return None
+
+    pts = sorted((float(get(c, "temperature")), float(get(c, "mean_accept_length", "value")),
+                  float(get(c, "stderr") or 0.0)) for c in curve if get(c, "temperature") is not None
+                 and get(c, "mean_accept_length", "value") is not None)
+    if not pts and predicted is None and served is None:
+        raise BadInputError(None, "nothing to plot: no engine-free figure at any temperature, no prediction, no served point")
+    with style():
+        ax = _new_ax(ax, (6.4, 3.6))
+        ys = [1.0]
+        if pts:
+            t, m, se = (np.asarray(x) for x in zip(*pts))
+            ax.errorbar(t, m, yerr=2 * se, marker="o", ms=5, capsize=3, color=READING_COLORS["offset"],
+                        label="engine-free" + (f" ({rule})" if rule else "") + " ± 2 se")
+            ys += list(m + 2 * se)
+        if predicted is not None:
+            ax.plot([0.0], [float(predicted)], marker="D", ms=7, ls="none", color=GOOD,
+                    label=f"predicted (teacher-forced, greedy) {float(predicted):.2f}")
+            ys.append(float(predicted))
+        if served is not None:
+            st, sv = served[0], float(served[1])
+            sse = float(served[2]) if len(served) > 2 and served[2] is not None else 0.0
+            if st is None:
+                ax.axhspan(sv - 2 * sse, sv + 2 * sse if sse else sv + 0.005, color=BAD, alpha=0.25, lw=0)
+                ax.axhline(sv, color=BAD, lw=1.3, label=f"served {sv:.2f} (temperature not stated)")
+            else:
+                ax.errorbar([float(st)], [sv], yerr=[2 * sse], marker="s", ms=7, capsize=3, ls="none", color=BAD,
+                            label=f"served {sv:.2f} at T = {float(st):g}")
+            ys.append(sv + 2 * sse)
+        ax.axhline(1.0, color=REF, lw=0.8, ls=":", label="1.0 = no draft token accepted")
+        ax.set_xlim(-0.05, max([1.05] + [p[0] + 0.05 for p in pts]))
+        ax.set_ylim(0.9, max(ys) * 1.1 + 0.05)
+        ax.set_xlabel("temperature T (0 = greedy)")
+        ax.set_ylabel("accept length (tokens per verify step)")
+        ax.set_title("accept length against temperature")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return ax
