@@ -342,3 +342,16 @@ def test_the_pooled_conditional_rate_above_one_is_flagged():
                                             {"drafts": 10, "accepted": 0, "accepted_per_pos": [0, 0]}])
     acc = normalise(t)
     assert any(n.startswith("IMPOSSIBLE") for n in acc.notes) and "IMPOSSIBLE" in acc.report()
+
+
+@pytest.mark.parametrize("second", ["# nothing\nvllm:num_requests_running 0.0\n",
+                                    _page(1100, 3300, -3, [700, 500, 400])])
+def test_metrics_interval_when_counters_vanish_or_go_negative(cli, second):
+    with Fake(lambda served, k: _page(*BASE) if k == 0 else second) as f:
+        res = cli("metrics", f.url + "/metrics", "--interval", "0.01")
+    assert "Traceback" not in res.stderr
+    if res.returncode == 2:
+        _one_line(res)
+    else:
+        assert res.returncode == 0 and "accept length (bonus token counted): -" in res.stdout
+        assert "-3.0" in res.stdout  # the counter that did not read is named
