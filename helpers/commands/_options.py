@@ -189,19 +189,17 @@ def token_progress(prompts: int, max_new_tokens: int, readings: int = 1):
     if sys.stderr.isatty() and not isinstance(sys.stderr, _ProgressLines):
         return None
     start = time.monotonic()
-    state = {"shown": start, "prompt": None, "done": 0, "tokens": 0, "before": 0}
+    state = {"shown": start, "made": {}}  # id(PromptRun) -> (the PromptRun, tokens it has)
     total = prompts * max_new_tokens * readings
 
     def on_round(pr) -> None:
-        if pr is not state["prompt"]:  # a new prompt (or the same prompts under the next reading)
-            if state["prompt"] is not None:
-                state["done"] += 1
-                state["before"] += len(state["prompt"].output_ids)
-            state["prompt"] = pr
+        # a batched run interleaves its prompts' rounds: every prompt run counted by its own tokens
+        state["made"][id(pr)] = (pr, len(pr.output_ids))
         now = time.monotonic()
         if now - state["shown"] >= PROGRESS_EVERY_S:
-            made = state["before"] + len(pr.output_ids)
-            print(f"speculate: {made:,} of at most {total:,} tokens generated, {state['done']} of "
+            made = sum(n for _, n in state["made"].values())
+            done = sum(n >= max_new_tokens for _, n in state["made"].values())  # those stopped by EOS are not seen here
+            print(f"speculate: {made:,} of at most {total:,} tokens generated, {done} of "
                   f"{prompts * readings} prompt runs done, {now - start:.0f} s", file=sys.stderr, flush=True)
             state["shown"] = now
 

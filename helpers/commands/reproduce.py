@@ -48,6 +48,11 @@ def add_arguments(p) -> None:
     p.add_argument("--window", type=int, default=None,
                    help="the wrong window to emulate for a full-attention draft (default 8 tokens)")
     _options.chat_template(p)
+    from helpers.speculate.result import DEFAULT_BATCH_SIZE
+
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                   help=f"prompts verified together (default {DEFAULT_BATCH_SIZE}; 1: one at a time): a chain's greedy "
+                        "tokens and every count are the one-at-a-time ones; a tree runs one prompt at a time")
     _options.device_dtype(p)
     _options.embed_from(p)
     _options.json_flag(p)
@@ -76,7 +81,7 @@ def run(args) -> int:
     from helpers.speculate.reproduce import reproduce
 
     # the one builder every front end uses: no shape given is its default (a chain of 5), the engine honoured
-    knobs = dict(max_new_tokens=args.max_new_tokens, chat_template=args.chat_template)
+    knobs = dict(max_new_tokens=args.max_new_tokens, chat_template=args.chat_template, batch_size=args.batch_size)
     spec_settings(drafting, engine=args.engine, **knobs)  # checked before the prompts and models are read
     records = list(read_prompts(prompts, args.max_prompts))
     if not records:

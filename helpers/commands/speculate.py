@@ -85,6 +85,11 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    from helpers.speculate.result import DEFAULT_BATCH_SIZE
+
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                   help=f"prompts verified together (default {DEFAULT_BATCH_SIZE}; 1: one at a time): a chain's greedy "
+                        "tokens and every count are the one-at-a-time ones; a tree runs one prompt at a time")
     _options.aux_engine(p, f"whose aux-layer convention feeds the draft: {_options.aux_names()}, optionally ==VERSION "
                         "(default sglang)")
     _options.chat_template(p)
@@ -143,7 +148,7 @@ def run(args) -> int:
 
     # the one builder every front end uses: no shape given is its default (a chain of 5), the engine honoured
     knobs = dict(temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                 chat_template=args.chat_template, acceptance_rule=args.acceptance_rule)
+                 chat_template=args.chat_template, acceptance_rule=args.acceptance_rule, batch_size=args.batch_size)
     spec_settings(drafting, engine=args.engine, **knobs)  # checked before any file is touched
     # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
     checked = preflight(RunInputs(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts),
