@@ -47,7 +47,8 @@ def run(args) -> int:
     if args.prefix is not None and (Path(args.prefix).name != args.prefix or args.prefix in (".", "..")):
         raise BadInputError(None, f"--prefix {args.prefix!r}: must be a file name prefix, not a path")
     m = load_mapping(args.checkpoint)
-    prefix = args.prefix or Path(args.checkpoint).resolve().name
+    given = Path(args.checkpoint).resolve()
+    prefix = args.prefix or (given.stem if given.is_file() else given.name)  # draft.gguf -> draft_<figure>.png
     try:
         written = save_mapping_figures(m, out_dir, prefix=prefix, svg=args.svg, label=args.label)
     except OSError as e:

@@ -100,6 +100,8 @@ class EvalResult:
     hidden_normed: str | None = None  # with a target head: "yes" (lm_head only) or "no" (norm, then lm_head)
     hidden_normed_how: str | None = None  # "stated", or the auto rule's evidence
     predict_for: tuple = ()  # drafting shapes `to_dict` predicts an accept length for (none: a chain of `steps`)
+    # the reading the file's engine uses: offsets (HF checkpoints), absolute ids (a llama.cpp GGUF)
+    engine_reading: str = ENGINE_READING
 
     # the numbers the conclusion rests on
     def reference(self) -> tuple[str, SplitScores]:
@@ -120,7 +122,7 @@ class EvalResult:
 
     def prediction_reading(self) -> str:
         """The reading a prediction is for: the engines' one when scored, else the first scored."""
-        return ENGINE_READING if ENGINE_READING in self.readings else self.readings[0]
+        return self.engine_reading if self.engine_reading in self.readings else self.readings[0]
 
     def rank_table(self, reading: str | None = None) -> tuple[list, str]:
         """([steps][topk] rank table, where it was measured): per depth, the share of labels that are the
@@ -157,14 +159,15 @@ class EvalResult:
         best = max(scored, key=lambda r: scored[r].top1)
         if not self.has_d2t and not self.full_vocab:
             return no_mapping(name, scored["none"])
-        eng = scored.get(ENGINE_READING)
+        er = self.engine_reading
+        eng = scored.get(er)
         tr, va = self.splits.get("train"), self.splits.get("val")
         return (
-            misread(name, scored, best, eng)
+            misread(name, scored, best, eng, er)
             or wiring(name, scored[best])
-            or (None if eng is not None else offset_not_scored(name, best, scored[best]))
-            or split_gap(tr, va)
-            or weak_or_healthy(name, ref, scored, eng, tr, va)
+            or (None if eng is not None else offset_not_scored(name, best, scored[best], er))
+            or split_gap(tr, va, er)
+            or weak_or_healthy(name, ref, scored, eng, tr, va, er)
         )
 
     # views
@@ -173,7 +176,7 @@ class EvalResult:
         d = {
             "checkpoint": self.checkpoint, "samples": self.samples, "device": self.device,
             "dtype": self.dtype, "steps": self.steps, "topk": self.topk,
-            "engine_reading": ENGINE_READING, "has_d2t": self.has_d2t, "target_head": self.target_head,
+            "engine_reading": self.engine_reading, "has_d2t": self.has_d2t, "target_head": self.target_head,
             "mask_at": self.mask_at, "full_vocab": self.full_vocab,
             "hidden_normed": self.hidden_normed, "hidden_normed_how": self.hidden_normed_how,
             "warnings": list(self.warnings),
@@ -312,6 +315,8 @@ def evaluate(checkpoint, samples, scoring: Scoring | None = None, *, loading: Lo
         mask_at=scoring.mask_at, full_vocab=full_vocab,
         hidden_normed=None if head is None else ("yes" if head.hidden_normed else "no"),
         hidden_normed_how=how, predict_for=tuple(predict_for or ()),
+        engine_reading="absolute" if getattr(getattr(model, "checkpoint", None), "d2t_convention", "offset") == "absolute"
+        else ENGINE_READING,
     )
 
 

@@ -159,7 +159,7 @@ def _out_path(path: Path, fmt: str) -> Path:
     if path.suffix.lower() == f".{fmt}":
         return path
     stem = path.with_suffix("") if path.suffix.lower() in (".png", ".svg") else path
-    return stem.with_suffix(f".{fmt}")
+    return stem.with_name(f"{stem.name}.{fmt}")  # a dot inside the name (v1.2_readings, draft.gguf_x) stays
 
 
 def _draw_caption(fig, meta: dict):
