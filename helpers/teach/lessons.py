@@ -24,8 +24,10 @@ from helpers.core.engine_table import ENGINE_TABLE, QUOTED, Engine
 # (kind, key, what it is about): the outcomes and rules the notebooks teach, in the table's own keys
 STORY = (
     ("outcome", "d2t-missing.error", "a checkpoint without d2t, reduced draft vocab"),
-    ("outcome", "d2t.wrong-ids", "a d2t of wrong ids in range (absolute ids, all zeros, arange)"),
-    ("outcome", "d2t.past-vocab", "a d2t sending ids past the target vocab"),
+    ("outcome", "d2t.wrong-ids", "a d2t whose ids i + d2t[i] are all below V but wrong (all zeros; absolute ids or "
+                                 "arange only while every i + d2t[i] stays below V)"),
+    ("outcome", "d2t.past-vocab", "a d2t sending some i + d2t[i] to V or past (absolute ids or arange of most real "
+                                  "drafts: `past_vocab_counts` counts them)"),
     ("outcome", "t2d-mismatch.error", "a t2d that disagrees with d2t"),
     ("rule", "fc_norm", "EAGLE-3.1 fc_norm (the draft's own config)"),
     ("rule", "norm_output", "EAGLE-3.1 norm_output (the draft's own config)"),
@@ -58,7 +60,7 @@ def release_range(engine: Engine, span: Span) -> str:
 
 def _value_words(value) -> str:
     if isinstance(value, Serve):
-        words = {"refuses": "does not start", "crashes": "starts, then dies on the first request",
+        words = {"refuses": "does not start", "crashes": "starts, then dies on the first request that meets it",
                  "serves": "serves"}[value.result]
         if value.accept:
             words += f", {ACCEPT_WORDS[value.accept]}"
@@ -66,20 +68,118 @@ def _value_words(value) -> str:
     return RULE_WORDS.get(value, str(value))
 
 
+# -- settings the engine table does not split ------------------------------------------------------------------
+# The engine table has no "setting" dimension: each of its rows holds for every setting of a release. Where the
+# released code splits a row by setting, the split is stated here, once, with the lines it rests on (read in the
+# QUOTED release's files, never run); `version_story` renders it beside the table's row, and the table row is
+# labelled with the setting it describes. (engine key, outcome key) -> ((the setting the table's row describes,
+# how), ((other setting, Serve, how, ((file, line, the line as released), ...)), ...)).
+SETTINGS = {
+    ("sglang", "d2t.past-vocab"): (
+        ("one GPU (tp = 1), or CPU",
+         "the drafted id goes unmasked into the embedding (the next draft step's input, the verify forward's); "
+         "PyTorch's gather fails on an id past the (padded to 64) table: CPU an IndexError, CUDA a device-side "
+         "assert; SGLang names it itself only with SGLANG_ENABLE_ASYNC_ASSERT=1"),
+        (("tensor parallel (tp > 1)", Serve("serves", "about-1"),
+          "the id lies in no rank's shard of the target embedding: it is masked to a zero vector, the drafted "
+          "token matches no target token and is rejected, silently (greedy verify); the in-range ids of such a d2t "
+          "are wrong tokens anyway",
+          (("sglang/srt/layers/vocab_parallel_embedding.py", 499,
+            "# Map out-of-shard ids to index 0, gather, then zero those rows."),
+           ("sglang/srt/layers/vocab_parallel_embedding.py", 512,
+            "output_parallel.masked_fill_(input_mask.unsqueeze(-1), 0)"))),)),
+}
+# the lines behind the table's own row for the same setting (tp = 1), quoted the same way
+SETTING_LINES = {
+    ("sglang", "d2t.past-vocab"): (
+        ("sglang/srt/speculative/eagle_worker_v2.py", 758, "topk_index = self.hot_token_id[topk_index]"),
+        ("sglang/srt/layers/vocab_parallel_embedding.py", 517,
+         "# located async assert instead of a silent OOB embedding gather (tp=1 does not mask)."),
+        ("sglang/srt/layers/quantization/unquant.py", 540, "return F.embedding(input_, layer.weight)")),
+}
+
+
 def version_story(engines=None) -> list[dict]:
-    """One row per (engine, topic, release range) the engine table holds for the topics in `STORY`:
-    engine, releases, topic, what it does, the source the table cites (its PR, release note or run)."""
+    """One row per (engine, topic, release range, setting) for the topics in `STORY`: engine, releases,
+    setting, topic, what it does, the source (the PR, release note or run the table cites). Every row is the
+    engine table's, except the settings `SETTINGS` splits off, which are said to be so in `source`."""
     rows = []
     for key in engines or ENGINE_TABLE:
         e = ENGINE_TABLE[key]
         for kind, name, topic in STORY:
             spans = (e.outcomes if kind == "outcome" else e.rules).get(name) or ()
+            split = SETTINGS.get((key, name))
             for sp in spans:
                 if sp.value is None:
                     continue
                 rows.append({"engine": e.name, "releases": release_range(e, sp), "topic": topic,
-                             "what it does": _value_words(sp.value), "source": sp.pr or "", "key": name})
+                             "setting": split[0][0] if split else "every setting",
+                             "what it does": _value_words(sp.value) + (f": {split[0][1]}" if split else ""),
+                             "source": sp.pr or "", "key": name})
     return rows
+
+
+def setting_rows() -> list[dict]:
+    """The rows `SETTINGS` adds beside the table's (same columns as `version_story`), each saying it is not in
+    the engine table."""
+    topics = {name: topic for _kind, name, topic in STORY}
+    rows = []
+    for (key, name), (_table_setting, others) in SETTINGS.items():
+        e, q = ENGINE_TABLE[key], QUOTED[key]
+        for setting, value, how, lines in others:
+            rows.append({"engine": e.name, "releases": f"{e.tag}{q.release} (read)", "topic": topics[name],
+                         "setting": setting, "what it does": f"{_value_words(value)}: {how}",
+                         "source": f"read in {q.label} ({', '.join(f'{f}:{n}' for f, n, _ in lines)}); not in the "
+                                   "engine table, whose row has no setting", "key": name})
+    return rows
+
+
+def _story_rows() -> list[dict]:
+    """The version story with the settings split off the table's rows, each after its engine's row."""
+    extra = setting_rows()
+    out = []
+    for r in version_story():
+        out.append(r)
+        out.extend(x for x in extra if x["engine"] == r["engine"] and x["key"] == r["key"])
+    return out
+
+
+def past_vocab_story():
+    """The one story of an id past the target vocab (d2t.past-vocab), engine by engine, release by release,
+    setting by setting: the version story's rows for that key (pandas)."""
+    import pandas as pd
+
+    rows = [r for r in _story_rows() if r["key"] == "d2t.past-vocab"]
+    return pd.DataFrame(rows).drop(columns=["key", "topic"]).set_index(["engine", "setting"])
+
+
+def past_vocab_lines():
+    """The released lines each setting of `SETTINGS` rests on (pandas): engine, release, setting, file:line, line."""
+    import pandas as pd
+
+    rows = []
+    for (key, name), (table_setting, others) in SETTINGS.items():
+        q = QUOTED[key]
+        for f, n, text in SETTING_LINES.get((key, name), ()):
+            rows.append({"engine": ENGINE_TABLE[key].name, "release": q.label, "setting": table_setting[0],
+                         "file:line": f"{f}:{n}", "line": text})
+        for setting, _value, _how, lines in others:
+            rows.extend({"engine": ENGINE_TABLE[key].name, "release": q.label, "setting": setting,
+                         "file:line": f"{f}:{n}", "line": text} for f, n, text in lines)
+    return pd.DataFrame(rows)
+
+
+def past_vocab_counts(path) -> dict:
+    """How far a stored d2t, served as it is (i + d2t[i]), reaches: N, V, the largest id and how many draft ids
+    land at V or past (the `d2t.past-vocab` rows apply when that count is above zero, `d2t.wrong-ids` otherwise)."""
+    from helpers.io.checkpoint import load_mapping
+
+    m = load_mapping(path)
+    served = m.targets("offset")
+    v = m.target_vocab_size
+    return {"N": m.draft_vocab_size, "V": v, "largest i + d2t[i]": int(served.max()),
+            "draft ids at V or past": int((served >= v).sum()),
+            "outcome key": "d2t.past-vocab" if int(served.max()) >= v else "d2t.wrong-ids"}
 
 
 def version_story_lines(engines=None) -> list[str]:
@@ -91,8 +191,9 @@ def version_story_table(engines=None):
     """The story as a table (pandas), grouped by topic."""
     import pandas as pd
 
-    t = pd.DataFrame(version_story(engines)).drop(columns="key")
-    return t.set_index(["topic", "engine"])
+    names = {ENGINE_TABLE[k].name for k in (engines or ENGINE_TABLE)}
+    t = pd.DataFrame([r for r in _story_rows() if r["engine"] in names]).drop(columns="key")
+    return t.set_index(["topic", "engine", "setting"])
 
 
 def releases_read() -> dict[str, str]:
@@ -195,3 +296,133 @@ def shared_passages(a: str, b: str, at_least: int = 120) -> list[str]:
         else:
             i += 1
     return found
+
+
+# -- the words behind every accept-length number ----------------------------------------------------------------
+# Each defined once; a notebook prints the ones a number needs where that number first appears (`define`).
+DEFINITIONS = {
+    "verify step": "one target forward after the prefill, checking one draft; the prefill emits the first new "
+                   "token itself, so a prompt generating T new tokens takes at most T - 1 verify steps (T - 1 when "
+                   "each accepts nothing, fewer as drafts are accepted)",
+    "draft": "a verify step that carried drafted tokens (vLLM's counter spec_decode_num_drafts, llama.cpp's "
+             "drafts); NOT a drafted token. A chain of K drafts K tokens per draft, except in llama.cpp, whose draft "
+             "near the end of a request holds at most min(K, tokens left - 1) tokens and whose last step drafts none "
+             "(a plain decode, not a draft: helpers.speculate.engine_counts)",
+    "draft tokens": "the tokens drafted, summed over drafts (vLLM's spec_decode_num_draft_tokens, llama.cpp's "
+                    "draft_n): K x drafts for a chain of K, fewer in llama.cpp near the end of a request",
+    "accept length": "1 + accepted draft tokens / drafts: tokens emitted per verify step that carried a draft, the "
+                     "target's own token (correction or bonus) counted, so never below 1",
+    "unconditional rate at position j": "drafts whose position j was accepted / all drafts (vLLM's log 'Per-position "
+                                        "acceptance rate', speculate's per_position_unconditional); it can only fall "
+                                        "with j, and accept length = 1 + the sum over j",
+    "conditional rate at position j": "drafts whose position j was accepted / drafts whose position j - 1 was "
+                                      "(all drafts for j = 0; speculate's per_position_conditional): the chance a "
+                                      "step accepts given every earlier one did; unconditional_j = the product of "
+                                      "conditional_0..conditional_j",
+    "per-step top-1 (evaluate)": "evaluate's step-k accuracy: positions where the draft's step-k guess, fed its "
+                                 "own earlier guesses, is the real token, over ALL labelled positions (not only "
+                                 "where step k - 1 was right); the chain formula 1 + a_0 + a_0 a_1 + ... uses it "
+                                 "as the conditional rate, which assumes a step's hits do not depend on the earlier "
+                                 "ones",
+    "interval mean": "what one vLLM 'SpecDecoding metrics' line prints as 'Mean acceptance length': 1 + accepted / "
+                     "drafts over the interval since the previous line (VLLM_LOG_STATS_INTERVAL seconds); the last "
+                     "line covers only the last interval",
+    "pooled mean": "1 + accepted / drafts over a whole run (all its log lines' counts summed, the /metrics "
+                   "counters, or every answer's counts summed): each draft weighs the same, so it is not the mean "
+                   "of the interval means",
+}
+
+
+def define(*names: str) -> str:
+    """The definitions of `names`, one per line (markdown bullets), in the words of `DEFINITIONS`."""
+    unknown = [n for n in names if n not in DEFINITIONS]
+    if unknown:
+        raise KeyError(f"no definition of {unknown}; defined: {sorted(DEFINITIONS)}")
+    return "\n".join(f"- {n}: {DEFINITIONS[n]}" for n in names)
+
+
+def rate_identity(run):
+    """A `SpecRun`'s per-position rates both ways, with the identities between them checked on its counts
+    (pandas, one row per drafted position): accepted count, conditional, unconditional, the running product of
+    the conditional rates (= unconditional), and 1 + the sum of the unconditional rates (= the accept length)."""
+    import pandas as pd
+
+    cond, unc = run.per_position_conditional, run.per_position_unconditional
+    prod, rows = 1.0, []
+    for j, (c, u) in enumerate(zip(cond, unc)):
+        prod *= c
+        rows.append({"position j": j, "drafts accepting j": int(run.accepted_per_position[j]),
+                     "conditional": round(c, 4), "unconditional": round(u, 4),
+                     "product of conditional 0..j": round(prod, 4)})
+    t = pd.DataFrame(rows).set_index("position j")
+    t.attrs["accept length"] = run.mean
+    t.attrs["1 + sum of unconditional"] = 1 + sum(unc)
+    return t
+
+
+def step_count(run, max_new_tokens: int) -> str:
+    """Why a `SpecRun` took the verify steps it did: prompts x (T - 1) tokens after the prefill's first, each
+    step emitting its accept length (the last step cut at T)."""
+    prompts = len(run.prompts)
+    after = sum(max(len(p.output_ids) - 1, 0) for p in run.prompts)
+    return (f"{prompts} prompts x {max_new_tokens} new tokens: the prefill emits each prompt's first token, the other "
+            f"{after} come from {run.verify_steps} verify steps (at most {prompts} x {max_new_tokens - 1} = "
+            f"{prompts * (max_new_tokens - 1)}, one per token when nothing is accepted)")
+
+
+# -- accept length under sampling -------------------------------------------------------------------------------
+SAMPLING_LESSON = (
+    "At temperature 0 every engine accepts a drafted token exactly when it is the target's argmax. Under sampling "
+    "(temperature T > 0) each engine follows its acceptance rule (helpers.core.acceptance_rules.RULES, docs/sampling.md; "
+    "the table below): vLLM's default, llama.cpp's EAGLE-3 drafter and SGLang's default all draft the draft's argmax t "
+    "and accept it with probability p_T(t), the target's probability of t at the request's temperature; the textbook "
+    "rule (vLLM probabilistic, SGLang rejection sampling) accepts with min(1, p/q) against the draft's own q. So for an "
+    "argmax-draft rule the conditional rate at depth i is p_T(t_i), and the chain's expected accept length is "
+    "1 + p_T(t_0) + p_T(t_0) p_T(t_1) + ... (helpers.core.acceptance_rules.exact_chain_acceptance). "
+    "What temperature does to the evidence ladder: a healthy draft's served accept length FALLS as T rises (p_T(t) < 1 "
+    "even where t is the argmax), so a served number at T > 0 is compared with the engine-free loop at the same T and "
+    "rule (speculate --temperature T --engine E), never with a greedy prediction; a misread mapping stays near 1 at "
+    "every T, so 'about 1' keeps pointing at the wiring whatever the temperature.")
+
+
+def sampling_rules():
+    """Each engine's acceptance rule under sampling, from `helpers.core.acceptance_rules.RULES` (pandas)."""
+    import pandas as pd
+
+    from helpers.core.acceptance_rules import RULES
+
+    return pd.DataFrame([{"rule": r.name, "engine": r.engine, "release": r.release, "setting": r.setting,
+                          "the draft picks": r.draft, "q": r.q, "test": r.test, "EAGLE-3": r.eagle3}
+                         for r in RULES.values()]).set_index("rule")
+
+
+def chain_under_rule(rule: str, p_at_draft, vocab: int = 8) -> dict:
+    """The expected accept length of a chain whose drafted argmax token has target probability `p_at_draft[i]` at
+    depth i, under acceptance rule `rule`: the kit's `exact_chain_acceptance` on rows that put p on token 0 and
+    share the rest (the draft's argmax is token 0 at every depth)."""
+    import torch
+
+    from helpers.core.acceptance_rules import exact_chain_acceptance, get_rule
+
+    rows = []
+    for p in p_at_draft:
+        row = torch.full((vocab,), (1.0 - float(p)) / (vocab - 1))
+        row[0] = float(p)
+        rows.append(row)
+    q = [torch.nn.functional.one_hot(torch.tensor(0), vocab).float() for _ in p_at_draft]
+    return exact_chain_acceptance(get_rule(rule), rows, q, tokens=[0] * len(rows))
+
+
+# -- GGUF: the one place absolute ids are right -------------------------------------------------------------------
+def gguf_lesson() -> str:
+    """How llama.cpp stores and reads d2t, from the engine table (`d2t.apply`) and `helpers.io.gguf_files`."""
+    from helpers.core.engines import engine_at
+    from helpers.io.gguf_files import CONVERTER, LLAMACPP_CONVENTION
+
+    way = engine_at("llamacpp").value("d2t.apply")
+    return (f"llama.cpp (engine table rule d2t.apply: {way!r}) does not read a Hugging Face checkpoint: its converter "
+            f"{CONVERTER} writes a GGUF whose d2t holds arange(N) + d2t, the {LLAMACPP_CONVENTION} target ids, and "
+            "refuses a d2t whose ids fall outside the target vocab or repeat; llama-server then reads the GGUF's d2t as "
+            "absolute ids. That is the one place 'absolute' is right: the same values in an HF checkpoint are the "
+            "d2t-absolute bug, and offsets copied into a GGUF are its bug (the doctor's gguf-d2t-offsets). `d2t-lab "
+            "inspect` judges a .gguf as llama.cpp reads it (docs/gguf.md).")

@@ -46,6 +46,12 @@ ALL_ZERO_CASES = {  # exercise 6: four checkpoints at Kimi-K2.5's sizes with an 
 TREE_Q = ((0.7, 0.15), (0.6, 0.2))
 TREE_SHAPE = {"steps": 2, "topk": 2, "num_draft_tokens": 4}  # SGLang's three flags (the root counted)
 TREE_TOLERANCE = 0.005
+# exercise 12: a chain of 3 served by vLLM at a temperature above 0 (its default rule): the target's probability, at
+# that temperature, of the token the draft drafted (its argmax) at each depth
+SAMPLED_RULE = "vllm-greedy-draft"
+SAMPLED_P = (0.8, 0.7, 0.5)
+# exercise 13: the draft id whose GGUF d2t value is asked
+GGUF_DRAFT_ID = 100
 EXERCISES = {
     1: "the kept target ids of the practice vocab (its draft vocab), ascending, as a list of ints",
     2: "d2t for the practice vocab, as a list of ints",
@@ -160,6 +166,22 @@ def _tree_answer() -> float:
     from helpers.acceptance.tree import tree_expected
 
     return tree_expected([list(r) for r in TREE_Q], TREE_SHAPE["steps"], TREE_SHAPE["topk"], TREE_SHAPE["num_draft_tokens"])
+
+
+def _sampled_answer() -> float:
+    """Exercise 12 with the kit's closed form for the rule (helpers.core.acceptance_rules.exact_chain_acceptance)."""
+    from helpers.teach.lessons import chain_under_rule
+
+    return chain_under_rule(SAMPLED_RULE, SAMPLED_P)["accept_length"]
+
+
+def _gguf_answer() -> int:
+    """Exercise 13 with the kit's replica of the converter's d2t (helpers.io.gguf_files.absolute_d2t)."""
+    from helpers.io.checkpoint import load_mapping
+    from helpers.io.gguf_files import absolute_d2t
+
+    small = load_mapping(bundled_samples("primer exercises", SMALL_DRAFT))
+    return int(absolute_d2t(small.d2t, small.target_vocab_size)[GGUF_DRAFT_ID])
 
 
 def solutions() -> dict:
@@ -283,6 +305,31 @@ def _what_is_wrong(n: int, got) -> str:  # the correct answer is worked out here
     return f"{got} is not it. {HINTS[n]}"
 
 
+def _small_d2t() -> list:
+    from helpers.io.checkpoint import load_mapping
+
+    return load_mapping(bundled_samples("primer exercises", SMALL_DRAFT)).d2t.tolist()
+
+
+def _sampled_wrong(got: float) -> str:
+    """What a wrong exercise-12 answer most likely did."""
+    k = len(SAMPLED_P)
+    if abs(got - (1 + k)) <= TREE_TOLERANCE:
+        return f"{1 + k} is temperature 0 with every drafted token the argmax: under sampling each is accepted with p_T(t). " + LESSON_HINTS[12]
+    if abs(got - (1 + sum(SAMPLED_P))) <= TREE_TOLERANCE:
+        return "that adds the conditional rates as if they were unconditional: a later position needs every earlier one. " + LESSON_HINTS[12]
+    if abs(got - sum(_prod(SAMPLED_P[:j + 1]) for j in range(k))) <= TREE_TOLERANCE:
+        return "that leaves out the 1: the target's own token always counts. " + LESSON_HINTS[12]
+    return f"{got} is not it. {LESSON_HINTS[12]}"
+
+
+def _prod(xs) -> float:
+    out = 1.0
+    for x in xs:
+        out *= x
+    return out
+
+
 def _tree_wrong(got: float) -> str:
     """What a wrong tree answer most likely did (the right one is computed, never printed)."""
     from helpers.acceptance.chain import chain_expected
@@ -298,3 +345,76 @@ def _tree_wrong(got: float) -> str:
     if got < 1:
         return "an accept length is never below 1: the target's own token always counts. " + HINTS[11]
     return f"{got} is not it. {HINTS[11]}"
+
+
+# -- the lessons' exercises (sampling, GGUF): checked by computing the answer with the kit, never hashed -------------
+# Kept apart from EXERCISES (the primer's hashed ones): `check_lesson` / `lesson_solutions` work as `check` /
+# `solutions` do, and the notebook numbers them after the primer's.
+LESSON_EXERCISES = {
+    12: f"a chain of {len(SAMPLED_P)} is served by vLLM at a temperature above 0 with its default rule "
+        f"({SAMPLED_RULE}); at the temperature, the target gives the draft's drafted (argmax) token probability "
+        f"SAMPLED_P = {list(SAMPLED_P)} at depths 0, 1, 2: its expected accept length (a number, two decimals)?",
+    13: f"the small draft (tiny_draft_sglang) is converted by llama.cpp's converter: which value does the GGUF's "
+        f"d2t hold for draft id {GGUF_DRAFT_ID} (an int)?",
+}
+LESSON_HINTS = {
+    12: "Hint: the rule accepts the drafted argmax t with probability p_T(t) (the conditional rate); a chain "
+        "stops at its first rejection, so position j counts with the product of the rates up to j; add 1.",
+    13: "Hint: the converter writes the absolute ids arange(N) + d2t (load_mapping(checkpoint) gives d2t).",
+}
+
+
+def lesson_solutions() -> dict:
+    """The lessons' answers, computed with the kit (the notebook calls this only with solutions=True)."""
+    return {12: round(_sampled_answer(), 2), 13: _gguf_answer()}
+
+
+def _lesson_canon(n: int, answer):
+    if isinstance(answer, torch.Tensor):
+        answer = answer.item() if answer.numel() == 1 else None
+    if n == 12:
+        if isinstance(answer, (bool, str)) or answer is None:
+            return None
+        try:
+            return float(answer)
+        except (TypeError, ValueError):
+            return None
+    return canon_int(answer)
+
+
+def lesson_is_right(n: int, answer) -> bool:
+    """Whether `answer` is the answer the kit computes (exercise 12 within two decimals)."""
+    got = _lesson_canon(n, answer)
+    if got is None:
+        return False
+    return abs(got - _sampled_answer()) <= TREE_TOLERANCE if n == 12 else got == _gguf_answer()
+
+
+def check_lesson(n: int, answer) -> str:
+    """One line: right (with why), wrong (with what is wrong) or not answered yet. Never raises."""
+    return verdict(n, answer, exercises=LESSON_EXERCISES, hints=LESSON_HINTS, canon=_lesson_canon,
+                   is_right=lesson_is_right, why_right=_lesson_why, what_is_wrong=_lesson_wrong)
+
+
+def _lesson_why(n: int, got) -> str:
+    if n == 12:
+        return ("1 + p0 + p0 p1 + p0 p1 p2: the conditional rates multiplied into unconditional ones "
+                "(helpers.core.acceptance_rules.exact_chain_acceptance); at temperature 0 the same chain would accept "
+                "all three wherever t is the argmax.")
+    if n == 13:
+        return (f"{GGUF_DRAFT_ID} + d2t[{GGUF_DRAFT_ID}]: the GGUF stores the absolute id, and llama.cpp reads it as one "
+                "(helpers.io.gguf_files.absolute_d2t).")
+    return ""
+
+
+def _lesson_wrong(n: int, got) -> str:
+    if n == 12:
+        return _sampled_wrong(got)
+    if n == 13:
+        small = _small_d2t()
+        if got == small[GGUF_DRAFT_ID]:
+            return "that is the Hugging Face offset d2t[i]; the converter stores the absolute id. " + LESSON_HINTS[13]
+        if got == GGUF_DRAFT_ID:
+            return "that is the draft id itself. " + LESSON_HINTS[13]
+        return f"{got} is not it. {LESSON_HINTS[13]}"
+    return f"{got} is not it. {LESSON_HINTS[n]}"
