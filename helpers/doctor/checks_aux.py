@@ -6,7 +6,7 @@ from the capture, ids where a release does not look) are `helpers.doctor.checks_
 """
 from __future__ import annotations
 
-from helpers.core.engines import arriving_layers, aux_convention, aux_layer_ids, captured_layers
+from helpers.core.engines import arriving_layers, aux_convention, aux_layer_ids, aux_max_index, captured_layers
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config
@@ -35,7 +35,9 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
         if named:
             parts = [f"{at.label} reads {ids[at.key]}" if ids[at.key] is not None else f"{at.label} finds none "
                      "(uses its default)" for at in ats]
-            c.add("aux-layers", "info", "aux layer ids in config.json: " + "; ".join(parts)
+            where = ("the GGUF's eagle3.target_layers" if getattr(c.ck, "format", "hf") == "gguf"
+                     else "config.json")
+            c.add("aux-layers", "info", f"aux layer ids in {where}: " + "; ".join(parts)
                   + "; " + "; ".join(f"{at.name} captures the input of layer id{'+' + str(at.value('aux.shift')) if at.value('aux.shift') else ''}"
                                      for at in ats),
                   "pass --target-config TARGET/config.json to check them against the target")
@@ -56,16 +58,18 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
             if _ids_invalid(c) else "no ids (default)"
         if ids[e] is None and at.value("aux.from") == () and _any_ids(c.ck.config):
             src = f"no ids (this release reads none from the config: {at.change('aux.from') or 'never'})"
-        bad = [i for i in got if i < 0 or i >= n_layers]
+        top = aux_max_index(at, n_layers)  # L - 1, or L where the engine serves the last layer's output
+        bad = [i for i in got if i < 0 or i > top]
         arrive = arriving_layers(at, ids[e], n_layers, ttype)  # distinct, in range, in layer order
-        twice = sorted({i for i in got if got.count(i) > 1 and 0 <= i < n_layers})
+        twice = sorted({i for i in got if got.count(i) > 1 and 0 <= i <= top})
         if ids[e] is not None and len(ids[e]) != 3 and c.shape("fc.weight") is None:  # else check_aux_config's
             c.add("aux-layers", "error", f"{name}: {len(ids[e])} aux layer ids {ids[e]}, but fc takes 3 hidden states",
                   "name exactly three aux layers", effect="aux.fc-width", engine=e)
         if bad or twice:
             default = ids[e] is None
+            served = f"0..{top}" + (f", {top} its last layer's output" if top == n_layers else "")
             why = "; ".join(([f"{bad} {'is' if len(bad) == 1 else 'are'} outside the target's {n_layers} "
-                              f"layer{'s' if n_layers != 1 else ''} (0..{n_layers - 1})"] if bad else [])
+                              f"layer{'s' if n_layers != 1 else ''} ({served})"] if bad else [])
                             + ([f"{twice} {'is' if len(twice) == 1 else 'are'} named twice and captured once"]
                                if twice else []))
             c.add("aux-layers", "error",
