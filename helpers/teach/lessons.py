@@ -426,3 +426,26 @@ def gguf_lesson() -> str:
             "absolute ids. That is the one place 'absolute' is right: the same values in an HF checkpoint are the "
             "d2t-absolute bug, and offsets copied into a GGUF are its bug (the doctor's gguf-d2t-offsets). `d2t-lab "
             "inspect` judges a .gguf as llama.cpp reads it (docs/gguf.md).")
+
+
+def outcomes_for(copies: dict, engines=("vllm", "sglang", "llamacpp")):
+    """What each engine's newest release read does with each copy (copy -> the engine table's outcome key), in the
+    version story's words, with the setting where `SETTINGS` splits the row (pandas: copy x engine)."""
+    import pandas as pd
+
+    out = {}
+    for copy, key in copies.items():
+        row = {}
+        for k in engines:
+            e = ENGINE_TABLE[k]
+            spans = [sp for sp in e.outcomes.get(key) or () if sp.value is not None]
+            if not spans:
+                row[e.name] = "(no row in the engine table)"
+                continue
+            words = _value_words(spans[-1].value)
+            split = SETTINGS.get((k, key))
+            if split:
+                words = f"{split[0][0]}: {words}; " + "; ".join(f"{st}: {_value_words(v)}" for st, v, _h, _l in split[1])
+            row[e.name] = f"{words} [{spans[-1].pr or 'no source'}]"
+        out[copy] = row
+    return pd.DataFrame(out).T.rename_axis("copy (the engine table's key)")

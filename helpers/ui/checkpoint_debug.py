@@ -414,3 +414,181 @@ def live_engine_runs(out, runs=("healthy", "d2t-absolute")) -> Path | None:
     subprocess.run([sys.executable, str(script), "--out", str(out), "--runs", ",".join(runs)], check=True, cwd=root)
     found = sorted(out.glob("vllm-*"))
     return found[-1] if found else None
+
+
+# -- the whole method on one draft: the engine pair -----------------------------------------------------------
+ENGINE_PAIR = "engine_llama"  # in the bundled samples: draft/ and target/, the pair the real engines ran
+RECORDED = {"vllm": "engine_runs/vllm-0.32.0", "llamacpp": "engine_runs/llamacpp-b11434"}
+
+
+def engine_pair() -> dict[str, Path]:
+    """The bundled engine pair's draft and target folders, and the recorded real runs made on it."""
+    from helpers.core.paths import bundled_samples
+
+    root = bundled_samples("notebook 08's engine pair")
+    return {"draft": root / ENGINE_PAIR / "draft", "target": root / ENGINE_PAIR / "target",
+            **{k: root / v for k, v in RECORDED.items()}}
+
+
+def engine_pair_samples(out, prompts, *, max_prompts: int = 16, max_new_tokens: int = 32) -> tuple[Path, dict]:
+    """Samples of the engine pair for `evaluate`: the kit's `capture` on the pair's target, over the first
+    `max_prompts` prompts, each answer the target's own greedy continuation of `max_new_tokens` (what a greedy
+    server verifies drafts against), the aux layers as vLLM reads the draft's config. Resumes a capture already
+    in `out`. Returns (folder, {samples, tokens, ...})."""
+    from helpers.model.capture import CaptureSettings, capture
+    from helpers.model.target import load_target
+
+    pair = engine_pair()
+    target = load_target(pair["target"], device="cpu", dtype=torch.float32)
+    settings = CaptureSettings(engine="vllm", draft=pair["draft"], regenerate=True, max_new_tokens=max_new_tokens,
+                               max_samples=max_prompts)
+    r = capture(target, prompts, out, settings)
+    return Path(out), {"samples written": r.written, "already there": r.skipped, "prompts": max_prompts,
+                       "new tokens per prompt (at most)": max_new_tokens}
+
+
+def engine_pair_copies(work) -> dict[str, Path]:
+    """The engine pair's draft as made, and the broken copies the real engines were run on: d2t (and t2d) left
+    out, and d2t stored as absolute ids (the kept ids). The bundled draft is only read."""
+    pair = engine_pair()
+    m = load_mapping(pair["draft"])
+    work = Path(work)
+    return {"healthy": pair["draft"],
+            "d2t-missing": write_variant(pair["draft"], work / "pair_d2t_missing", drop=("d2t", "t2d")),
+            "d2t-absolute": write_variant(pair["draft"], work / "pair_d2t_absolute", d2t=m.targets("offset"))}
+
+
+def predicted_per_copy(copies: dict, samples, draft_tokens: int) -> tuple["pd.DataFrame", dict]:
+    """Each copy scored with `evaluate` on `samples` under the offset reading (what every engine but llama.cpp
+    does with the weights' d2t; no d2t: draft id = target id), and the accept length a chain of `draft_tokens`
+    would reach (the chain formula on its per-step top-1). Returns (table, {copy: evaluate result})."""
+    import warnings
+
+    import pandas as pd
+
+    from helpers.measure.evaluate import evaluate
+    from helpers.speculate.compare import predicted_chain
+
+    results, rows = {}, []
+    for name, path in copies.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a copy without d2t is scored as draft id = target id, with a warning
+            r = evaluate(path, samples, readings=("offset", "absolute", "none"), steps=draft_tokens, topk=1,
+                         progress=False)
+        results[name] = r
+        served = "none" if name == "d2t-missing" else "offset"
+        s = r.overall.readings[served]
+        rows.append({"copy": name, "reading the engine applies": served,
+                     **{f"step {k} top-1 %": round(100 * a, 1) for k, a in enumerate(s.step_top1)},
+                     f"predicted accept length (chain of {draft_tokens})": round(predicted_chain(s.step_top1, draft_tokens), 3)})
+    return pd.DataFrame(rows).set_index("copy"), results
+
+
+def _vllm_answers(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    spec = [json.loads(x)["metrics"]["speculative_decoding"] for x in path.read_text().splitlines() if x.strip()]
+    drafts = sum(s["num_spec_steps"] for s in spec)
+    acc = sum(s["num_accepted_draft_tokens"] for s in spec)
+    return {"requests": len(spec), "drafts": drafts, "accepted": acc}
+
+
+def served_per_run(vllm_dir=None, llamacpp_dir=None) -> "pd.DataFrame":
+    """Every recorded real run of the engine pair, read with the kit's serving readers (`helpers.serving.logs`
+    for the log, `helpers.serving.metrics` for the /metrics page; the per-request answers summed): whether it
+    started, drafts, draft tokens and accepted tokens (/metrics counters), the pooled accept length three ways,
+    the log's last interval mean beside it, and the engine's own error line. One row per run."""
+    import pandas as pd
+
+    from helpers.acceptance.sources import normalise
+    from helpers.serving.logs import read_log
+    from helpers.serving.metrics import read_metrics
+
+    pair = engine_pair()
+    vllm_dir, llamacpp_dir = Path(vllm_dir or pair["vllm"]), Path(llamacpp_dir or pair["llamacpp"])
+    rows = []
+    for run in sorted(vllm_dir.glob("*/run.json")):
+        info, d = json.loads(run.read_text()), run.parent
+        if info.get("run") == "sampled-t07" or not (d / "server.log").exists():
+            continue
+        row = {"engine": f"{info.get('package', info['engine'])}", "run": info["run"], "draft changed": info["change"],
+               "started": info["started"], "drafts": None, "draft tokens": None, "accepted": None,
+               "pooled: /metrics": None, "pooled: answers": None, "pooled: log lines": None,
+               "log's last interval mean": None, "engine's error": info.get("error")}
+        if (d / "metrics.txt").exists():
+            t = read_metrics(str(d / "metrics.txt"))
+            a = normalise(t)
+            c = t.rows[-1] if t.rows else {}
+            row["pooled: /metrics"] = round(a.accept_length, 4)
+            for col, key in (("drafts", "drafts"), ("draft tokens", "draft_tokens"), ("accepted", "accepted")):
+                if c.get(key) is not None:
+                    row[col] = int(c[key])
+            ans = _vllm_answers(d / "responses.jsonl")
+            if ans and ans["drafts"]:
+                row["pooled: answers"] = round(1 + ans["accepted"] / ans["drafts"], 4)
+            s = read_log(d / "server.log").summary()
+            row["pooled: log lines"] = s["pooled_accept_length"] and round(s["pooled_accept_length"], 4)
+            row["log's last interval mean"] = s["last_accept_length"]
+        rows.append(row)
+    replay = llamacpp_dir / "replay.json"
+    if replay.exists():
+        info = json.loads(replay.read_text())
+        c = info["counters"]
+        log = Path(engine_pair()["draft"]).parents[1] / "logs" / "llamacpp.log"
+        s = read_log(log).summary() if log.exists() else None
+        rows.append({"engine": info.get("package", "llama.cpp"), "run": "healthy (converted to GGUF)",
+                     "draft changed": "nothing: the bundled draft through llama.cpp's converter", "started": True,
+                     "drafts": c["num_drafts"], "draft tokens": c["num_draft_tokens"], "accepted": c["num_accepted_tokens"],
+                     "pooled: /metrics": round(1 + c["num_accepted_tokens"] / c["num_drafts"], 4),
+                     "pooled: answers": None,  # llama.cpp's answers carry draft tokens, not drafts
+                     "pooled: log lines": s and s["pooled_accept_length"] and round(s["pooled_accept_length"], 4),
+                     "log's last interval mean": s and s["last_accept_length"], "engine's error": None})
+    return pd.DataFrame(rows).set_index(["engine", "run"])
+
+
+def engine_free_per_copy(copies: dict, prompts, *, max_prompts: int = 16, max_new_tokens: int = 32,
+                         draft_tokens: int = 3) -> tuple["pd.DataFrame", dict]:
+    """The engine-free loop (`speculate`, greedy) on the engine pair's target with each copy that an engine serves
+    (a copy that crashes or refuses is left out: no loop reproduces a crash), on the prompts the recorded runs
+    used, counted the loop's way (every verify step a draft of `draft_tokens`: vLLM's count) and, for the
+    healthy copy, as llama.cpp counts (`EngineCounts`: a draft of at most min(K, tokens left - 1), a step without
+    one not a draft). Returns (table, {copy: SpecRun})."""
+    import pandas as pd
+
+    from helpers.model.target import load_target
+
+    target = load_target(engine_pair()["target"], device="cpu", dtype=torch.float32)
+    rows, runs = [], {}
+    for name in ("healthy", "d2t-missing"):
+        if name not in copies:
+            continue
+        run = speculate_once(copies[name], target, prompts, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
+                             draft_tokens=draft_tokens, engine="llamacpp" if name == "healthy" else "vllm")
+        runs[name] = run
+        rows.append({"copy": name, "counted as": "vLLM (every verify step a draft)", "drafts": run.verify_steps,
+                     "draft tokens": run.verify_steps * draft_tokens, "accepted": run.accepted_tokens,
+                     "accept length": round(run.mean, 4)})
+        ec = run.engine_counts
+        if ec is not None and name == "healthy":
+            rows.append({"copy": name, "counted as": "llama.cpp (min(K, tokens left - 1) per draft)",
+                         "drafts": ec.drafts, "draft tokens": ec.draft_tokens, "accepted": ec.accepted,
+                         "accept length": round(ec.accept_length, 4)})
+    return pd.DataFrame(rows).set_index(["copy", "counted as"]), runs
+
+
+def fingerprint_table(results: dict, draft_tokens: int) -> "pd.DataFrame":
+    """What each wiring bug would show for this draft: per reading of d2t (offset: the mapping loaded; absolute:
+    stored absolute ids read as ids, or an HF d2t handed to a reader of absolute ids; none: d2t never loaded),
+    the accept length a chain of `draft_tokens` predicts from the healthy copy's per-step top-1."""
+    import pandas as pd
+
+    from helpers.speculate.compare import predicted_chain
+
+    r = results["healthy"]
+    words = {"offset": "the mapping loaded and read as offsets (healthy)",
+             "absolute": "d2t read as target ids (a hand-written test; a GGUF holding offsets in llama.cpp)",
+             "none": "d2t never loaded: draft id i proposed as target id i (vLLM's zeros, SGLang without d2t)"}
+    rows = [{"reading": k, "what it stands for": words.get(k, k),
+             f"predicted accept length (chain of {draft_tokens})": round(predicted_chain(s.step_top1, draft_tokens), 3)}
+            for k, s in r.overall.readings.items()]
+    return pd.DataFrame(rows).set_index("reading")
