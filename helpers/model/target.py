@@ -191,7 +191,9 @@ class HiddenStateCapture:
     def __enter__(self) -> HiddenStateCapture:
         dec = self.target.decoder
         for i in sorted(set(self.layers)):
-            self._hooks.append(dec.layers[i].register_forward_pre_hook(self._pre(i), with_kwargs=True))
+            # index L (llama.cpp's aux id == L): the last layer's output, the final norm's input
+            module = dec.norm if i == len(dec.layers) else dec.layers[i]
+            self._hooks.append(module.register_forward_pre_hook(self._pre(i), with_kwargs=True))
         self._hooks.append(dec.norm.register_forward_hook(self._post))
         return self
 
