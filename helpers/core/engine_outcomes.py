@@ -288,7 +288,8 @@ LLAMACPP_OUTCOMES = {
     "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
     # draft_vocab_size in config.json is never read: the draft vocab is d2t's length (run: served as trained)
     "vocab-size-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
-    "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="wrong shape", stage="serve"), READ_LLAMACPP),),
+    # run as gguf-target-hidden-wrong (eagle3.target_hidden_size 128 beside a 3 x 64 fc): the loader's shape check
+    "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="wrong shape", stage="serve"), RUN_LC),),
     "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN_LC),),  # NaN logits never match
     # no num_hidden_layers to convert (a speculators config without transformer_layer_config)
     "config-incomplete.error": (s(*ALWAYS, Serve("refuses", says="num_hidden_layers", stage="convert"), RUN_LC),),
@@ -315,11 +316,25 @@ LLAMACPP_OUTCOMES = {
     "aux.fc-width": (s(*ALWAYS, Serve("refuses", says="requires exactly 3 entries", stage="serve"), RUN_LC),),
     "aux-layers.error": (s(*ALWAYS, Serve("refuses", says="exceeds target n_layer", stage="serve"), RUN_LC),),
     "aux-layers.info": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
+    # run: target_layers [2, 4, 8] on the 8-layer target (8 == L, the last layer's output) served, 2.202
+    "aux.places": (s(*ALWAYS, Serve("serves", "unknown"), RUN_LC),),
     "aux.default-layers": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
     "aux.shifted": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),
     "aux.unstated": (s(*ALWAYS, Serve("serves", "unknown"), RUN_LC),),
     "aux.unread": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),  # ids named where it does not look
+    # a GGUF meets the loader and the draft graph with no converter before them (helpers.doctor.checks_gguf;
+    # run as the gguf-* rows): what the converter casts, defaults or refuses for an HF checkpoint stops the
+    # server at start-up here
+    "gguf-d2t-type.error": (s(*ALWAYS, Serve("refuses", says="GGML_ASSERT(model.d2t->type == GGML_TYPE_I64)",
+                                             stage="serve"), RUN_LC),),
+    "gguf-d2t-range.error": (s(*ALWAYS, Serve("refuses", says="GGML_ASSERT(i1 >= 0 && i1 < ne1)", stage="serve"),
+                               RUN_LC),),
+    "gguf-head-rows.error": (s(*ALWAYS, Serve("refuses", says="'output.weight' has wrong shape", stage="serve"),
+                               RUN_LC),),
+    "gguf-target-layers.error": (s(*ALWAYS, Serve("refuses", says="requires 'extract_layers'", stage="serve"),
+                                   RUN_LC),),
+    "gguf-enc-norm-missing.error": (s(*ALWAYS, Serve("refuses", says="'enc.output_norm.weight' not found",
+                                                     stage="serve"), RUN_LC),),
 }
 
 READ_TS = "read in tokenspeed/runtime/models/llama_eagle3.py, execution/drafter/eagle.py (0.1.1)"

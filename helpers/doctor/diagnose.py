@@ -48,7 +48,7 @@ from helpers.core.errors import BadInputError
 from helpers.doctor.checks_capture import check_capture
 from helpers.doctor.checks_config import check_config, check_loadable
 from helpers.doctor.checks_dflash import diagnose_dflash
-from helpers.doctor.checks_gguf import check_gguf_format, check_gguf_mapping
+from helpers.doctor.checks_gguf import check_gguf_format, check_gguf_loader, check_gguf_mapping
 from helpers.doctor.checks_mapping import check_mapping, check_vocab
 from helpers.doctor.checks_method import check_method
 from helpers.doctor.checks_target import (
@@ -224,6 +224,8 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         check_head_borrow(c)
         check_aux_config(c, tcfg)
         check_target(c, tcfg, target)
+        if ck.format == "gguf":  # what llama.cpp's loader refuses in the file itself (after the general checks)
+            check_gguf_loader(c)
         if previous is not None:
             from helpers.doctor.diff import check_drift
 

@@ -99,6 +99,31 @@ _ENTRIES = [
        "llama.cpp conversion/llama.py (d2t + arange, I64) + src/models/eagle3.cpp (d2t read as target ids)",
        engines=("llamacpp",), effects=("d2t.wrong-ids",),
        repairs="writes a GGUF with absolute ids (d2t + arange(N)), every other key and tensor copied"),
+    # what llama.cpp's loader and draft graph refuse in a GGUF (an HF checkpoint meets the converter first)
+    _e("gguf-d2t-type", "error", "a GGUF's d2t is not stored as I64: llama.cpp's draft graph asserts I64 and the "
+       "server does not start", "convert again from the HF checkpoint (the converter writes d2t as I64)",
+       "llama.cpp src/models/eagle3.cpp (GGML_ASSERT(model.d2t->type == GGML_TYPE_I64)); engine-truth rows "
+       "`gguf-d2t-f32`, `gguf-d2t-bf16`", engines=("llamacpp",), cannot_repair="needs d2t written as I64 ids"),
+    _e("gguf-d2t-range", "error", "a GGUF's d2t names an id outside the target vocab: llama.cpp stops at start-up "
+       "scattering the draft logits", "convert again from the HF checkpoint with its target",
+       "llama.cpp src/models/eagle3.cpp (ggml_set_rows through d2t) + ggml-cpu ops.cpp (GGML_ASSERT(i1 >= 0 && "
+       "i1 < ne1)); engine-truth row `gguf-d2t-past-vocab`", engines=("llamacpp",), cannot_repair=_NEEDS_D2T),
+    _e("gguf-head-rows", "error", "a GGUF's output.weight rows differ from d2t's length (the draft vocab llama.cpp "
+       "takes): its loader refuses the head's shape", "convert again from an HF checkpoint whose lm_head and d2t "
+       "belong together", "llama.cpp src/models/eagle3.cpp load_arch_tensors (output sized from d2t); "
+       "engine-truth row `gguf-output-short`", engines=("llamacpp",),
+       cannot_repair="needs the lm_head exported with this d2t"),
+    _e("gguf-target-layers", "error", "a GGUF without eagle3.target_layers: llama.cpp's loader requires the key "
+       "(no default; the converter writes one)", "convert again, or write the three trained layer ids into "
+       "eagle3.target_layers", "llama.cpp src/models/eagle3.cpp load_arch_hparams (\"requires 'extract_layers'\"); "
+       "engine-truth row `gguf-target-layers-missing`", engines=("llamacpp",),
+       cannot_repair="needs the aux layer ids the draft was trained on"),
+    _e("gguf-enc-norm-missing", "error", "a GGUF with eagle3.norm_before_fc true and no enc_output_norm.weight: "
+       "llama.cpp's loader requires the norm", "set norm_before_fc false (a draft trained without input_norm), or "
+       "convert again from a checkpoint that stores input_norm.weight", "llama.cpp src/models/eagle3.cpp "
+       "load_arch_tensors (enc.output_norm created when norm_before_fc); engine-truth row "
+       "`gguf-norm-before-fc-no-weight`", engines=("llamacpp",),
+       cannot_repair="needs input_norm.weight, or the flag switched off"),
     _e("gguf-format", "info", "a GGUF draft is loaded by llama.cpp only: checked as llama.cpp reads it when another "
        "engine was asked for", "use the HF checkpoint the GGUF came from for SGLang / vLLM / TensorRT-LLM",
        "llama.cpp `convert_hf_to_gguf.py` (EAGLE-3 drafts); SGLang / vLLM load HF checkpoints"),
