@@ -14,6 +14,7 @@ Modules (import them by name; this file imports nothing):
 - `checks_method`
 - `checks_dflash`
 - `checks_gguf`
+- `checks_drift`
 - `diagnose`
 - `diff`
 - `fix_plan`
@@ -22,4 +23,4 @@ Modules (import them by name; this file imports nothing):
 """
 
 __all__ = ["registry", "findings", "checks_config", "checks_mapping", "checks_weights", "checks_aux", "checks_variants", "checks_target", "checks_capture", "checks_method",
-           "checks_dflash", "checks_gguf", "diagnose", "diff", "fix_plan", "fix", "inspection"]
+           "checks_dflash", "checks_gguf", "checks_drift", "diagnose", "diff", "fix_plan", "fix", "inspection"]

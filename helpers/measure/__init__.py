@@ -7,6 +7,7 @@ Modules (import them by name; this file imports nothing):
 - `evaluate`
 - `conclusion`
 - `replay`
+- `drift`
 """
 
-__all__ = ["predict", "scores", "evaluate", "conclusion", "replay"]
+__all__ = ["predict", "scores", "evaluate", "conclusion", "replay", "drift"]

@@ -15,7 +15,8 @@ Modules (import them by name; this file imports nothing):
 - `preflight`
 - `capture`
 - `dflash`
+- `drift`
 """
 
 __all__ = ["config", "config_fields", "keys", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "preflight",
-           "capture", "dflash"]
+           "capture", "dflash", "drift"]
