@@ -267,13 +267,22 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
             cap.clear()
             logits = forward(tc, feed, positions)
             aux = cap.aux()
+            # greedy: every row's argmax in one call (per row it is 7 % of a batch-16 run's time in bf16)
+            best_all = logits.argmax(-1).tolist() if T <= 0 else None
             kept = torch.full_like(positions, NO_POSITION)
             counts, nxt_ids = [], []
             for b, (row, prop) in enumerate(zip(rows, props)):
                 run.target_forwards += 1
                 run.target_tokens_fed += prop.size
                 run.draft_forwards += steps  # as one at a time: steps - 1 drafting steps, one extend
-                path, nxt, how = verify(prop, logits[b], T, drafter, row.gen, rule)
+                if best_all is not None:  # `verify`'s greedy walk, on a chain
+                    best = best_all[b]
+                    path = []
+                    while len(path) < steps and prop.tokens[len(path) + 1] == best[len(path)]:
+                        path.append(len(path) + 1)
+                    nxt, how = best[len(path)], "correction" if len(path) < steps else "bonus"
+                else:
+                    path, nxt, how = verify(prop, logits[b], T, drafter, row.gen, rule)
                 kept[b, : len(path) + 1] = positions[b, : len(path) + 1]
                 accepted = [prop.tokens[c] for c in path]
                 counts.append(len(path) + 1)
