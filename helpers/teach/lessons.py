@@ -266,7 +266,10 @@ def tree_lesson(result, drafting, reading: str | None = None) -> dict:
         paths[i] = paths[int(tree.parent[i])] + (int(tree.rank[i]),)
     nodes = pd.DataFrame([{"node": i, "depth": int(tree.depth[i]), "ranks on the path": str(list(paths[i])),
                            "path probability": round(float(tree.prob[i]), 4)} for i in range(1, tree.nodes + 1)])
-    ranks = pd.DataFrame(p.q, columns=[f"rank {r}" for r in range(drafting.topk)]).round(4).rename_axis("depth")
+    # one numbering in both tables: depths 1-based (1 = the first drafted token, as in the nodes' depth), ranks
+    # 0-based (rank 0 = the draft's top choice, as in the ranks on a path)
+    ranks = pd.DataFrame(p.q, columns=[f"rank {r}" for r in range(drafting.topk)]).round(4)
+    ranks.index = pd.RangeIndex(1, len(ranks) + 1, name="depth (1 = first drafted token; ranks 0-based, 0 = top choice)")
     chain = result.prediction(Drafting.chain(drafting.steps), reading)
     return {"prediction": p, "tree": tree, "rank_table": ranks, "nodes": nodes.set_index("node"),
             "expected": tree.expected(), "chain": chain}
