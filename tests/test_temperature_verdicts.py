@@ -108,3 +108,25 @@ def test_the_temperature_figure_draws_each_source_once():
     ax = plot_accept_length_vs_temperature(curve, served=(None, 1.5, 0.05))
     assert "served 1.50 (temperature not stated)" in ax.get_legend_handles_labels()[1]
     plt.close(ax.figure)
+
+
+def test_the_serving_side_rule_names_agree_with_the_rules_module():
+    from helpers.core.acceptance_rules import rule_for_engine
+    from helpers.serving.temperature import rule_name
+
+    for engine in ("vllm", "vllm==0.32.0", "llamacpp", "llama.cpp", "sglang>=0.5", "tokenspeed", "trtllm"):
+        assert rule_name(0.7, engine) == rule_for_engine(engine).name, engine
+    assert rule_name(0.0, "vllm") == "greedy" and rule_name(None, None) is None
+
+
+def test_logs_and_metrics_stay_free_of_torch():
+    import subprocess
+    import sys
+
+    from conftest import SAMPLES
+
+    code = ("import sys; from helpers.serving.logs import read_log; "
+            f"t = read_log({str(SAMPLES / 'logs' / 'vllm_sampled_t07.log')!r}); s = t.summary(); "
+            "assert s['engine_defect'] and s['acceptance_rule'] == 'vllm-greedy-draft'; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
