@@ -17,11 +17,13 @@ SAMPLES_PER_SPLIT = 32  # the doctor compares this many samples per split (enoug
 
 def check_target_drift(c: CheckContext, target, samples, *, max_samples: int | None = SAMPLES_PER_SPLIT) -> None:
     """`target-drift` when the target's aux states on the samples' ids differ from the stored ones."""
+    import torch
+
     from helpers.model.draft import load_draft
     from helpers.model.target import load_target
 
-    tgt = load_target(target, device="cpu", dtype="float32")
-    draft = load_draft(c.ck, device="cpu", dtype="float32", embed_from=target)
+    tgt = load_target(target, device="cpu", dtype=torch.float32)
+    draft = load_draft(c.ck, device="cpu", dtype=torch.float32, embed_from=target)
     engine = next((e for e in c.engines if e in ("sglang", "vllm")), "sglang")
     d = check_drift(samples, target=tgt, draft=draft, engine=engine, max_samples=max_samples)
     if not d.drifted:

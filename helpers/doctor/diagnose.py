@@ -230,7 +230,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
             from helpers.doctor.diff import check_drift
 
             check_drift(c, previous)
-        if samples is not None and target is not None and not {f.code for f in c.findings} & _NO_FORWARD:
+        if samples is not None and target is not None and not {f.code for f in c.findings if f.severity == "error"} & _NO_FORWARD:
             from helpers.doctor.checks_drift import check_target_drift
 
             check_target_drift(c, target, samples)

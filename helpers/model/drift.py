@@ -47,9 +47,11 @@ class LayerDrift:
     layer: int  # target decoder layer whose input the aux state is
     cosine: float
     relative_error: float
+    norm_ratio: float = 1.0  # mean |served| / |stored|: 1 for a rotation
 
     def to_dict(self) -> dict:
-        return {"layer": self.layer, "cosine": self.cosine, "relative_error": self.relative_error}
+        return {"layer": self.layer, "cosine": self.cosine, "relative_error": self.relative_error,
+                "norm_ratio": self.norm_ratio}
 
 
 @dataclass
@@ -81,10 +83,11 @@ class DriftCheck:
         return self.drifted and self.top1_agreement is not None and self.top1_agreement < AGREEMENT_LIMIT
 
     def kind(self) -> str:
-        """'none', 'rotation-like' (norms kept, directions changed: cos ~ 0 with rel. error ~ 1.4), or 'perturbation'."""
+        """'none', 'rotation-like' (every norm kept, directions turned: cosine under 0.5 with norms within
+        2 %), or 'perturbation' (quantization, another revision)."""
         if not self.drifted:
             return "none"
-        if min(x.cosine for x in self.per_layer) < 0.5:
+        if min(x.cosine for x in self.per_layer) < 0.5 and all(abs(x.norm_ratio - 1) < 0.02 for x in self.per_layer):
             return "rotation-like"
         return "perturbation"
 
@@ -200,7 +203,9 @@ def _served_pairs(samples, served, target: Target | None, layers, max_samples) -
             if target is not None:
                 new = recapture(target, stored, layers)
             else:
-                sf = served_parts.get(split, Path(served)) / rel
+                base = served_parts.get(split, Path(served))
+                sf = next((base / r for r in (rel, rel.removesuffix(".gz"), rel + ".gz") if (base / r).is_file()),
+                          base / rel)
                 if not sf.is_file():
                     raise BadInputError(sf, f"missing: the served states must hold a file for every sample ({rel})")
                 new = _load(sf)
@@ -238,6 +243,7 @@ def check_drift(samples, *, target: Target | None = None, states=None, draft: Ea
     n = len(layers)
     cos = torch.zeros(n, dtype=torch.float64)
     rel = torch.zeros(n, dtype=torch.float64)
+    ratio = torch.zeros(n, dtype=torch.float64)
     fin = 0.0
     rho = agree = 0.0
     positions = count = 0
@@ -249,6 +255,7 @@ def check_drift(samples, *, target: Target | None = None, states=None, draft: Ea
         for i, (x, y) in enumerate(zip(a.chunk(n, -1), b.chunk(n, -1))):
             cos[i] += torch.nn.functional.cosine_similarity(x, y, dim=-1).double().sum()
             rel[i] += ((y - x).norm(dim=-1) / x.norm(dim=-1).clamp_min(1e-12)).double().sum()
+            ratio[i] += (y.norm(dim=-1) / x.norm(dim=-1).clamp_min(1e-12)).double().sum()
         hs, hn = stored.hidden_state.reshape(T, -1).float(), new.hidden_state.reshape(T, -1).float()
         fin += float(torch.nn.functional.cosine_similarity(hs, hn, dim=-1).double().sum())
         if draft is not None and T > 1:
@@ -265,8 +272,8 @@ def check_drift(samples, *, target: Target | None = None, states=None, draft: Ea
                                                                 new.hidden_state, new.aux_hidden_state)))
     if count == 0:
         raise BadInputError(samples, "holds no samples to compare")
-    per_layer = [LayerDrift(layer, float(c / positions), float(r / positions))
-                 for layer, c, r in zip(layers, cos, rel)]
+    per_layer = [LayerDrift(layer, float(c / positions), float(r / positions), float(q / positions))
+                 for layer, c, r, q in zip(layers, cos, rel, ratio)]
     return DriftCheck(
         samples=os.fspath(samples), served=os.fspath(target.path if target is not None else states),
         layers=list(layers), layers_source=source, per_layer=per_layer,
