@@ -148,7 +148,7 @@ def _placement(path: Path, device: torch.device, dtype: torch.dtype):
 
 def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_map=None) -> Target:
     """Load a Hugging Face causal-LM folder (weights, config.json, tokenizer files) for inference."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     path = Path(path)
@@ -159,7 +159,7 @@ def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_ma
     hf_logging.set_verbosity_error()  # the kit prints its own messages
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model = _model_class(path).from_pretrained(
             path, dtype=dtype, device_map=device_map or None, low_cpu_mem_usage=True)
     except (OSError, ValueError, KeyError) as e:
         raise BadInputError(path, f"transformers cannot load this target: {clip(str(e).splitlines()[0], 200)}") from None
@@ -287,12 +287,32 @@ def attention_layout(config) -> tuple[list[str], int | None]:
 
 
 def _causal_lm_class(config):
-    from transformers import AutoModelForCausalLM
+    """The class transformers builds for `config`: its causal LM, or for a vision-language wrapper
+    (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, ...: the language model under `text_config`, which
+    AutoModelForCausalLM does not map) its image-text-to-text class; None when neither."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    for auto in (AutoModelForCausalLM, AutoModelForImageTextToText):
+        try:
+            return auto._model_mapping[type(config)]
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def _model_class(path: Path):
+    """The auto class that loads the target at `path`: AutoModelForCausalLM, or for a VL wrapper
+    it does not map, AutoModelForImageTextToText (text-only prompts then run through its language
+    model; `Target.decoder` is that language model)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     try:
-        return AutoModelForCausalLM._model_mapping[type(config)]
-    except (KeyError, ValueError):
-        return None
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError):
+        return AutoModelForCausalLM  # its own error names the problem
+    if type(config) in AutoModelForCausalLM._model_mapping or type(config) not in AutoModelForImageTextToText._model_mapping:
+        return AutoModelForCausalLM
+    return AutoModelForImageTextToText
 
 
 def _decoder_misses(cls, config, model=None) -> list[str]:
