@@ -1,4 +1,5 @@
-"""`metrics SOURCE [--interval S] [--json] [-o OUT]`: serving / training acceptance on one scale."""
+"""`metrics SOURCE [--interval S] [--json] [-o OUT]`: serving / training acceptance on one scale;
+`metrics URL --watch`: accept length per interval over time (`helpers.serving.over_time`)."""
 from __future__ import annotations
 
 from helpers.commands import _options
@@ -53,13 +54,38 @@ server reports) shows a benchmark setting that presets acceptance (SGLANG_SIMULA
 rejection_sample_method "synthetic", TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS > 0,
 --spec-decode-acceptance-length / -rate), one line names it and where it was seen and no figure
 is given (--json: forced_acceptance {setting, engine, means, where, line}, every figure null,
-reading.rows empty); exit 0."""
+reading.rows empty); exit 0.
+
+Accept length over time (--watch, a URL): scrape /metrics every --interval S seconds (default 10)
+and print each interval's accept length as it comes (counters of consecutive scrapes differenced,
+through the same bounds as --interval; SGLang's gauges read as they are), with a standard error from
+the interval's drafts (per-position counters; docs/serving-metrics.md). BOUNDED: at most --count N
+scrapes (default 10, so N - 1 intervals; at most 100000) and at most --max-seconds T in all
+(default N x S + 60); whichever comes first stops it, and Ctrl-C stops it cleanly with what was
+measured so far. An interval with no drafts says so; a counter that goes down is a restart: named,
+and a new baseline starts. The first --baseline K intervals with drafts (default 3; again after a
+restart) are the fresh-server baseline; a later interval at least 0.05 AND 3 standard errors below
+it is flagged DECAYED (vllm#41838: accept length decays under prefix caching, a restart recovers it).
+--json: {source, kind, scrapes, seconds, stopped, intervals[{index, start_s, end_s, status,
+accept_length, stderr, stderr_method, drafts, accepted, draft_tokens, accepted_per_pos, why, label,
+segment, flag, z}], baselines, decayed, restarts, rule}. -o OUT.png (.svg, .pdf): a plot of accept
+length per interval against time; -o OUT.json: the JSON object."""
 
 
 def add_arguments(p) -> None:
     p.add_argument("source", metavar="SOURCE", help="a URL (/metrics or /get_server_info) or a file")
     p.add_argument("--interval", type=float, default=None, metavar="S",
-                   help="URL only: scrape twice, S seconds apart, and difference the counters")
+                   help="URL only: scrape twice, S seconds apart, and difference the counters (--watch: the period, "
+                        "default 10)")
+    p.add_argument("--watch", action="store_true",
+                   help="URL only: scrape every S seconds and print the accept length per interval, flagging decay "
+                        "against the first intervals; bounded by --count and --max-seconds, Ctrl-C stops it")
+    p.add_argument("--count", type=int, default=10, metavar="N",
+                   help="--watch: at most N scrapes (N - 1 intervals; default 10, at most 100000)")
+    p.add_argument("--max-seconds", type=float, default=None, metavar="T",
+                   help="--watch: at most T seconds in all (default N x S + 60)")
+    p.add_argument("--baseline", type=int, default=None, metavar="K",
+                   help="--watch: the first K intervals with drafts are the fresh-server baseline (default 3)")
     _options.drafting(p, "refuse")
     p.add_argument("--year", type=int, default=None, metavar="Y", help="year of a vLLM log's times (default: this year)")
     p.add_argument("--launch-command", metavar="TEXT", default=None,
@@ -87,6 +113,10 @@ def run(args) -> int:
             Drafting.from_flags(shape["steps"], shape["topk"], shape["draft_tokens"], lone="sglang")  # whole: checked
     except ValueError as e:
         raise BadInputError(None, _options.as_typed(args, str(e))) from None
+    if args.interval is not None and not args.interval > 0:
+        raise BadInputError(None, f"--interval must be a positive number of seconds, got {args.interval}")
+    if args.watch:
+        return _watch(args, shape)
     out = output_file(args.out, "metrics JSON") if args.out else None
     if args.interval is not None and not args.interval > 0:
         raise BadInputError(None, f"--interval must be a positive number of seconds, got {args.interval}")
@@ -114,6 +144,99 @@ def run(args) -> int:
     _write(out, obj)
     print(jsontext.dumps(obj, indent=2) if args.json else acc.report() + _sampling_lines(sampling) + _invalid_lines(table))
     return 0
+
+
+MAX_COUNT = 100_000
+
+
+def _watch(args, shape: dict) -> int:
+    """`--watch`: the intervals as they come, then the baseline and the decay verdict (text or JSON),
+    the plot or the JSON object to -o."""
+    from helpers.core.errors import BadInputError
+    from helpers.core.outputs import output_file
+    from helpers.serving import over_time
+    from helpers.serving.metrics import is_url
+
+    if not is_url(args.source):
+        raise BadInputError(args.source, "--watch needs a URL to scrape (a file is one scrape)")
+    interval = 10.0 if args.interval is None else args.interval
+    if not 2 <= args.count <= MAX_COUNT:
+        raise BadInputError(None, f"--count must be 2 to {MAX_COUNT} scrapes, got {args.count}")
+    max_seconds = args.count * interval + 60 if args.max_seconds is None else args.max_seconds
+    if not max_seconds > 0:
+        raise BadInputError(None, f"--max-seconds must be a positive number of seconds, got {args.max_seconds}")
+    k = over_time.BASELINE if args.baseline is None else args.baseline
+    if k < 1:
+        raise BadInputError(None, f"--baseline must be at least 1 interval, got {k}")
+    plot = json_out = None
+    if args.out:
+        if str(args.out).lower().endswith(".json"):
+            json_out = output_file(args.out, "metrics JSON")
+        else:
+            from helpers.commands.logs import plot_path
+
+            plot = plot_path(args.out)
+    maximum = _flags_maximum(shape)
+    if not args.json:
+        print(f"{args.source}: watching, a scrape every {interval:g} s, at most {args.count} scrapes and "
+              f"{max_seconds:g} s (Ctrl-C stops)", flush=True)
+    def show(iv):  # judged as it comes: the baseline is fixed once its K intervals are in
+        over_time.flag(w_intervals + [iv], k)
+        w_intervals.append(iv)
+        print(over_time.line(iv), flush=True)
+
+    w_intervals: list = []
+    w = over_time.watch(args.source, interval=interval, count=args.count, max_seconds=max_seconds, maximum=maximum,
+                        on_interval=None if args.json else show)
+    baselines = over_time.flag(w.intervals, k)
+    obj = {"source": w.source, "kind": w.kind, "scrapes": w.scrapes, "seconds": w.seconds, "stopped": w.stopped,
+           "interval_s": interval, "count": args.count, "max_seconds": max_seconds, "baseline_intervals": k,
+           **over_time.to_json(w.intervals, baselines), "notes": list(w.notes)}
+    _write(json_out, obj)
+    if plot is not None and any(iv.status == "ok" for iv in w.intervals):
+        _save_plot(w, baselines, plot)
+    if args.json:
+        print(jsontext.dumps(obj, indent=2))
+        return 0
+    why = {"count": f"{w.scrapes} scrapes (--count)", "time": f"--max-seconds {max_seconds:g} reached",
+           "interrupted": "stopped by Ctrl-C"}[w.stopped]
+    print(f"  {len(w.intervals)} intervals in {w.seconds:.1f} s, {why}")
+    for text in over_time.summary_lines(w.intervals, baselines, k):
+        print(text)
+    for n in w.notes:
+        print(f"  note: {n}")
+    if plot is not None:
+        print(f"  plot: {plot}" if any(iv.status == "ok" for iv in w.intervals) else
+              f"  no interval with a figure: no plot written to {plot}")
+    return 0
+
+
+def _flags_maximum(shape: dict):
+    from helpers.acceptance.drafting import Drafting
+    from helpers.serving import bounds
+
+    flags = Drafting.from_flags(shape["steps"], shape["topk"], shape["draft_tokens"], lone="sglang")
+    return None if flags is None else bounds.maximum_for(flags.kit())
+
+
+def _save_plot(w, baselines, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from helpers.core.errors import BadInputError
+    from helpers.plots.provenance import save_figure
+    from helpers.plots.serving import plot_accept_length_intervals
+
+    ax = plot_accept_length_intervals(w.intervals, baselines=baselines,
+                                      title=f"accept length per interval: {w.source} ({w.kind})")
+    try:
+        save_figure(ax.figure, path, formats=(path.suffix[1:].lower(),), dpi=120)
+    except OSError as e:
+        raise BadInputError(path, f"cannot write the plot ({e.strerror or e})") from None
+    finally:
+        plt.close(ax.figure)
 
 
 def sampling_of(source, table, acc, temperature: float | None) -> dict:

@@ -21,7 +21,7 @@ matplotlib; `from helpers.plots.mapping import plot_staircase`):
     mapping      the mapping figures (staircase, histograms, coverage, readings) and the standard set
     accuracy     accuracy_table, plot_accuracy, plot_step_accuracy
     speculation  accept-length distribution, throughput, accept length over time, prediction curve
-    serving      per-position acceptance from serving against the offline figures
+    serving      per-position acceptance from serving against the offline figures; accept length per interval
     findings     plot_findings (the doctor's findings grid)
     draft_diff   plot_draft_diff (what `d2t-lab diff` found: moved ids, lm_head agreement)
     tokens       plot_token_view (generated text, each token marked by how speculative decoding made it)

