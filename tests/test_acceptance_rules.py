@@ -13,7 +13,7 @@ import torch
 
 from helpers.core import acceptance_rules as A
 from helpers.model.drafter import Proposal
-from helpers.speculate import loop as S
+from helpers.speculate import verify as S
 
 V, K, T = 16, 3, 0.8
 N = 6000  # trials per rule: SE of a frequency near 0.5 is about 0.0065

@@ -93,7 +93,7 @@ _GENERATED: dict[tuple[int, ...], list[int]] = {}  # greedy is deterministic: on
 
 
 def _generate(target, ids: list[int], n: int) -> list[int]:
-    from helpers.speculate.loop import _eos_ids
+    from helpers.speculate.verify import _eos_ids
 
     if (key := (n, *ids)) in _GENERATED:
         return _GENERATED[key]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import helpers.speculate.loop as S
+from helpers.core.acceptance_rules import residual
 from helpers.acceptance.drafting import Drafting
 from helpers.model.draft import load_draft
 from helpers.io.prompts import read_prompts
@@ -245,13 +246,15 @@ def test_sampling_follows_the_target_distribution(models, records, shape):
 @pytest.mark.parametrize("shape", [{"drafting": Drafting(3)}, {"drafting": Drafting(3, 3, 6)}],
                          ids=["chain", "tree"])
 def test_a_wrong_rejection_rule_fails_the_chi_square(models, records, shape, monkeypatch):
-    right = S.accept_rule
+    import helpers.speculate.verify as V
+
+    right = V.accept_rule
 
     def resample_from_target(p, q, token, gen, *rule):  # the classic bug: after a rejection, sample p, not max(p-q, 0)
         ok, _ = right(p, q, token, gen, *rule)
         return ok, p
 
-    monkeypatch.setattr(S, "accept_rule", resample_from_target)
+    monkeypatch.setattr(V, "accept_rule", resample_from_target)
     (chi2, n), _ = _sampled(models, records, shape)
     assert chi2 > CHI2_19_AT_0_001, f"chi-square {chi2:.1f} over {n} tokens did not catch the wrong rule"
 
@@ -261,7 +264,7 @@ def test_residual_rule_is_exact_on_a_small_vocab():
     p = torch.tensor([0.5, 0.3, 0.2, 0.0])
     q = torch.tensor([0.1, 0.6, 0.1, 0.2])
     accept = torch.minimum(torch.ones(4), p / q)
-    out = q * accept + (1 - (q * accept).sum()) * S.residual(p, q)
+    out = q * accept + (1 - (q * accept).sum()) * residual(p, q)
     assert torch.allclose(out, p)
 
 

@@ -245,7 +245,7 @@ class BatchDrafter(Drafter):
 
         def pick(logits):  # [B, V] -> ids [B], probs per row (sampled) or None
             if not sample:
-                return torch.log_softmax(logits.float(), dim=-1).topk(1, dim=-1).indices[:, 0], None
+                return pick_tokens(logits, 1)[0][:, 0], None  # the one-row path's own pick: same ties
             ids, probs = [], []
             for r in range(B):
                 row = logits[r:r + 1]

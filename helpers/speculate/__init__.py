@@ -3,6 +3,8 @@ prediction against measurement, the evidence ladder, and which wiring bug reprod
 
 Modules (import them by name; this file imports nothing):
 - `loop`
+- `verify`: one verify step's decisions, shared by the loop and the batched loop
+- `batched`: chains of a batch of prompts verified together (`--batch-size`)
 - `target_cache`
 - `result`
 - `engine_counts`: the same steps as an engine counts them (llama.cpp's drafts, draft tokens, accepted per position)
@@ -12,4 +14,4 @@ Modules (import them by name; this file imports nothing):
 - `reproduce`: the engine-free loop under each known misconfiguration, ranked against a serving number
 """
 
-__all__ = ["loop", "target_cache", "result", "engine_counts", "compare", "ladder", "reproduce", "builder"]
+__all__ = ["loop", "verify", "batched", "target_cache", "result", "engine_counts", "compare", "ladder", "reproduce", "builder"]

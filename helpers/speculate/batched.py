@@ -143,7 +143,7 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
                       generators, batch_size: int, on_round=None, on_prompt=None) -> list[PromptRun]:
     """Speculate (chains) on `items` [(token ids, index)] keeping up to `batch_size` prompts in the
     batch; counts go to `run`; returns the PromptRuns in `items`' order. `generators`: one per item."""
-    from helpers.speculate.loop import _eos_ids, verify
+    from helpers.speculate.verify import _eos_ids, verify
 
     d = settings.drafting
     steps = d.steps
@@ -305,7 +305,7 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
                 if run.engine_counts is not None:
                     run.engine_counts.record(remaining, emitted)
                 if run.expected_per_position is not None:
-                    from helpers.speculate.loop import chain_expectation
+                    from helpers.speculate.verify import chain_expectation
 
                     exact = chain_expectation(prop, logits[b], T, rule)
                     mm = min(len(exact), remaining - 1)

@@ -12,6 +12,7 @@ Modules (import them by name; this file imports nothing):
 - `summary`
 - `report`
 - `html_export`
+- `parameters`: the notebooks' parameters checked in one place
 """
 
-__all__ = ["settings", "notebook", "widgets", "spec_panel", "token_view", "checkpoint_debug", "summary", "report", "html_export"]
+__all__ = ["settings", "notebook", "widgets", "spec_panel", "token_view", "checkpoint_debug", "summary", "report", "html_export", "parameters"]
