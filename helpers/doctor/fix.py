@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.core.engines import engines_at, engines_for
+from helpers.core.engines import engines_at, engines_for, gguf_engines
 from helpers.core.key_names import KeyInfo, is_known_param, is_mapping_key, parse_key
 from helpers.core.errors import BadInputError
 from helpers.core.outputs import new_output_dir
@@ -240,7 +240,7 @@ def plan_fix(src, engine: str = "all", target_config=None, *, check_weights: boo
     unfixable = [f for f in after if f.severity == "error"]
     plan = FixPlan(src=src, engine=engine, changes=changes, fixes=fixes, unfixable=unfixable,
                    before=before, copy=copy)
-    if any(a.key == "llamacpp" for a in engines_at(engine)):
+    if any(a.key in gguf_engines() for a in engines_at(engine)):
         plan.next_step = ("llama.cpp loads a GGUF made by its converter from this HF copy: "
                           + converter_command("DST", None, "DST.gguf").replace("TARGET_DIR", "TARGET")
                           + " (TARGET: the target model's HF folder), then d2t-lab doctor DST.gguf")

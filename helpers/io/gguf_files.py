@@ -2,7 +2,7 @@
 llama.cpp's converter writes them.
 
 llama.cpp serves an EAGLE-3 draft only as a GGUF that its `convert_hf_to_gguf.py --target-model-dir
-TARGET` made (conversion/llama.py, read at b11434). What that file holds, and how it differs from the HF
+TARGET` made (conversion/llama.py, read at the llama.cpp release the engine table names). What that file holds, and how it differs from the HF
 checkpoint it came from:
 
 - metadata `general.architecture = "eagle3"` and `eagle3.*` keys (the layer sizes, `eagle3.vocab_size`
@@ -329,7 +329,7 @@ def write_draft_gguf(out: str | os.PathLike, tensors: dict, config: dict, target
                      outtype: str = "f32", tokenizer_from: str | os.PathLike | None = None,
                      name: str | None = None, model_dir: str | os.PathLike | None = None) -> Path:
     """Write a draft GGUF from HF-layout `tensors` (names as any EAGLE-3 export has them; d2t as offsets)
-    and the draft's `config` with its target's `target_config`, as llama.cpp's converter (b11434) writes it:
+    and the draft's `config` with its target's `target_config`, as llama.cpp's converter (the release read) writes it:
     its names, q/k permuted, float tensors as `outtype` (`f32`; `f16` / `bf16` for 2-D weights, norms and
     1-D tensors kept F32), d2t absolute I64, t2d dropped, its metadata keys in its order. `tokenizer_from`:
     a GGUF (the converted target) whose `tokenizer.*` keys are copied (none otherwise). `general.name` is

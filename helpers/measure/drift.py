@@ -133,10 +133,15 @@ EMBEDDINGS = ("own", "target")  # which embedding the served draft reads (SGLang
 
 
 def served_embedding(engine: str) -> str:
-    """The embedding an engine gives an EAGLE-3 draft: SGLang the target's, whatever the draft stores
-    (`set_embed(embed)`, sglang/srt/speculative/eagle_worker_v2.py:363 in 0.5.23); otherwise the
+    """The embedding an engine gives an EAGLE-3 draft: the target's where the engine table's `embed.borrow`
+    says it replaces the draft's (SGLang: `set_embed(embed)` in speculative/eagle_worker_v2.py), else the
     draft's own (the kit's loop too)."""
-    return "target" if engine.split("=")[0].split(">")[0].split("<")[0].strip() == "sglang" else "own"
+    from helpers.core.engines import engine_at
+
+    try:
+        return "target" if engine_at(engine).value("embed.borrow") == "replaces" else "own"
+    except ValueError:  # not one engine the table knows
+        return "own"
 
 
 def run_drift(checkpoint, samples, drafting: Drafting, *, target=None, states=None, engine: str = "sglang",

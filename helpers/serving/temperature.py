@@ -5,7 +5,7 @@ at, or None (unknown) with a sentence saying so. Where engines record it:
 
 - vLLM logs: one `Received request ...: params: SamplingParams(..., temperature=T, ...)` line per
   request, only when the server runs with `--enable-log-requests` (vllm/entrypoints/serve/utils/
-  request_logger.py, 0.32.0). vLLM's `/metrics` and its per-request answers
+  request_logger.py, the vLLM CPU build read). vLLM's `/metrics` and its per-request answers
   (`metrics.speculative_decoding`) do not carry it;
 - SGLang logs with `--log-requests`: `sampling_params={... 'temperature': T ...}` in the request line;
 - llama.cpp: each `/completion` answer's `generation_settings.temperature` (what the slot applied);

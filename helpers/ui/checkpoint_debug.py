@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from helpers.core.engine_table import ENGINE_TABLE
 from helpers.core.outputs import normal_modes
 from helpers.core.paths import checkout_root
 from helpers.io.checkpoint import (
@@ -418,7 +419,8 @@ def live_engine_runs(out, runs=("healthy", "d2t-absolute")) -> Path | None:
 
 # -- the whole method on one draft: the engine pair -----------------------------------------------------------
 ENGINE_PAIR = "engine_llama"  # in the bundled samples: draft/ and target/, the pair the real engines ran
-RECORDED = {"vllm": "engine_runs/vllm-0.32.0", "llamacpp": "engine_runs/llamacpp-b11434"}
+# the recorded runs, one folder per engine and the release it ran (`Engine.run` in the engine table)
+RECORDED = {k: f"engine_runs/{k}-{e.tag}{e.run[0]}" for k, e in ENGINE_TABLE.items() if e.run}
 
 
 def engine_pair() -> dict[str, Path]:
