@@ -403,3 +403,24 @@ def flag_by_label(intervals: list[Interval], baseline: int = BASELINE) -> list[d
         seg += iv.status == "restart"
         iv.segment = seg
     return out
+
+
+# -- probe --repeat: the prompt set sent R times in a row ---------------------------------------------------
+def from_repetitions(measured: list) -> list[Interval]:
+    """Each repetition of the prompt set (`helpers.serving.probe.Measured`) -> an Interval: from the
+    /metrics counters differenced over it (1 + accepted / drafts, standard error from its drafts), else
+    the answers' pooled per-request figure with its ratio-estimator standard error. Times: seconds since
+    the first repetition began (back to back, the counters' settling left out)."""
+    out, t = [], 0.0
+    for k, m in enumerate(measured, start=1):
+        start, t = t, t + (m.seconds or 0.0)
+        c = m.counts() if m.counters_invalid is None else None
+        if c and c.get("drafts") is not None:
+            iv = interval_from_row(dict(c), k, start, t)
+        elif m.per_request is not None:
+            iv = Interval(k, start, t, accept_length=m.accept_length, stderr=m.stderr,
+                          stderr_method="ratio estimator over requests")
+        else:
+            iv = Interval(k, start, t, status="unreadable", why=m.counters_invalid or "no counters and no per-request figure")
+        out.append(iv)
+    return out
