@@ -29,7 +29,7 @@ from helpers.acceptance.drafting import Drafting
 from helpers.acceptance.prediction import ASSUMPTIONS, predict, table_for
 from helpers.measure.predict import Predictions
 from helpers.measure.scores import rank_distribution
-from helpers.speculate.ladder import Figure, evidence_ladder, samples_answer_tokens
+from helpers.speculate.ladder import Figure, SamplesCheck, evidence_ladder, samples_answer_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
@@ -203,7 +203,7 @@ def test_evaluate_predict_flag(cli, tmp_path):
     assert got["chain, 3 tokens"]["vllm"] == {"num_speculative_tokens": 3}
     q = d["readings"]["offset"]["rank_distribution"]
     assert tree["rank_table"] == [row["ranks"] for row in q]  # no val/ split here: all samples
-    for bad, word in (("5/x", "--predict"), ("5/4/100", "--draft-tokens 100")):
+    for bad, word in (("5/x", "--predict"), ("5/4/100", "N = 100")):
         r = cli("evaluate", TINY["draft"], "--samples", TINY["samples"], "--predict", bad)
         assert r.returncode == 2 and word in r.stderr and r.stderr.count("\n") == 1
 
@@ -223,14 +223,14 @@ def test_rung_two_without_a_target_names_the_assumptions():
 def test_rung_two_blames_the_samples_when_the_prediction_holds_on_the_loops_text():
     ef, pred = Figure(2.03, 0.10, "engine-free, 48 tokens", TREE), Figure(3.55, None, "samples", TREE, NAMES)
     same = Figure(2.07, None, "loop's own text", TREE, NAMES)
-    lad = evidence_ladder(engine_free=ef, predicted=pred, regenerated=True, same_text=same,
-                          answer_tokens=24, loop_tokens=48)
+    lad = evidence_ladder(engine_free=ef, predicted=pred, regenerated=True,
+                          samples_check=SamplesCheck(same, answer_tokens=24, loop_tokens=48))
     r2 = lad.rungs[1]
     assert lad.samples_overstate is True and r2.finding == "yes"
     assert "2.07" in r2.text and "answers of 24 generated tokens" in r2.text and "--max-new-tokens 48" in r2.text
     # the same gap where the prediction misses the loop on its own text too: the prediction's, not the samples'
-    miss = evidence_ladder(engine_free=ef, predicted=pred, regenerated=True, answer_tokens=24, loop_tokens=48,
-                           same_text=Figure(3.40, None, "loop's own text", TREE, NAMES))
+    miss = evidence_ladder(engine_free=ef, predicted=pred, regenerated=True,
+                           samples_check=SamplesCheck(Figure(3.40, None, "loop's own text", TREE, NAMES), 24, 48))
     assert miss.samples_overstate is False and miss.rungs[1].finding == "no: the prediction misses"
     assert "teacher forcing" in miss.rungs[1].text and miss.verdict != "the samples overstate the draft"
     # no evidence either way: it cannot say

@@ -134,6 +134,18 @@ def samples_answer_tokens(samples) -> int | None:
     return max(n) if n else None
 
 
+@dataclass(frozen=True)
+class SamplesCheck:
+    """What rung 2 weighs beside the engine-free figure and the prediction: `same_text`, the same prediction
+    measured on the loop's own text (notebook 07's capture of the prompts it speculated); `answer_tokens`,
+    generated tokens per sample by the samples' manifest (`samples_answer_tokens`); `loop_tokens`, tokens the
+    engine-free loop generated per prompt."""
+
+    same_text: Figure | None = None
+    answer_tokens: int | None = None
+    loop_tokens: int | None = None
+
+
 @dataclass
 class Rung:
     rung: int
@@ -410,14 +422,11 @@ def evidence_ladder(*, serving: Figure | None = None, engine_free: Figure | None
                     predicted: Figure | None = None, prompts_are_traffic: bool = False,
                     regenerated: bool | None = None, per_position: list | None = None,
                     per_position_source: str = "engine-free", coverage: float | None = None,
-                    reproduced: dict | None = None, same_text: Figure | None = None,
-                    answer_tokens: int | None = None, loop_tokens: int | None = None,
+                    reproduced: dict | None = None, samples_check: SamplesCheck | None = None,
                     engine_free_curve=(), engine_defect: dict | None = None) -> Ladder:
     """The ladder over whichever figures are given (see the module docstring).
 
-    `same_text`: the same prediction measured on the loop's own text (notebook 07's capture of the
-    prompts it speculated); `answer_tokens`: generated tokens per sample by the samples' manifest
-    (`samples_answer_tokens`); `loop_tokens`: tokens the engine-free loop generated per prompt.
+    `samples_check` (`SamplesCheck`): the loop's own text's prediction and the answer lengths rung 2 weighs.
 
     `reproduced`: the best-ranked row of `helpers.speculate.reproduce` (label, mean, stderr, z,
     reproduces) to name beside a deployment bug; it is named only when it reproduces the serving
@@ -432,7 +441,8 @@ def evidence_ladder(*, serving: Figure | None = None, engine_free: Figure | None
     """
     r1, verdict, decided_by, on_prediction = _deployment(serving, engine_free, predicted, prompts_are_traffic,
                                                          engine_free_curve, engine_defect)
-    r2, overstate = _samples(engine_free, predicted, regenerated, same_text, answer_tokens, loop_tokens)
+    sc = samples_check or SamplesCheck()
+    r2, overstate = _samples(engine_free, predicted, regenerated, sc.same_text, sc.answer_tokens, sc.loop_tokens)
     r3 = _where(per_position, coverage, per_position_source)
     if serving is None and r2.decided:
         verdict = "the samples overstate the draft" if overstate else "no serving measurement"

@@ -154,6 +154,7 @@ def ladder(numbers: dict, samples=None):
     wiring `reproduce` ranked first (notebook 07)."""
     from helpers.speculate.ladder import (
         Figure,
+        SamplesCheck,
         evidence_ladder,
         figure_from_run,
         samples_answer_tokens,
@@ -191,9 +192,9 @@ def ladder(numbers: dict, samples=None):
     return evidence_ladder(serving=serving, engine_free=engine_free, predicted=predicted,
                            engine_free_curve=curve, engine_defect=sampling.get("engine_defect"),
                            regenerated=samples_regenerated(samples), per_position=per_position,
-                           coverage=acc.get("coverage"), reproduced=best, same_text=same_text,
-                           answer_tokens=samples_answer_tokens(samples),
-                           loop_tokens=(spec.get("settings") or {}).get("max_new_tokens"))
+                           coverage=acc.get("coverage"), reproduced=best,
+                           samples_check=SamplesCheck(same_text, samples_answer_tokens(samples),
+                                                      (spec.get("settings") or {}).get("max_new_tokens")))
 
 
 def _failures(numbers: dict) -> str:
