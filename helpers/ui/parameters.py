@@ -158,7 +158,7 @@ RULES = {
     **{n: path for n in ("checkpoint", "samples", "misencoded", "target_head", "embed_from", "target_config", "target",
                          "prompts", "metrics", "output_dir", "work_dir", "root", "mapping_path", "misencoded_path",
                          "misencoded_checkpoint", "kimi_path", "kimi_absolute_path", "no_d2t_checkpoint",
-                         "example_draft")},
+                         "example_draft", "absolute_checkpoint")},
     "logs": paths, "compare_with": paths,
     # the drafting shape (checked together below as well)
     "steps": whole(1), "topk": whole(1), "draft_tokens": whole(2),
