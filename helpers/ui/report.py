@@ -305,8 +305,6 @@ def run_report(settings: RunSettings, out, *, notebooks=SEQUENCE, progress=print
             params["target_config"] = s.target
         if name == SPECULATE and "max_samples" in params:  # 07's older name for max_prompts: not files per split
             params["max_samples"] = None
-        if name == SPECULATE and "engine" not in params:  # papermill's parser misses 07's `engine` line (its comment
-            params["engine"] = s.engine  # quotes "all"/None): without this 07 ran SGLang's convention and rule
         run = run_notebook(name, out, params)
         runs.append(run)
         if progress:
