@@ -213,8 +213,10 @@ def test_sampling_follows_the_target_distribution(target, draft):
         runs = []
         for k, shape in enumerate(({"drafting": Drafting(3)}, {"drafting": Drafting(3, 3, 6)})):
             prompts = [PROMPT[:2 + i % 4] + [100 + i] for i in range(12)]  # 3-6 tokens, each different
+            # the textbook rule (draft sampled from q, min(1, p/q)): the rejection path and its residual are what
+            # the PIT test checks; the engines' argmax-and-p(t) rule accepts almost nothing from this draft at T 1.5
             runs.append(S.speculate(t, draft, prompts, S.SpecSettings(temperature=1.5, max_new_tokens=10, seed=k,
-                                                                      **shape)))
+                                                                      acceptance_rule="textbook", **shape)))
         run = S.SpecRun.merge(runs)
         eos = S._eos_ids(t)
         assert all(len(p.prompt_ids) + len(p.output_ids) > 8 or p.output_ids[-1] in eos for p in run.prompts)

@@ -336,6 +336,19 @@ DEFINITIONS = {
 }
 
 
+# where notebook 00 prints each definition (`define`), so notebook 08 names them without repeating them
+DEFINED_IN = "notebook 00, section 4"
+
+
+def recall(*names: str) -> str:
+    """One line naming where `names` are defined (`DEFINED_IN`), for a notebook read after that one: each
+    definition is printed once, where its number first appears, never twice in other words."""
+    unknown = [n for n in names if n not in DEFINITIONS]
+    if unknown:
+        raise KeyError(f"no definition of {unknown}; defined: {sorted(DEFINITIONS)}")
+    return f"(the numbers below as defined in {DEFINED_IN}: {', '.join(names)})"
+
+
 def define(*names: str) -> str:
     """The definitions of `names`, one per line (markdown bullets), in the words of `DEFINITIONS`."""
     unknown = [n for n in names if n not in DEFINITIONS]
