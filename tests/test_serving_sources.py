@@ -355,3 +355,22 @@ def test_metrics_interval_when_counters_vanish_or_go_negative(cli, second):
     else:
         assert res.returncode == 0 and "accept length (bonus token counted): -" in res.stdout
         assert "-3.0" in res.stdout  # the counter that did not read is named
+
+
+def test_the_ladders_serving_figure_is_the_last_starts_run_never_pooled_across_drafting(tmp_path):
+    """The report and notebook 04 read a log through `serving_figure` / `stated_shape`: with two starts of
+    different drafting the figure and its shape are the last start's (the server as it ran last)."""
+    from helpers.serving.measured import serving_figure, stated_shape
+
+    log = tmp_path / "two.log"
+    log.write_text("\n".join([VLLM_ARGS.format(k=3), _vllm_line(10, 3, 100, [80, 60, 40]),
+                              VLLM_ARGS.format(k=5), _vllm_line(20, 5, 100, [95, 90, 85, 80, 70]),
+                              _vllm_line(30, 5, 100, [95, 90, 85, 80, 70])]) + "\n")
+    fig = serving_figure([log])
+    assert fig.value == pytest.approx(5.2) and "last server start" in fig.source
+    assert stated_shape([log]) == fig.shape and fig.shape[0] == 5
+    same = tmp_path / "same.log"  # two starts, the same drafting: every row counts
+    same.write_text("\n".join([VLLM_ARGS.format(k=3), _vllm_line(10, 3, 100, [80, 60, 40]),
+                               VLLM_ARGS.format(k=3), _vllm_line(20, 3, 100, [90, 80, 70])]) + "\n")
+    both = serving_figure([same])
+    assert both.value == pytest.approx((2.8 + 3.4) / 2) and "last server start" not in both.source

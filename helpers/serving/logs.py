@@ -179,6 +179,14 @@ class LogTable:
                         "pooled_accept_length": None if self.forced else _pooled(rows)})
         return out
 
+    def serving_rows(self) -> tuple[list[dict], dict | None]:
+        """The rows that describe the server as it ran last: every row when every start ran the same drafting
+        (None), else the last start's rows with its run (`runs()[-1]`): a restart with other drafting ended
+        the earlier runs, and rows of different drafting never pool."""
+        if len(self.starts) < 2 or self.one_drafting():
+            return self.rows, None
+        return _runs(self.starts, self.rows)[-1], self.runs()[-1]
+
     def one_drafting(self) -> bool:
         """Whether every server start in the log ran the same drafting (figures may pool across them)."""
         seen = {tuple(sorted((k, str(v)) for k, v in r["drafting"].items() if k != "source")) for r in self.runs()}

@@ -14,21 +14,33 @@ from helpers.speculate.ladder import Figure, mean_stderr
 
 
 def stated_shape(logs) -> tuple | None:
-    """(steps, topk, draft tokens) the first log stating its drafting at start-up ran with, or None: a
-    log's figure was measured with what its server ran, whatever flags the caller was given."""
-    from helpers.acceptance.drafting import Drafting
+    """(steps, topk, draft tokens) the first log stating its drafting at start-up ran with (a log restarted
+    with other drafting: its last start's), or None: a log's figure was measured with what its server ran,
+    whatever flags the caller was given."""
+    from helpers.serving.logs import read_log
     from helpers.serving.startup import read_drafting
 
     for p in logs:
-        d = read_drafting(p)
+        _, run = read_log(p).serving_rows()
+        d = run["drafting"] if run is not None else read_drafting(p)
         if d.get("steps") is not None:
-            try:
-                topk = d.get("topk") or 1  # a chain: SGLang sets its draft tokens to steps + 1
-                k = Drafting.from_flags(d["steps"], topk, None if topk == 1 else d.get("draft_tokens"), lone="sglang")
-            except ValueError:
-                return None
-            return (k.steps, k.topk, k.num_draft_tokens)
+            return _run_shape({"drafting": d})
     return None
+
+
+def _run_shape(run: dict) -> tuple | None:
+    """(steps, topk, draft tokens) of one server start's run (`LogTable.runs`), or None when it states none."""
+    from helpers.acceptance.drafting import Drafting
+
+    d = run.get("drafting") or {}
+    if d.get("steps") is None:
+        return None
+    try:
+        topk = d.get("topk") or 1  # a chain: SGLang sets its draft tokens to steps + 1
+        k = Drafting.from_flags(d["steps"], topk, None if topk == 1 else d.get("draft_tokens"), lone="sglang")
+    except ValueError:
+        return None
+    return (k.steps, k.topk, k.num_draft_tokens)
 
 
 def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None, temperature=None) -> Figure | None:
@@ -46,12 +58,23 @@ def serving_figure(logs=(), settings=None, *, metrics=None, acceptance=None, tem
         from helpers.serving.logs import read_log
 
         tables = [read_log(p) for p in logs]
-        values = [x for t in tables if not t.forced for x in t.column("accept_length")]
+        values, lasts = [], []
+        for tb in tables:
+            if tb.forced:
+                continue
+            rows, run = tb.serving_rows()  # a log restarted with other drafting: its last run only
+            values += [r["accept_length"] for r in rows if r.get("accept_length") is not None]
+            if run is not None:
+                lasts.append(run)
         mean, se = mean_stderr(values)
         if mean is not None:
             t, _ = serving_temperature(tables, temperature)
-            return Figure(mean, se, f"serving logs, mean of {len(values):,} logged intervals",
-                          stated_shape(logs) or shape, temperature=t, rule=_rule(t, tables))
+            source = f"serving logs, mean of {len(values):,} logged intervals"
+            if lasts:
+                source += (f" (the last server start's run, from line {lasts[-1]['start_line']}: the earlier starts ran "
+                           "other drafting)")
+            return Figure(mean, se, source, _run_shape(lasts[-1]) if lasts else (stated_shape(logs) or shape),
+                          temperature=t, rule=_rule(t, tables))
     acc = acceptance
     if acc is None and metrics and settings is not None:
         from helpers.acceptance.sources import normalise_for
