@@ -341,6 +341,12 @@ def fill(given: dict, stated: dict) -> tuple[dict, dict]:
     return values, origin
 
 
+# what a figure modelled from a per-token rate was measured at: whatever the rate was (every JSON that states an
+# accept length states its temperature and acceptance rule; here they are the rate's own, unknown to the model)
+RATE_SAMPLING = {"temperature": None, "acceptance_rule": None,
+                 "sampling_note": "a model of the per-token rate given: the rate's own temperature and acceptance rule"}
+
+
 class Simulation(dict):
     """The `simulate --json` object: exact and Monte Carlo accept length for one setup; `report()`
     is the command's text."""
@@ -394,5 +400,5 @@ def simulation(accept_rate, drafting: Drafting, trials: int = 100_000, tree_form
         steps=d.steps if tree_form else None, expected_accept_length=exact, monte_carlo_mean=mc.mean,
         monte_carlo_stderr=mc.stderr, trials=mc.trials, z=mc.z,
         distribution={str(k): v for k, v in mc.to_dict()["distribution"].items()}, drafting=d.label, **extra,
-        **d.engine_flags(),
+        **d.engine_flags(), **RATE_SAMPLING,
     )

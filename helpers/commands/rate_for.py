@@ -46,6 +46,9 @@ def run(args) -> int:
         r = rate_for(args.accept_length, drafting, given=typed if any(v is not None for v in typed.values())
                      else _options.shape_flags(args, "drafted"))
         r.update(drafting.engine_flags())
+        from helpers.acceptance.drafting import RATE_SAMPLING
+
+        r.update({**RATE_SAMPLING, "sampling_note": "the accept length given: its own temperature and acceptance rule"})
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

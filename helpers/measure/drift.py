@@ -48,7 +48,9 @@ class DriftPrediction:
                 "predicted_accept_length": {"stored_states": self.stored.value, "served_states": self.served.value},
                 "predicted_loss": self.loss, "predicted_loss_fraction": self.loss_fraction,
                 "prediction_source": {"stored": self.stored.source, "served": self.served.source},
-                "states_folder": self.states_folder, "draft_embedding": self.embedding}
+                "states_folder": self.states_folder, "draft_embedding": self.embedding,
+                # predicted from step-0 top-1 against the target's argmax: greedy figures
+                "temperature": 0.0, "acceptance_rule": "greedy"}
 
     def report(self) -> str:
         c = self.check

@@ -149,6 +149,8 @@ class Reproduction:
     def to_dict(self) -> dict:
         b = self.best
         return {"accept_length": self.accept_length, "stderr": self.stderr, "settings": self.settings,
+                # the loop's rows were measured at the settings' temperature under this rule ('greedy' at 0)
+                "temperature": self.settings.get("temperature"), "acceptance_rule": self.settings.get("acceptance_rule"),
                 "prompts": self.prompts, "verdict": self.verdict(), "best": None if b is None else b.to_dict(),
                 "correct": None if self.correct is None else self.correct.to_dict(),
                 "rows": [r.to_dict() for r in self.rows]}
