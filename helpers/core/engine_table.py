@@ -78,6 +78,11 @@ RULES = {
     "log.mean_bonus": "log line's mean acceptance length counts the bonus token",
     "log.accept_rate": "log line's `accept rate` definition",
     "reply.spec_metrics": "per-request speculative counts in answers (`--per-request-spec-decode-metrics`)",
+    # vision-language targets (a config with text_config, the language model inside): the model types whose
+    # wrapper has no EAGLE-3 capture and refuse at start-up (helpers.doctor.checks_target.check_vl_target); the
+    # others read (qwen2_5_vl, qwen3_vl, qwen3_vl_moe in the releases read) capture as a text target does, the
+    # aux ids and default counted on the language model's layers
+    "vl.refuses": "vision-language target types without an EAGLE-3 capture",
     # how its scheduler counts a request's drafts (helpers.speculate.engine_counts)
     "count.draft_cap": "a draft's length near the end of a request",
 }
@@ -139,6 +144,10 @@ SGLANG = Engine(
         "aux.count": (s(None, "0.5.11", "three"), s("0.5.12", None, "from-ids", "#24663")),  # fc's aux inputs
         # DeepSeek-V2/V3, Kimi-K2/K2.5 and GLM-4.7-Flash targets (deepseek_v2.py, glm4_moe_lite.py)
         "aux.shift.deepseek": (s(None, "0.5.12.post1", 1), s("0.5.13", None, "1-if-first-is-1")),
+        # models/qwen2_5_vl.py 990-1001 and qwen3_vl.py 1777-1795: set_eagle3_layers_to_capture (+1, default 2, L//2,
+        # L-3); qwen2_vl.py has none: "does not implement set_eagle3_layers_to_capture" at start-up
+        # (model_runner_components/attention_backend_setup.py 55-61). Read in 0.5.23 only.
+        "vl.refuses": (s(None, "0.5.22", "not-read"), s("0.5.23", None, ("qwen2_vl",))),
         # producer options on the MHA (Llama) draft
         "fc_norm": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24663")),
         "norm_output": (s(None, "0.5.11", "absent"), s("0.5.12", None, "reads", "#24663")),
@@ -184,6 +193,10 @@ VLLM = Engine(
         # drafting: logits scattered into target columns arange + d2t; a chain (num_speculative_tokens)
         "d2t.apply": (s(*ALWAYS, "scatter"),),
         "draft.tree": (s(*ALWAYS, "absent"),),
+        # qwen2_5_vl.py / qwen3_vl.py declare SupportsEagle3 (interfaces.py set_aux_hidden_state_layers reaches the
+        # language model: ids as given, default 2, L//2, L-3); qwen2_vl.py does not: "Model does not support EAGLE3
+        # interface" (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py). Read in the 0.34.0 wheel only.
+        "vl.refuses": (s(None, "0.33.0", "not-read"), s("0.34.0", None, ("qwen2_vl",))),
         "layout.write": (s(*ALWAYS, "layers.0"),),
         "layout.midlayer": (s(*ALWAYS, "loads"),),  # renamed to layers.0.
         "layout.layers.0": (s(*ALWAYS, "loads"),),

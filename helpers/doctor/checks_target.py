@@ -201,10 +201,28 @@ def _fc_built(at, cfg: dict, nested) -> int | None:
     return len(nested) if isinstance(nested, list) and nested else 3
 
 
+def check_vl_target(c: CheckContext, target_cfg: dict | None) -> None:
+    """A vision-language target (its config nests `text_config`): per engine release, whether its wrapper
+    implements the EAGLE-3 capture (the aux ids then read as for a text target, on the language model's
+    layers), or refuses at start-up (rule `vl.refuses`)."""
+    if not isinstance(target_cfg, dict) or not isinstance(target_cfg.get("text_config"), dict):
+        return
+    mtype = str(target_cfg.get("model_type") or "")
+    for at in c.engine_list:
+        refuses = at.value("vl.refuses") if at.has("vl.refuses") else None
+        if isinstance(refuses, tuple) and mtype in refuses:
+            c.add("vl-target-unsupported", "error",
+                  f"{at.label}: the target is a {mtype} vision-language model, whose wrapper has no EAGLE-3 capture "
+                  "in this release: it refuses to start with the draft",
+                  f"serve a vision-language target whose wrapper {at.name} captures for (Qwen2.5-VL and Qwen3-VL in "
+                  "the releases read), or the text model alone", effect="vl.unsupported", engine=at.key)
+
+
 def check_target(c: CheckContext, target_cfg: dict | None, target=None) -> None:
     """The draft against the target (config, and its embedding when `target` is a folder holding it)."""
     if target_cfg is None:
         return
+    check_vl_target(c, target_cfg)
     fc = c.shape("fc.weight")
     d_emb = t_emb = None
     if target is not None and c.key("embed_tokens.weight") is not None:

@@ -201,6 +201,10 @@ _ENTRIES = [
        "no longer agrees", "serve the target build the draft was trained on, or retrain on states captured from this "
        "one (a rotation: rotate the draft's fc)", "vllm-ascend #5974, fixed by rotating the draft's fc in #6914",
        cannot_repair="needs states from the served target, or the target the draft was trained on"),
+    _e("vl-target-unsupported", "error", "a vision-language target whose wrapper has no EAGLE-3 capture in the "
+       "engine release: it refuses to start with the draft", "serve a target type the engine captures for",
+       "SGLang models/qwen2_vl.py; vLLM qwen2_vl.py (no SupportsEagle3); releases: rule vl.refuses",
+       effects=("vl.unsupported",)),
     _e("context-length", "warning", "the draft's positions or RoPE are shorter than the target's: acceptance falls "
        "at long context", "serve no longer than the draft's context, or extend its RoPE", "sglang #6783, "
        "speculators PR #684 / #574, vllm #48894"),
