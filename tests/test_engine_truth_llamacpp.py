@@ -103,10 +103,10 @@ def test_the_agreement_check_can_fail_on_the_stage(truth):
     assert not et.agrees(predicted["healthy"], row, healthy)[0]
 
 
-def test_every_gguf_level_row_agrees_but_the_named_exception(truth, gguf_predicted):
+@pytest.mark.engine  # the GGUF copies start from llama.cpp's own converter: make test-engine, never skipped there
+def test_every_gguf_level_row_agrees_but_the_named_exception(truth, llamacpp, gguf_predicted):
     et, data, _ = truth
-    if gguf_predicted is None:
-        pytest.skip("the llama.cpp converter (.venv-llamacpp, `make engine-env`) makes the GGUF-level copies")
+    assert gguf_predicted is not None, "the llama.cpp converter made no GGUF-level copies"
     rows = {r["case"]: r for r in data["rows"] if r["case"].startswith("gguf-")}
     assert len(rows) == 16 and set(gguf_predicted) == set(rows)  # the doctor reads every GGUF copy
     wrong = {}
