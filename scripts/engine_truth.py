@@ -208,15 +208,21 @@ def healthy_accept(rows: list[dict], case: str) -> float:
 
 def make(out: Path, names=None) -> dict[str, Path]:
     """Write the broken copies under OUT/<case>/ (the healthy one too); returns name -> folder."""
+    return _write_copies(out, CASES, names)
+
+
+def _write_copies(out: Path, cases: dict, names=None) -> dict[str, Path]:
+    """Each case of `cases` (name -> (change, tensors, config, folder)) as a changed copy of its pair's draft
+    under OUT/<case>/; returns name -> folder."""
+    import shutil
+
     out.mkdir(parents=True, exist_ok=True)
     made = {}
-    for name, (_, tensors, config, folder) in CASES.items():
+    for name, (_, tensors, config, folder) in cases.items():
         if names and name not in names:
             continue
         dst = out / name
         if dst.exists():
-            import shutil
-
             shutil.rmtree(dst)
         mb._copy(pair_of(name) / "draft", dst, tensors=tensors, config=config)
         if folder:
@@ -598,22 +604,7 @@ def make_gguf_cases(out: Path, names=None) -> dict[str, Path]:
 
 def make_llamacpp(out: Path, names=None) -> dict[str, Path]:
     """The HF-level copies of the llama.cpp table (the GGUF-level ones need the converter: `run_llamacpp`)."""
-    out.mkdir(parents=True, exist_ok=True)
-    made = {}
-    every = {n: c for n, c in CASES.items() if n not in LLAMACPP_SKIP} | LLAMACPP_CASES
-    for name, (_, tensors, config, folder) in every.items():
-        if names and name not in names:
-            continue
-        dst = out / name
-        if dst.exists():
-            import shutil
-
-            shutil.rmtree(dst)
-        mb._copy(pair_of(name) / "draft", dst, tensors=tensors, config=config)
-        if folder:
-            folder(dst)
-        made[name] = dst
-    return made
+    return _write_copies(out, {n: c for n, c in CASES.items() if n not in LLAMACPP_SKIP} | LLAMACPP_CASES, names)
 
 
 def run_llamacpp(out_json: Path, names=None, work: Path | None = None) -> list[dict]:
