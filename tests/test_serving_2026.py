@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from conftest import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[1]
 F = ROOT / "tests" / "fixtures" / "serving_2026"
@@ -246,7 +247,7 @@ def test_vllm_answers_with_per_request_metrics(cli, tmp_path):
 
 
 # -- probe ----------------------------------------------------------------------------------------------
-class Server:
+class Server(LoopbackServer):
     """127.0.0.1:0 answering as vLLM in dev mode (/server_info, text and JSON) or as SGLang (/get_server_info,
     /generate with meta_info built from the recorded vLLM answers). Counts the POSTs it got."""
 
@@ -297,16 +298,7 @@ class Server:
                 else:
                     self._send(500, {"error": {"message": "no request expected"}})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
 
 SGL_INFO = {"speculative_algorithm": "EAGLE", "speculative_draft_model_path": "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B",

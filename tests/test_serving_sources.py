@@ -12,10 +12,12 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+
+from conftest import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "probe_vllm_0.32.json").read_text())
@@ -47,7 +49,7 @@ def _moved(n: int, base=BASE) -> tuple:
     return d, t, a, pos
 
 
-class Fake:
+class Fake(LoopbackServer):
     """A server: /v1/models lists `models` ({id, root?, owned_by}); /metrics is `page(served, scrapes)`
     (None: 404); POST /v1/completions and /v1/chat/completions answer `answer(n, body)` for the n-th
     request (default: the recorded answer n); `sglang`: /generate with meta_info and /get_server_info."""
@@ -100,8 +102,7 @@ class Fake:
                         return self._send(200, resp)
                     self._send(404, {"detail": "Not Found"})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.serve(Handler)
 
     def sglang_answer(self, n):
         r = FIXTURE["responses"][n % 16]
@@ -110,14 +111,6 @@ class Fake:
             "completion_tokens": 32, "spec_verify_ct": s["num_spec_steps"],
             "spec_num_correct_drafts": s["num_accepted_draft_tokens"], "spec_num_proposed_drafts": s["num_draft_tokens"],
             "spec_correct_drafts_histogram": s["acceptance_histogram"], "finish_reason": {"type": "length"}}}
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def _one_line(res, *words):
