@@ -237,10 +237,11 @@ class BatchDrafter(Drafter):
             kv.k, kv.v, kv.pos = kv.k[:, :, :width], kv.v[:, :, :width], kv.pos[:, :width]
 
     @torch.inference_mode()
-    def propose_chains(self, roots: list[int], steps: int, *, sample: bool = False, temperature: float = 1.0,
-                       generators=None, draft_top_k: int | None = None) -> list[Proposal]:
+    def propose_chains(self, roots: torch.Tensor, steps: int, *, sample: bool = False, temperature: float = 1.0,
+                       generators=None, draft_top_k: int | None = None) -> Chains:
         """A chain of `steps` drafted tokens per row after its root (`Drafter.propose` with topk 1 and
-        steps + 1 draft tokens, row by row the same picks); `generators`: one per row (sampling)."""
+        steps + 1 draft tokens, row by row the same picks); `roots` [B] target ids; `generators`: one
+        per row (sampling)."""
         B, dev = self.rows, self.device
 
         def pick(logits):  # [B, V] -> ids [B], probs per row (sampled) or None
@@ -268,11 +269,22 @@ class BatchDrafter(Drafter):
             ids, probs = pick(logits[:, 0])
             drafted.append(ids), qs.append(probs)
         self.kv.end_chain()
-        draft_ids = torch.stack(drafted, dim=1).cpu()  # [B, steps]
-        target = self.target_ids(draft_ids).tolist()
-        out = []
-        for r in range(B):
-            q = {d + 1: qs[d][r] for d in range(steps) if qs[d] is not None}
-            out.append(Proposal([int(roots[r])] + target[r], list(range(-1, steps)), list(range(steps + 1)),
-                                [-1] + draft_ids[r].tolist(), q))
-        return out
+        draft_ids = torch.stack(drafted, dim=1)  # [B, steps]
+        tokens = torch.cat([torch.as_tensor(roots, device=dev).view(B, 1), self.target_ids(draft_ids)], dim=1)
+        return Chains(tokens, draft_ids, qs)
+
+
+@dataclass
+class Chains:
+    """A batch of drafted chains (`BatchDrafter.propose_chains`): row r is a chain of `steps` nodes
+    after its root, as tensors; `proposal(r)` is row r as the one-prompt loop's `Proposal`."""
+
+    tokens: torch.Tensor  # [B, steps + 1] target ids (-1: outside the target vocab); column 0 the root
+    draft_ids: torch.Tensor  # [B, steps]
+    qs: list  # per depth: None (argmax drafts) or one draft distribution per row
+
+    def proposal(self, r: int) -> Proposal:
+        steps = int(self.draft_ids.shape[1])
+        q = {d + 1: self.qs[d][r] for d in range(steps) if self.qs[d] is not None}
+        return Proposal(self.tokens[r].tolist(), list(range(-1, steps)), list(range(steps + 1)),
+                        [-1] + self.draft_ids[r].tolist(), q)

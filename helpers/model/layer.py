@@ -174,9 +174,12 @@ class Attention(nn.Module):
             self.q_norm = self.k_norm = None
         self.window = cfg.sliding_window
         self.cfg = cfg
+        self._inv_freq: dict = {}  # device -> rope_inv_freq(cfg) there
 
     def rope(self, positions, dtype):
-        inv = rope_inv_freq(self.cfg).to(positions.device)
+        inv = self._inv_freq.get(positions.device)
+        if inv is None:  # computed once per device: every draft step needs it
+            inv = self._inv_freq[positions.device] = rope_inv_freq(self.cfg).to(positions.device)
         ang = positions.float()[..., None] * inv  # [m, d/2] ([B, m, d/2] for per-row positions)
         emb = torch.cat([ang, ang], dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)

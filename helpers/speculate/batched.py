@@ -10,11 +10,15 @@ The same round as `helpers.speculate.loop.speculate_prompt`, row by row the same
   of cut). Each forward is given per-row `position_ids` and a 4-D additive mask built from the
   slot positions by the window rule of `helpers.speculate.target_cache` (a query at position p
   sees slots at positions <= p, and > p - W in a sliding layer), one per attention type;
-- the draft is a `helpers.model.drafter.BatchDrafter` (the same slots-and-positions scheme);
-- acceptance is `loop.verify` per row, with that prompt's own generator (seeded as one at a time:
-  seed * 1_000_003 + index), so a prompt's draws do not depend on the batch;
+- the draft is a `helpers.model.drafter.BatchDrafter` (the same slots-and-positions scheme); its
+  chains come as tensors (`Chains`), a row's `Proposal` built only where a per-row walk needs it;
+- greedy acceptance is `verify`'s chain walk on every row at once (tensor ops: the target's argmax,
+  the kept prefix, the next token, what the draft reads next); sampled acceptance is `verify` per
+  row, with that prompt's own generator (seeded as one at a time: seed * 1_000_003 + index), so a
+  prompt's draws do not depend on the batch;
+- a prefill computes the target's head only at the columns where rows' prompts end;
 - a finished prompt leaves the batch (its cache rows dropped, then slot columns no row uses), and
-  the next waiting prompt joins: it is prefilled alone and its cache padded into the rectangle.
+  the next waiting prompts join: they are prefilled together and their cache padded into the rectangle.
 
 Counts are the one-at-a-time counts: verify steps, histogram, per-position, engine counts, target
 forwards (prefills + verify steps, per prompt), target tokens fed (real tokens, padding not
@@ -23,6 +27,7 @@ draft forwards actually ran. Trees are run one prompt at a time (`loop.speculate
 """
 from __future__ import annotations
 
+import inspect
 import time
 
 import torch
@@ -143,7 +148,7 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
                       generators, batch_size: int, on_round=None, on_prompt=None) -> list[PromptRun]:
     """Speculate (chains) on `items` [(token ids, index)] keeping up to `batch_size` prompts in the
     batch; counts go to `run`; returns the PromptRuns in `items`' order. `generators`: one per item."""
-    from helpers.speculate.verify import _eos_ids, verify
+    from helpers.speculate.verify import _eos_ids, chain_expectation, verify
 
     d = settings.drafting
     steps = d.steps
@@ -157,6 +162,8 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
     t_target = 0.0
     calls = {"target": 0, "draft": 0}
     draft_seconds = 0.0
+    keep_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+    ar = torch.arange(steps + 1, device=dev)
     items = list(items)
     rows_all = [_Row(ids, index, g) for (ids, index), g in zip(items, generators)]
     waiting = list(range(len(rows_all)))
@@ -164,14 +171,16 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
     tc: BatchTargetCache | None = None
     drafter: BatchDrafter | None = None
 
-    def forward(cache: BatchTargetCache, x, positions):
+    def forward(cache: BatchTargetCache, x, positions, keep=None):
+        """The target over x [B, m] at `positions`; logits [B, m, V], or at columns `keep` only."""
         nonlocal t_target
         t0 = time.perf_counter()
         B, m = x.shape
         mask = cache.masks(positions, model.dtype, dev)
+        extra = {} if keep is None else {"logits_to_keep": keep}
         out = model(input_ids=x, use_cache=True, **{cache.argument: cache.cache}, position_ids=positions,
                      cache_position=torch.arange(cache.slots, cache.slots + m, device=dev),
-                     attention_mask=mask).logits
+                     attention_mask=mask, **extra).logits
         t_target += time.perf_counter() - t0
         calls["target"] += 1
         return out
@@ -190,7 +199,10 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
         x = torch.tensor([p + [0] * (L - len(p)) for p in prompts], device=dev)
         pos = torch.arange(L, device=dev)[None].expand(len(batch), L)
         cap.clear()
-        logits = forward(cache, x, pos)
+        # the head only at each row's last prompt position (the columns any row ends at)
+        lasts = sorted({len(p) - 1 for p in prompts}) if keep_logits else list(range(L))
+        logits = forward(cache, x, pos, torch.tensor(lasts, device=dev) if keep_logits else None)
+        column = {c: j for j, c in enumerate(lasts)}
         cache.appended(torch.where(pos < lens[:, None], pos, torch.full_like(pos, NO_POSITION)))
         aux = cap.aux()
         nxt = []
@@ -198,7 +210,7 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
             row = rows_all[i]
             run.target_forwards += 1
             run.target_tokens_fed += len(prompts[r])
-            last = logits[r, len(prompts[r]) - 1].float()
+            last = logits[r, column[len(prompts[r]) - 1]].float()
             first = int(last.argmax()) if T <= 0 else int(torch.multinomial(
                 torch.softmax(last / T, -1), 1, generator=row.gen))
             row.root = first
@@ -258,45 +270,49 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
                 continue
             rows = [rows_all[i] for i in active]
             B, m = len(rows), steps + 1
-            props = drafter.propose_chains([r.root for r in rows], steps, sample=sample_chain, temperature=T or 1.0,
-                                           generators=[r.gen for r in rows], draft_top_k=rule.draft_top_k)
+            chains = drafter.propose_chains(torch.tensor([r.root for r in rows], device=dev), steps,
+                                            sample=sample_chain, temperature=T or 1.0,
+                                            generators=[r.gen for r in rows], draft_top_k=rule.draft_top_k)
             calls["draft"] += steps - 1
-            feed = torch.tensor([[t if t >= 0 else 0 for t in p.tokens] for p in props], device=dev)
+            toks = chains.tokens  # [B, m] target ids, -1 outside the target vocab (fed as 0, never accepted)
             n = torch.tensor([r.n for r in rows], device=dev)
-            positions = n[:, None] + torch.arange(m, device=dev)[None]
+            positions = n[:, None] + ar[None]
             cap.clear()
-            logits = forward(tc, feed, positions)
+            logits = forward(tc, toks.clamp_min(0), positions)
             aux = cap.aux()
-            # greedy: every row's argmax in one call (per row it is 7 % of a batch-16 run's time in bf16)
-            best_all = logits.argmax(-1).tolist() if T <= 0 else None
-            kept = torch.full_like(positions, NO_POSITION)
-            counts, nxt_ids = [], []
-            for b, (row, prop) in enumerate(zip(rows, props)):
+            if T <= 0:
+                # `verify`'s greedy walk on every chain at once: drafted token j is kept while every
+                # token before it was kept and it is the target's argmax after token j - 1; the next
+                # token is the argmax after the last kept one. `max`'s indices are argmax's (the first
+                # maximal value), at a third of a bf16 argmax's time on CPU.
+                best = logits.max(-1).indices  # [B, m]
+                acc = (toks[:, 1:] == best[:, :-1]).long().cumprod(1).sum(1)  # [B] drafted tokens kept
+                nxt = best.gather(1, acc[:, None])[:, 0]
+            else:
+                walks = [verify(chains.proposal(b), logits[b], T, drafter, row.gen, rule) for b, row in enumerate(rows)]
+                acc = torch.tensor([len(w[0]) for w in walks], device=dev)
+                nxt = torch.tensor([w[1] for w in walks], device=dev)
+            j = ar[None]
+            kept = torch.where(j <= acc[:, None], positions, torch.full_like(positions, NO_POSITION))
+            # what step 0 of the draft reads next: the kept drafted tokens, then the next token, then padding
+            nxt_ids = torch.where(j < acc[:, None], toks.roll(-1, 1),
+                                  torch.where(j == acc[:, None], nxt[:, None], torch.zeros_like(toks)))
+            acc_l, nxt_l, toks_l = acc.tolist(), nxt.tolist(), toks.tolist()
+            for b, row in enumerate(rows):
+                k, tok = acc_l[b], nxt_l[b]
                 run.target_forwards += 1
-                run.target_tokens_fed += prop.size
+                run.target_tokens_fed += m
                 run.draft_forwards += steps  # as one at a time: steps - 1 drafting steps, one extend
-                if best_all is not None:  # `verify`'s greedy walk, on a chain
-                    best = best_all[b]
-                    path = []
-                    while len(path) < steps and prop.tokens[len(path) + 1] == best[len(path)]:
-                        path.append(len(path) + 1)
-                    nxt, how = best[len(path)], "correction" if len(path) < steps else "bonus"
-                else:
-                    path, nxt, how = verify(prop, logits[b], T, drafter, row.gen, rule)
-                kept[b, : len(path) + 1] = positions[b, : len(path) + 1]
-                accepted = [prop.tokens[c] for c in path]
-                counts.append(len(path) + 1)
-                nxt_ids.append(accepted + [nxt] + [0] * (m - len(path) - 1))
                 out = row.out
                 before = len(out.output_ids)
                 remaining = settings.max_new_tokens - before
                 done = False
-                for j, tok in enumerate(accepted):
-                    if emit(row, tok, "draft", j):
+                for jj, t in enumerate(toks_l[b][1:k + 1]):
+                    if emit(row, t, "draft", jj):
                         done = True
                         break
                 if not done:
-                    done = emit(row, nxt, how)
+                    done = emit(row, tok, "correction" if k < steps else "bonus")
                 emitted = len(out.output_ids) - before
                 run.verify_steps += 1
                 run.histogram_counts[emitted] += 1
@@ -305,24 +321,22 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
                 if run.engine_counts is not None:
                     run.engine_counts.record(remaining, emitted)
                 if run.expected_per_position is not None:
-                    from helpers.speculate.verify import chain_expectation
-
-                    exact = chain_expectation(prop, logits[b], T, rule)
+                    exact = chain_expectation(chains.proposal(b), logits[b], T, rule)
                     mm = min(len(exact), remaining - 1)
                     run.expected_per_position[:mm] += exact[:mm]
-                if emitted < len(path) + 1:
-                    out.cut_from = len(path) + 1
-                row.n += 1 + len(path)
-                row.root = nxt
+                if emitted < k + 1:
+                    out.cut_from = k + 1
+                row.n += 1 + k
+                row.root = tok
                 row.done = done
                 if on_round is not None:
                     on_round(out)
             tc.appended(kept)
-            drop = m - max(counts)  # the new columns no row kept: cut (a row's other rejected slots stay, masked)
+            drop = m - 1 - max(acc_l)  # the new columns no row kept: cut (a row's other rejected slots stay, masked)
             if drop > 0:
                 tc.cache.crop(-drop)
                 tc.slot_pos = tc.slot_pos[:, : tc.slots - drop]
-            drafter.extend(aux, torch.tensor(nxt_ids, device=dev), counts)
+            drafter.extend(aux, nxt_ids, acc + 1)
             calls["draft"] += 1
             leave()
     run.seconds["target"] += t_target
