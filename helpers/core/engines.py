@@ -38,10 +38,21 @@ def check_table(table=ENGINE_TABLE) -> None:
         for rule in e.rules:
             if rule not in RULES:
                 raise ValueError(f"{e.key}: rule {rule!r} is not declared in helpers.core.engine_table.RULES")
-        for what, spans in (*e.rules.items(), *e.outcomes.items()):
+        split = [(f"{what} in setting {st.name!r}", st.spans) for what, sts in e.settings.items() for st in sts
+                 if st.spans is not None]
+        for what, spans in (*e.rules.items(), *e.outcomes.items(), *split):
             for a, b in zip(spans, spans[1:]):
                 if a.until is None or b.since is None or not _v(a.until) < _v(b.since):
                     raise ValueError(f"{e.key} {what}: range to {a.until} then from {b.since}: not whole and in order")
+        for what, sts in e.settings.items():
+            # a split row: an outcome the table holds, the setting its row holds for named once, the others' values
+            # outcomes (Serve), and no setting named twice
+            own = [st for st in sts if st.spans is None]
+            if what not in e.outcomes or len(own) != 1 or len({st.name for st in sts}) != len(sts) or len(sts) < 2:
+                raise ValueError(f"{e.key} settings of {what!r}: an outcome row of the table, split into two or more "
+                                 "settings named once each, one of them (spans None) the row's own")
+            if any(not isinstance(sp.value, Serve) for st in sts if st.spans for sp in st.spans):
+                raise ValueError(f"{e.key} settings of {what!r}: every value an outcome (Serve)")
 
 
 # -- which engine, at which release -----------------------------------------------------------------
@@ -135,7 +146,26 @@ class EngineAt:
         checked = self.version in self.engine.run and (sp.pr or "").startswith("run in")
         return {"result": serve.result, "accept": serve.accept, "says": serve.says,
                 **({"stage": serve.stage} if serve.stage else {}), "release": release, "checked": checked,
-                "run_in": list(self.engine.run), "source": sp.pr}
+                "run_in": list(self.engine.run), "source": sp.pr, **self._settings(effect)}
+
+    def _settings(self, effect: str) -> dict:
+        """For an outcome row the table splits by setting (`Engine.settings`): `setting`, the one the row holds
+        for, and `other_settings`, what serving does in each other one at this release (result, accept, says,
+        source, how); {} for a row the table does not split."""
+        sts = self.engine.settings.get(effect)
+        if not sts:
+            return {}
+        own = next(st for st in sts if st.spans is None)
+        others = []
+        for st in sts:
+            if st.spans is None:
+                continue
+            sp = self._pick(st.spans)
+            if sp.value is None:
+                continue
+            others.append({"setting": st.name, "result": sp.value.result, "accept": sp.value.accept,
+                           "says": sp.value.says, "source": sp.pr, "how": st.how})
+        return {"setting": own.name, "setting_how": own.how, "other_settings": others}
 
     def _pick(self, spans) -> Span:
         """The range holding this release: since <= release <= until (the table's ranges are whole:
