@@ -567,8 +567,10 @@ def engine_free_per_copy(copies: dict, prompts, *, max_prompts: int = 16, max_ne
         run = speculate_once(copies[name], target, prompts, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
                              draft_tokens=draft_tokens, engine="llamacpp" if name == "healthy" else "vllm")
         runs[name] = run
+        # accepted: drafted tokens the target accepted (the counters' meaning), not SpecRun.accepted_tokens (the tokens
+        # verify steps emitted, the target's own one each included)
         rows.append({"copy": name, "counted as": "vLLM (every verify step a draft)", "drafts": run.verify_steps,
-                     "draft tokens": run.verify_steps * draft_tokens, "accepted": run.accepted_tokens,
+                     "draft tokens": run.verify_steps * draft_tokens, "accepted": int(run.accepted_per_position.sum()),
                      "accept length": round(run.mean, 4)})
         ec = run.engine_counts
         if ec is not None and name == "healthy":
@@ -576,6 +578,32 @@ def engine_free_per_copy(copies: dict, prompts, *, max_prompts: int = 16, max_ne
                          "drafts": ec.drafts, "draft tokens": ec.draft_tokens, "accepted": ec.accepted,
                          "accept length": round(ec.accept_length, 4)})
     return pd.DataFrame(rows).set_index(["copy", "counted as"]), runs
+
+
+def method_per_copy(predicted, pair_runs: dict, served, outcomes) -> "pd.DataFrame":
+    """The whole method side by side, one row per copy: the predicted accept length (`predicted_per_copy`), the
+    engine-free loop's (vLLM's count; "not run" for a copy the loop leaves out), what vLLM's recorded or live run
+    did (its pooled /metrics accept length, or its own error line), and what the engine table says vLLM does with
+    the copy (`helpers.teach.lessons.outcomes_for`'s vLLM column)."""
+    import pandas as pd
+
+    vllm = served.xs(served.index.get_level_values("engine")[0], level="engine")  # the vLLM runs (listed first)
+    rows = []
+    for copy in predicted.index:
+        run = vllm.loc[copy] if copy in vllm.index else None
+        if run is None:
+            got = "(no recorded run)"
+        elif isinstance(run["engine's error"], str) and run["engine's error"]:
+            got = "error: " + run["engine's error"].split(" (at ")[0]
+        elif not run["started"]:
+            got = "did not start"
+        else:
+            got = f"{run['pooled: /metrics']:.4f}"
+        rows.append({"copy": copy, "predicted": f"{predicted.loc[copy].iloc[-1]:.3f}",
+                     "engine-free (vLLM's count)": f"{pair_runs[copy].mean:.4f}" if copy in pair_runs else
+                     "not run engine-free",
+                     "served by vLLM (pooled, /metrics)": got, "the engine table, vLLM": outcomes.loc[copy, "vLLM"]})
+    return pd.DataFrame(rows).set_index("copy")
 
 
 def fingerprint_table(results: dict, draft_tokens: int) -> "pd.DataFrame":
