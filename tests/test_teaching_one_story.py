@@ -2,8 +2,9 @@
 
 - what an engine does with a d2t id past the target vocab, with a full-vocab d2t, with a side file: rendered from
   the engine table (helpers.teach.lessons), never written by hand in the notebooks' source;
-- the one setting split the table lacks (SGLang's tensor parallelism) is stated once, in `lessons.SETTINGS`, with
-  the released lines it rests on (compared with the unpacked wheel when it is at hand);
+- the setting dimension: where the released code splits an outcome row by setting (SGLang's tensor parallelism),
+  the engine table holds the split (`Engine.settings`), the doctor's outcome carries it, and the notebooks render it;
+  the released lines it rests on are compared with the unpacked wheel when it is at hand;
 - the words behind every accept-length number are defined once and their identities hold on a real run;
 - the two lessons' exercises compute their answers with the kit.
 """
@@ -54,19 +55,80 @@ def test_the_notebooks_render_the_past_vocab_story_and_the_outcomes_from_the_tab
     assert "lessons.outcomes_for(" in src08 and "lessons.past_vocab_counts(" in src08
 
 
-def test_every_past_vocab_row_is_the_tables_or_says_it_is_not():
-    rows = [r for r in lessons._story_rows() if r["key"] == "d2t.past-vocab"]
-    table = {(e.name, sp.pr) for e in ENGINE_TABLE.values() for sp in e.outcomes.get("d2t.past-vocab", ())
-             if sp.value is not None}
+def test_every_past_vocab_row_is_the_engine_tables_own():
+    rows = [r for r in lessons.version_story() if r["key"] == "d2t.past-vocab"]
+    table = {(e.name, sp.pr, sp.value) for e in ENGINE_TABLE.values()
+             for spans in (e.outcomes.get("d2t.past-vocab", ()),
+                           *(st.spans for st in e.settings.get("d2t.past-vocab", ()) if st.spans))
+             for sp in spans if sp.value is not None}
+    words = {(name, pr, lessons._value_words(v)) for name, pr, v in table}
     for r in rows:
-        assert (r["engine"], r["source"]) in table or "not in the engine table" in r["source"], r
-    # SGLang's table row is labelled with the setting it describes, and the split-off setting follows it
+        assert any((r["engine"], r["source"]) == (n, pr) and r["what it does"].startswith(w) for n, pr, w in words), r
+        assert "not in the engine table" not in r["source"]
+    # SGLang's table row is labelled with the setting it holds for, and the other setting follows it, both the table's
     sg = [r for r in rows if r["engine"] == "SGLang"]
-    assert [r["setting"] for r in sg] == ["one GPU (tp = 1), or CPU", "tensor parallel (tp > 1)"]
+    own = [st for st in ENGINE_TABLE["sglang"].settings["d2t.past-vocab"] if st.spans is None]
+    assert [r["setting"] for r in sg] == [st.name for st in ENGINE_TABLE["sglang"].settings["d2t.past-vocab"]]
+    assert sg[0]["setting"] == own[0].name and not sg[0]["split"] and sg[1]["split"]
     assert sg[0]["what it does"].startswith("starts, then dies on the first request that meets it")
     assert sg[1]["what it does"].startswith("serves, accept length about 1")
-    # the version story keeps one row per span of the table (the split row is only added in the rendered table)
-    assert len(lessons.version_story()) + len(lessons.setting_rows()) == len(lessons.version_story_table())
+    # a row the table does not split says so, never "every setting"
+    assert {r["setting"] for r in rows if r["engine"] != "SGLang"} == {lessons.ANY_SETTING}
+
+
+def test_the_setting_split_is_the_engine_tables_and_the_doctor_carries_it(tmp_path):
+    """The split lives in helpers.core.engine_table (Engine.settings): a table without it renders no split, a bad split
+    is refused by check_table, and the doctor's predicted outcome names the setting its line holds for."""
+    from dataclasses import replace
+
+    from helpers.core.engine_outcomes import Serve, s
+    from helpers.core.engine_table import Setting
+    from helpers.core.engines import check_table, engine_at
+    from helpers.doctor.diagnose import diagnose
+
+    sg = ENGINE_TABLE["sglang"]
+    o = engine_at("sglang").outcome("d2t.past-vocab")
+    assert o["setting"] == "one GPU (tp = 1), or CPU" and o["result"] == "crashes"
+    assert [(x["setting"], x["result"], x["accept"]) for x in o["other_settings"]] == \
+        [("tensor parallel (tp > 1)", "serves", "about-1")]
+    assert "setting" not in engine_at("vllm").outcome("d2t.past-vocab")  # vLLM's row is not split
+    notes = lessons.setting_notes(diagnose(SAMPLES / "tiny_draft_absolute", "sglang"))
+    assert len(notes) == 1 and "tensor parallel (tp > 1)" in notes[0] and "about 1" in notes[0]
+    assert lessons.setting_notes(diagnose(SAMPLES / "tiny_draft_absolute", "vllm")) == []
+    # the story follows the table: without the split, SGLang's row is one row for any setting
+    table = dict(ENGINE_TABLE)
+    try:
+        ENGINE_TABLE["sglang"] = replace(sg, settings={})
+        rows = [r for r in lessons.version_story(["sglang"]) if r["key"] == "d2t.past-vocab"]
+        assert [r["setting"] for r in rows] == [lessons.ANY_SETTING]
+    finally:
+        ENGINE_TABLE.clear()
+        ENGINE_TABLE.update(table)
+    own = Setting("a", "x")
+    other = Setting("b", "y", (s(None, None, Serve("serves", "about-1")),))
+    for bad in ({"d2t.past-vocab": (own,)},  # one setting is no split
+                {"d2t.past-vocab": (own, replace(other, spans=None))},  # two settings claim the row
+                {"no.such.outcome": (own, other)},  # no such outcome row
+                {"d2t.past-vocab": (own, replace(other, spans=(s(None, None, "serves"),)))}):  # not an outcome
+        with pytest.raises(ValueError):
+            check_table({"sglang": replace(sg, settings=bad)})
+    check_table({"sglang": replace(sg, settings={"d2t.past-vocab": (own, other)})})
+
+
+def test_the_full_vocab_rule_is_a_row_of_the_version_story():
+    """vLLM's mapping parameter for a full-vocab draft: the engine table's rule d2t.param, rendered in the version
+    story, and what the notebooks and the quoted line point to."""
+    v = ENGINE_TABLE["vllm"]
+    spans = v.rules["d2t.param"]
+    assert [sp.value for sp in spans] == ["always", "reduced-only"]
+    rows = [r for r in lessons.version_story(["vllm"]) if r["key"] == "d2t.param"]
+    topic = dict((k, t) for _kind, k, t in lessons.STORY)["d2t.param"]
+    assert len(rows) == 2 and rows[1]["releases"].startswith(spans[1].since) and "There is no module" in rows[1]["source"]
+    quoted = [w for _e, _r, f, _n, text, w in __import__("helpers.teach.primer", fromlist=["x"]).ENGINE_LINES
+              if "draft_vocab_size != target_vocab_size" in text]
+    assert quoted and f"'{topic.split(' (')[0]}'" in quoted[0]
+    src00 = "\n".join(_cells(NB00, "markdown"))
+    assert topic.split(" (")[0] in src00  # section 3 and 6 point to that topic by name
 
 
 def test_the_wrong_ids_topic_no_longer_claims_absolute_ids_stay_in_range():
@@ -84,13 +146,18 @@ def _sglang_wheel() -> Path | None:
     return None
 
 
+def test_each_quoted_setting_line_names_a_setting_of_the_engine_table():
+    """The quotations are keyed by the table's own setting names: renaming or dropping a setting fails here."""
+    names = {(k, key, st.name) for k, e in ENGINE_TABLE.items() for key, sts in e.settings.items() for st in sts}
+    assert set(lessons.SETTING_LINES) <= names
+    assert {n for n in names if n[0] == "sglang"} == set(lessons.SETTING_LINES)  # every setting of SGLang's split quoted
+
+
 def test_setting_lines_are_the_released_ones_when_the_wheel_is_at_hand():
     wheel = _sglang_wheel()
     if wheel is None:
         pytest.skip("sglang 0.5.23 not unpacked (pip download --no-deps sglang==0.5.23 -d /tmp/sg && unzip)")
-    lines = list(lessons.SETTING_LINES[("sglang", "d2t.past-vocab")])
-    for _setting, _value, _how, more in lessons.SETTINGS[("sglang", "d2t.past-vocab")][1]:
-        lines.extend(more)
+    lines = [x for (key, _name, _setting), more in lessons.SETTING_LINES.items() if key == "sglang" for x in more]
     assert QUOTED["sglang"].release == "0.5.23"
     for file, n, text in lines:
         got = (wheel / file).read_text().splitlines()[n - 1].strip()

@@ -29,6 +29,7 @@ STORY = (
     ("outcome", "d2t.past-vocab", "a d2t sending some i + d2t[i] to V or past (absolute ids or arange of most real "
                                   "drafts: `past_vocab_counts` counts them)"),
     ("outcome", "t2d-mismatch.error", "a t2d that disagrees with d2t"),
+    ("rule", "d2t.param", "the mapping parameter of a full-vocab draft (draft_vocab_size == vocab_size)"),
     ("rule", "fc_norm", "EAGLE-3.1 fc_norm (the draft's own config)"),
     ("rule", "norm_output", "EAGLE-3.1 norm_output (the draft's own config)"),
     ("rule", "fc_norm.speculators", "fc_norm in a speculators-format config"),
@@ -41,6 +42,10 @@ RULE_WORDS = {
     "absent": "has no module for it (its weights are dropped or refused, the switch ignored)",
     "loads-unused": "loads the weights but never applies them",
     "misses": "does not recognise it (served as a Llama-attention draft)",
+    # d2t.param
+    "always": "builds it for every draft, a full-vocab one included (created as zeros, d2t loaded into it)",
+    "reduced-only": "builds it only when draft_vocab_size differs from the target's vocab: a full-vocab draft gets "
+                    "none (no mapping: draft id = target id)",
 }
 ACCEPT_WORDS = {"about-1": "accept length about 1", "at-most": "accept length at most the trained one",
                 "unknown": "accept length the files cannot tell", "as-trained": "accept length as trained"}
@@ -68,80 +73,58 @@ def _value_words(value) -> str:
     return RULE_WORDS.get(value, str(value))
 
 
-# -- settings the engine table does not split ------------------------------------------------------------------
-# The engine table has no "setting" dimension: each of its rows holds for every setting of a release. Where the
-# released code splits a row by setting, the split is stated here, once, with the lines it rests on (read in the
-# QUOTED release's files, never run); `version_story` renders it beside the table's row, and the table row is
-# labelled with the setting it describes. (engine key, outcome key) -> ((the setting the table's row describes,
-# how), ((other setting, Serve, how, ((file, line, the line as released), ...)), ...)).
-SETTINGS = {
-    ("sglang", "d2t.past-vocab"): (
-        ("one GPU (tp = 1), or CPU",
-         "the drafted id goes unmasked into the embedding (the next draft step's input, the verify forward's); "
-         "PyTorch's gather fails on an id past the (padded to 64) table: CPU an IndexError, CUDA a device-side "
-         "assert; SGLang names it itself only with SGLANG_ENABLE_ASYNC_ASSERT=1"),
-        (("tensor parallel (tp > 1)", Serve("serves", "about-1"),
-          "the id lies in no rank's shard of the target embedding: it is masked to a zero vector, the drafted "
-          "token matches no target token and is rejected, silently (greedy verify); the in-range ids of such a d2t "
-          "are wrong tokens anyway",
-          (("sglang/srt/layers/vocab_parallel_embedding.py", 499,
-            "# Map out-of-shard ids to index 0, gather, then zero those rows."),
-           ("sglang/srt/layers/vocab_parallel_embedding.py", 512,
-            "output_parallel.masked_fill_(input_mask.unsqueeze(-1), 0)"))),)),
-}
-# the lines behind the table's own row for the same setting (tp = 1), quoted the same way
+# -- settings: the engine table's `Engine.settings` -------------------------------------------------------------
+# Where the released code splits an outcome row by setting, the table says so (`helpers.core.engine_table.Setting`):
+# which setting its row holds for, and what serving does in each other one. Rows the table does not split hold for
+# every setting as far as the code read says; the story labels them so.
+ANY_SETTING = "any setting (no split in the code read)"
+
+# The released lines each setting of a split row rests on, quoted (file, line, the line as released) from the
+# engine's QUOTED release, keyed by (engine key, outcome key, the table's setting name); tests/test_teaching_one_story
+# compares them with the unpacked wheel when it is at hand, and each key with the table's settings.
 SETTING_LINES = {
-    ("sglang", "d2t.past-vocab"): (
+    ("sglang", "d2t.past-vocab", "one GPU (tp = 1), or CPU"): (
         ("sglang/srt/speculative/eagle_worker_v2.py", 758, "topk_index = self.hot_token_id[topk_index]"),
         ("sglang/srt/layers/vocab_parallel_embedding.py", 517,
          "# located async assert instead of a silent OOB embedding gather (tp=1 does not mask)."),
         ("sglang/srt/layers/quantization/unquant.py", 540, "return F.embedding(input_, layer.weight)")),
+    ("sglang", "d2t.past-vocab", "tensor parallel (tp > 1)"): (
+        ("sglang/srt/layers/vocab_parallel_embedding.py", 499,
+         "# Map out-of-shard ids to index 0, gather, then zero those rows."),
+        ("sglang/srt/layers/vocab_parallel_embedding.py", 512,
+         "output_parallel.masked_fill_(input_mask.unsqueeze(-1), 0)")),
 }
 
 
+def _setting_of(engine: Engine, key: str) -> tuple[str, str]:
+    """(the setting the engine table's `outcomes[key]` row holds for, how the code behaves in it)."""
+    own = next((st for st in engine.settings.get(key, ()) if st.spans is None), None)
+    return (own.name, own.how) if own else (ANY_SETTING, "")
+
+
 def version_story(engines=None) -> list[dict]:
-    """One row per (engine, topic, release range, setting) for the topics in `STORY`: engine, releases,
-    setting, topic, what it does, the source (the PR, release note or run the table cites). Every row is the
-    engine table's, except the settings `SETTINGS` splits off, which are said to be so in `source`."""
+    """One row per (engine, topic, release range, setting) for the topics in `STORY`: engine, releases, setting,
+    topic, what it does, the source (the PR, release note or run the table cites). Every row is the engine table's:
+    an outcome row the table splits by setting (`Engine.settings`) is labelled with the setting it holds for and
+    followed by the other settings' rows (`split` True: a `Setting`'s spans, not the `outcomes` row)."""
     rows = []
     for key in engines or ENGINE_TABLE:
         e = ENGINE_TABLE[key]
         for kind, name, topic in STORY:
-            spans = (e.outcomes if kind == "outcome" else e.rules).get(name) or ()
-            split = SETTINGS.get((key, name))
-            for sp in spans:
-                if sp.value is None:
-                    continue
-                rows.append({"engine": e.name, "releases": release_range(e, sp), "topic": topic,
-                             "setting": split[0][0] if split else "every setting",
-                             "what it does": _value_words(sp.value) + (f": {split[0][1]}" if split else ""),
-                             "source": sp.pr or "", "key": name})
+            table = e.outcomes if kind == "outcome" else e.rules
+            settings = [(*_setting_of(e, name), table.get(name) or (), False)]
+            if kind == "outcome":
+                settings += [(st.name, st.how, st.spans, True) for st in e.settings.get(name, ())
+                             if st.spans is not None]
+            for setting, how, spans, split in settings:
+                for sp in spans:
+                    if sp.value is None:
+                        continue
+                    rows.append({"engine": e.name, "releases": release_range(e, sp), "topic": topic,
+                                 "setting": setting,
+                                 "what it does": _value_words(sp.value) + (f": {how}" if how else ""),
+                                 "source": sp.pr or "", "key": name, "split": split})
     return rows
-
-
-def setting_rows() -> list[dict]:
-    """The rows `SETTINGS` adds beside the table's (same columns as `version_story`), each saying it is not in
-    the engine table."""
-    topics = {name: topic for _kind, name, topic in STORY}
-    rows = []
-    for (key, name), (_table_setting, others) in SETTINGS.items():
-        e, q = ENGINE_TABLE[key], QUOTED[key]
-        for setting, value, how, lines in others:
-            rows.append({"engine": e.name, "releases": f"{e.tag}{q.release} (read)", "topic": topics[name],
-                         "setting": setting, "what it does": f"{_value_words(value)}: {how}",
-                         "source": f"read in {q.label} ({', '.join(f'{f}:{n}' for f, n, _ in lines)}); not in the "
-                                   "engine table, whose row has no setting", "key": name})
-    return rows
-
-
-def _story_rows() -> list[dict]:
-    """The version story with the settings split off the table's rows, each after its engine's row."""
-    extra = setting_rows()
-    out = []
-    for r in version_story():
-        out.append(r)
-        out.extend(x for x in extra if x["engine"] == r["engine"] and x["key"] == r["key"])
-    return out
 
 
 def past_vocab_story():
@@ -149,23 +132,20 @@ def past_vocab_story():
     setting by setting: the version story's rows for that key (pandas)."""
     import pandas as pd
 
-    rows = [r for r in _story_rows() if r["key"] == "d2t.past-vocab"]
-    return pd.DataFrame(rows).drop(columns=["key", "topic"]).set_index(["engine", "setting"])
+    rows = [r for r in version_story() if r["key"] == "d2t.past-vocab"]
+    return pd.DataFrame(rows).drop(columns=["key", "topic", "split"]).set_index(["engine", "setting"])
 
 
 def past_vocab_lines():
-    """The released lines each setting of `SETTINGS` rests on (pandas): engine, release, setting, file:line, line."""
+    """The released lines each setting of the engine table's split rows rests on (pandas): engine, release, setting,
+    file:line, line."""
     import pandas as pd
 
     rows = []
-    for (key, name), (table_setting, others) in SETTINGS.items():
+    for (key, _name, setting), lines in SETTING_LINES.items():
         q = QUOTED[key]
-        for f, n, text in SETTING_LINES.get((key, name), ()):
-            rows.append({"engine": ENGINE_TABLE[key].name, "release": q.label, "setting": table_setting[0],
-                         "file:line": f"{f}:{n}", "line": text})
-        for setting, _value, _how, lines in others:
-            rows.extend({"engine": ENGINE_TABLE[key].name, "release": q.label, "setting": setting,
-                         "file:line": f"{f}:{n}", "line": text} for f, n, text in lines)
+        rows.extend({"engine": ENGINE_TABLE[key].name, "release": q.label, "setting": setting,
+                     "file:line": f"{f}:{n}", "line": text} for f, n, text in lines)
     return pd.DataFrame(rows)
 
 
@@ -184,15 +164,15 @@ def past_vocab_counts(path) -> dict:
 
 def version_story_lines(engines=None) -> list[str]:
     """The story as sentences, each naming its engine and its releases."""
-    return [f"{r['engine']} {r['releases']}: {r['topic']}: {r['what it does']}" for r in version_story(engines)]
+    return [f"{r['engine']} {r['releases']}" + (f" ({r['setting']})" if r["setting"] != ANY_SETTING else "")
+            + f": {r['topic']}: {r['what it does']}" for r in version_story(engines)]
 
 
 def version_story_table(engines=None):
     """The story as a table (pandas), grouped by topic."""
     import pandas as pd
 
-    names = {ENGINE_TABLE[k].name for k in (engines or ENGINE_TABLE)}
-    t = pd.DataFrame([r for r in _story_rows() if r["engine"] in names]).drop(columns="key")
+    t = pd.DataFrame(version_story(engines)).drop(columns=["key", "split"])
     return t.set_index(["topic", "engine", "setting"])
 
 
@@ -269,7 +249,7 @@ def tree_lesson(result, drafting, reading: str | None = None) -> dict:
     # one numbering in both tables: depths 1-based (1 = the first drafted token, as in the nodes' depth), ranks
     # 0-based (rank 0 = the draft's top choice, as in the ranks on a path)
     ranks = pd.DataFrame(p.q, columns=[f"rank {r}" for r in range(drafting.topk)]).round(4)
-    ranks.index = pd.RangeIndex(1, len(ranks) + 1, name="depth (1 = first drafted token; ranks 0-based, 0 = top choice)")
+    ranks.index = pd.RangeIndex(1, len(ranks) + 1, name="depth d (1 = first drafted token = position 0; ranks 0-based, 0 = top choice)")
     chain = result.prediction(Drafting.chain(drafting.steps), reading)
     return {"prediction": p, "tree": tree, "rank_table": ranks, "nodes": nodes.set_index("node"),
             "expected": tree.expected(), "chain": chain}
@@ -315,6 +295,9 @@ DEFINITIONS = {
                     "draft_n): K x drafts for a chain of K, fewer in llama.cpp near the end of a request",
     "accept length": "1 + accepted draft tokens / drafts: tokens emitted per verify step that carried a draft, the "
                      "target's own token (correction or bonus) counted, so never below 1",
+    "position j": "a drafted token's place in its draft, counted from 0: position 0 is the first drafted token (evaluate's "
+                  "step 0, a_0 in the chain formula, the first value of vLLM's per-position list, depth 1 of a tree: a "
+                  "tree's depth d is position d - 1); ranks count from 0 too (rank 0 = the draft's top choice)",
     "unconditional rate at position j": "drafts whose position j was accepted / all drafts (vLLM's log 'Per-position "
                                         "acceptance rate', speculate's per_position_unconditional); it can only fall "
                                         "with j, and accept length = 1 + the sum over j",
@@ -327,9 +310,11 @@ DEFINITIONS = {
                                  "where step k - 1 was right); the chain formula 1 + a_0 + a_0 a_1 + ... uses it "
                                  "as the conditional rate, which assumes a step's hits do not depend on the earlier "
                                  "ones",
-    "interval mean": "what one vLLM 'SpecDecoding metrics' line prints as 'Mean acceptance length': 1 + accepted / "
-                     "drafts over the interval since the previous line (VLLM_LOG_STATS_INTERVAL seconds); the last "
-                     "line covers only the last interval",
+    "interval mean": "what one engine log line prints: 1 + accepted / drafts over the interval since the previous "
+                     "such line (vLLM's 'SpecDecoding metrics' line, 'Mean acceptance length', every "
+                     "VLLM_LOG_STATS_INTERVAL seconds; SGLang's 'Decode batch' line, 'accept len', whose counts reset "
+                     "at each line); the last line covers only the last interval, and the plain mean of a log's "
+                     "interval means weighs each interval the same however many drafts it held",
     "pooled mean": "1 + accepted / drafts over a whole run (all its log lines' counts summed, the /metrics "
                    "counters, or every answer's counts summed): each draft weighs the same, so it is not the mean "
                    "of the interval means",
@@ -393,7 +378,7 @@ SAMPLING_LESSON = (
     "the table below): vLLM's default, llama.cpp's EAGLE-3 drafter and SGLang's default all draft the draft's argmax t "
     "and accept it with probability p_T(t), the target's probability of t at the request's temperature; the textbook "
     "rule (vLLM probabilistic, SGLang rejection sampling) accepts with min(1, p/q) against the draft's own q. So for an "
-    "argmax-draft rule the conditional rate at depth i is p_T(t_i), and the chain's expected accept length is "
+    "argmax-draft rule the conditional rate at position i is p_T(t_i), and the chain's expected accept length is "
     "1 + p_T(t_0) + p_T(t_0) p_T(t_1) + ... (helpers.core.acceptance_rules.exact_chain_acceptance). "
     "What temperature does to the evidence ladder: a healthy draft's served accept length FALLS as T rises (p_T(t) < 1 "
     "even where t is the argmax), so a served number at T > 0 is compared with the engine-free loop at the same T and "
@@ -414,8 +399,8 @@ def sampling_rules():
 
 def chain_under_rule(rule: str, p_at_draft, vocab: int = 8) -> dict:
     """The expected accept length of a chain whose drafted argmax token has target probability `p_at_draft[i]` at
-    depth i, under acceptance rule `rule`: the kit's `exact_chain_acceptance` on rows that put p on token 0 and
-    share the rest (the draft's argmax is token 0 at every depth)."""
+    position i (0-based), under acceptance rule `rule`: the kit's `exact_chain_acceptance` on rows that put p on
+    token 0 and share the rest (the draft's argmax is token 0 at every position)."""
     import torch
 
     from helpers.core.acceptance_rules import exact_chain_acceptance, get_rule
@@ -446,7 +431,8 @@ def gguf_lesson() -> str:
 
 def outcomes_for(copies: dict, engines=("vllm", "sglang", "llamacpp")):
     """What each engine's newest release read does with each copy (copy -> the engine table's outcome key), in the
-    version story's words, with the setting where `SETTINGS` splits the row (pandas: copy x engine)."""
+    version story's words, each setting of a row the table splits (`Engine.settings`) in turn (pandas: copy x
+    engine)."""
     import pandas as pd
 
     out = {}
@@ -458,10 +444,28 @@ def outcomes_for(copies: dict, engines=("vllm", "sglang", "llamacpp")):
             if not spans:
                 row[e.name] = "(no row in the engine table)"
                 continue
-            words = _value_words(spans[-1].value)
-            split = SETTINGS.get((k, key))
-            if split:
-                words = f"{split[0][0]}: {words}; " + "; ".join(f"{st}: {_value_words(v)}" for st, v, _h, _l in split[1])
-            row[e.name] = f"{words} [{spans[-1].pr or 'no source'}]"
+            words = f"{_value_words(spans[-1].value)} [{spans[-1].pr or 'no source'}]"
+            others = [(st.name, [sp for sp in st.spans if sp.value is not None]) for st in e.settings.get(key, ())
+                      if st.spans is not None]
+            if others:
+                words = f"{_setting_of(e, key)[0]}: {words}; " + "; ".join(
+                    f"{name}: {_value_words(sp[-1].value)} [{sp[-1].pr or 'no source'}]" for name, sp in others if sp)
+            row[e.name] = words
         out[copy] = row
     return pd.DataFrame(out).T.rename_axis("copy (the engine table's key)")
+
+
+def setting_notes(findings) -> list[str]:
+    """For each engine the doctor predicted an outcome for: when that outcome is a row the engine table splits by
+    setting, which setting the doctor's line holds for and what serving does in each other one, from the outcome
+    itself (`helpers.core.engines.EngineAt.outcome`: setting, other_settings). [] when no row is split."""
+    names = {a.key: a.label for a in findings.versions}
+    lines = []
+    for key, o in findings.predicted_outcome().items():
+        if not o.get("setting"):
+            continue
+        lines.append(f"{names[key]}: the doctor's line is the engine table's row for the setting {o['setting']}; "
+                     + "; ".join(f"in the setting {x['setting']} the table says: "
+                                 f"{_value_words(Serve(x['result'], x['accept'], x['says']))} [{x['source']}]"
+                                 for x in o["other_settings"]))
+    return lines

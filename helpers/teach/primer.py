@@ -405,7 +405,8 @@ ENGINE_LINES = (
            "topk_index = self.hot_token_id[topk_index]", "a drafted draft id becomes a target id by indexing hot_token_id"),
     quoted("sglang", "sglang/srt/layers/vocab_parallel_embedding.py", 517,
            "# located async assert instead of a silent OOB embedding gather (tp=1 does not mask).",
-           "an id >= V reaching the embedding on one GPU is not masked (asserted only with SGLANG_ENABLE_ASYNC_ASSERT)"),
+           "a line behind the engine table's row for an id past the target vocab, setting one GPU (tp = 1): the "
+           "whole story is the version story's topic for that id (section 7 shows it with every line it rests on)"),
     quoted("sglang", "sglang/srt/models/kimi_k25_eagle3.py", 437,
            'if name == "d2t" or name.endswith(".d2t"):', "the MLA draft reads d2t the same way (exact name)"),
     quoted("vllm.zeros", "vllm/model_executor/models/llama_eagle3.py", 305,
@@ -413,9 +414,9 @@ ENGINE_LINES = (
            "the mapping parameter starts as zeros: a d2t that never arrives stays the identity"),
     quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 339,
            "if self.config.draft_vocab_size != target_vocab_size:",
-           "the parameter is built only for a reduced vocab (vllm#53458; the older release quoted above builds it always): a "
-           "full-vocab draft gets none, and a d2t stored in one is refused at start-up ('There is no module or "
-           "parameter named', read in this file and in the CPU build's (QUOTED['vllm.cpu']), not run; not yet a row of the engine table)"),
+           "the condition under which the parameter is built: which releases build it for a full-vocab draft, and "
+           "what a d2t stored in one meets, is the version story's topic 'the mapping parameter of a full-vocab "
+           "draft' (engine table rule d2t.param)"),
     quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 429,
            'name = name.replace("d2t", "draft_id_to_target_id")', "the weight d2t is loaded into that parameter"),
     quoted("vllm", "vllm/model_executor/models/llama_eagle3.py", 386,

@@ -47,7 +47,7 @@ TREE_Q = ((0.7, 0.15), (0.6, 0.2))
 TREE_SHAPE = {"steps": 2, "topk": 2, "num_draft_tokens": 4}  # SGLang's three flags (the root counted)
 TREE_TOLERANCE = 0.005
 # exercise 12: a chain of 3 served by vLLM at a temperature above 0 (its default rule): the target's probability, at
-# that temperature, of the token the draft drafted (its argmax) at each depth
+# that temperature, of the token the draft drafted (its argmax) at each position (0-based)
 SAMPLED_RULE = "vllm-greedy-draft"
 SAMPLED_P = (0.8, 0.7, 0.5)
 # exercise 13: the draft id whose GGUF d2t value is asked
@@ -353,7 +353,7 @@ def _tree_wrong(got: float) -> str:
 LESSON_EXERCISES = {
     12: f"a chain of {len(SAMPLED_P)} is served by vLLM at a temperature above 0 with its default rule "
         f"({SAMPLED_RULE}); at the temperature, the target gives the draft's drafted (argmax) token probability "
-        f"SAMPLED_P = {list(SAMPLED_P)} at depths 0, 1, 2: its expected accept length (a number, two decimals)?",
+        f"SAMPLED_P = {list(SAMPLED_P)} at positions 0, 1, 2 (0 = the first drafted token): its expected accept length (a number, two decimals)?",
     13: f"the small draft (tiny_draft_sglang) is converted by llama.cpp's converter: which value does the GGUF's "
         f"d2t hold for draft id {GGUF_DRAFT_ID} (an int)?",
 }
