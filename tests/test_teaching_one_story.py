@@ -124,6 +124,7 @@ def test_the_full_vocab_rule_is_a_row_of_the_version_story():
     rows = [r for r in lessons.version_story(["vllm"]) if r["key"] == "d2t.param"]
     topic = dict((k, t) for _kind, k, t in lessons.STORY)["d2t.param"]
     assert len(rows) == 2 and rows[1]["releases"].startswith(spans[1].since) and "There is no module" in rows[1]["source"]
+    assert "first released in 0.30.0" in rows[1]["source"]  # the release between the two read ones, said in words
     quoted = [w for _e, _r, f, _n, text, w in __import__("helpers.teach.primer", fromlist=["x"]).ENGINE_LINES
               if "draft_vocab_size != target_vocab_size" in text]
     assert quoted and f"'{topic.split(' (')[0]}'" in quoted[0]

