@@ -48,11 +48,10 @@ def add_arguments(p) -> None:
     p.add_argument("--window", type=int, default=None,
                    help="the wrong window to emulate for a full-attention draft (default 8 tokens)")
     _options.chat_template(p)
-    from helpers.speculate.result import DEFAULT_BATCH_SIZE
+    from helpers.speculate.result import BATCH_HELP, DEFAULT_BATCH_SIZE
 
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
-                   help=f"prompts verified together (default {DEFAULT_BATCH_SIZE}; 1: one at a time): a chain's greedy "
-                        "tokens and every count are the one-at-a-time ones; a tree runs one prompt at a time")
+                   help=BATCH_HELP)
     _options.device_dtype(p)
     _options.embed_from(p)
     _options.json_flag(p)

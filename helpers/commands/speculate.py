@@ -85,11 +85,10 @@ def add_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt (default 64)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    from helpers.speculate.result import DEFAULT_BATCH_SIZE
+    from helpers.speculate.result import BATCH_HELP, DEFAULT_BATCH_SIZE
 
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
-                   help=f"prompts verified together (default {DEFAULT_BATCH_SIZE}; 1: one at a time): a chain's greedy "
-                        "tokens and every count are the one-at-a-time ones; a tree runs one prompt at a time")
+                   help=BATCH_HELP)
     _options.aux_engine(p, f"whose aux-layer convention feeds the draft: {_options.aux_names()}, optionally ==VERSION "
                         "(default sglang)")
     _options.chat_template(p)

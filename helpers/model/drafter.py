@@ -161,15 +161,18 @@ class Drafter:
             beam_h = h[:, parents]
             self.kv.reorder(torch.tensor(parents, device=self.device))
         self.kv.end_chain()
+        return self._proposal(root_token, c_score, c_parent, c_depth, c_draft, c_q, draft_tokens)
+
+    def _proposal(self, root_token: int, c_score, c_parent, c_depth, c_draft, c_q, draft_tokens: int) -> Proposal:
+        """The kept tree of one sequence's candidates (lists indexed by candidate, 0 = the root)."""
         kept = self._keep(c_score, draft_tokens)
         index = {0: 0}
         for c in kept:
             index[c] = len(index)
         draft_ids = [-1] + [c_draft[c] for c in kept]
         tokens = [int(root_token)] + self.target_ids(torch.tensor(draft_ids[1:], dtype=torch.long)).tolist()
-        prop = Proposal(tokens, [-1] + [index[c_parent[c]] for c in kept], [0] + [c_depth[c] for c in kept],
+        return Proposal(tokens, [-1] + [index[c_parent[c]] for c in kept], [0] + [c_depth[c] for c in kept],
                         draft_ids, {index[c]: c_q[c] for c in kept if c in c_q})
-        return prop
 
     @staticmethod
     def _keep(score: list[float], draft_tokens: int) -> list[int]:
@@ -179,8 +182,8 @@ class Drafter:
 
 
 class BatchDrafter(Drafter):
-    """A `Drafter` over a batch of sequences at once, for chains (topk 1): one draft forward per
-    step for every row, each row at its own positions.
+    """A `Drafter` over a batch of sequences at once, chains (`propose_chains`) and trees
+    (`propose_trees`): one draft forward per step for every row, each row at its own positions.
 
     The step-0 cache is rectangular: [B, heads, N, d], a row's keys at the slots where its verified
     positions were appended, `kv.pos` [B, N] the position of each slot (`NO_POSITION`: a padded
@@ -272,6 +275,56 @@ class BatchDrafter(Drafter):
         draft_ids = torch.stack(drafted, dim=1)  # [B, steps]
         tokens = torch.cat([torch.as_tensor(roots, device=dev).view(B, 1), self.target_ids(draft_ids)], dim=1)
         return Chains(tokens, draft_ids, qs)
+
+
+    @torch.inference_mode()
+    def propose_trees(self, roots: list[int], steps: int, topk: int, draft_tokens: int) -> list[Proposal]:
+        """A tree per row after its root (`Drafter.propose` with argmax picks, row by row the same
+        candidates, scores and kept nodes): one draft forward per depth for every row's `topk` beam
+        nodes, each row at its own positions, its beam following its own parents."""
+        B, dev = self.rows, self.device
+        lp, ids = torch.log_softmax(self.logits_last.float(), dim=-1).topk(topk, dim=-1)  # `pick_tokens`' argmax pick
+        cands = [([0.0], [-1], [0], [-1]) for _ in range(B)]  # per row: score, parent, depth, draft id
+        ids_l, lp_l = ids.tolist(), lp.tolist()
+        for r in range(B):
+            score, parent, depth, draft = cands[r]
+            for i, s in zip(ids_l[r], lp_l[r]):
+                score.append(s), parent.append(0), depth.append(1), draft.append(i)
+        m = int(ids.shape[1])
+        beam = torch.arange(1, m + 1, device=dev)[None].expand(B, m)  # [B, m] candidate indices per row
+        beam_ids = ids  # [B, m] the beam nodes' draft ids
+        beam_score = lp  # [B, m] their cumulative log-probs (float32, as the one-row path's)
+        beam_h = self.h_last.expand(B, m, -1)
+        anchor = (self.n - 1)[:, None].expand(B, m)
+        self.kv.end_chain()
+        for d in range(1, steps):
+            toks = self.target_ids(beam_ids)
+            emb = self.model.embed_tokens(toks.clamp(0, self.vocab - 1))
+            h, logits = self._step(beam_h, emb, anchor + d, anchor=anchor)
+            V = logits.shape[-1]
+            lp, ids = torch.log_softmax(logits.reshape(B * m, V).float(), dim=-1).topk(topk, dim=-1)
+            k = int(ids.shape[1])
+            lp, ids = lp.view(B, m, k), ids.view(B, m, k)
+            scores = beam_score[:, :, None] + lp  # [B, m, k]
+            ids_l, sc_l, beam_l = ids.tolist(), scores.tolist(), beam.tolist()
+            first = len(cands[0][0])  # every row has as many candidates
+            for r in range(B):
+                score, parent, depth, draft = cands[r]
+                for row in range(m):
+                    for i, s in zip(ids_l[r][row], sc_l[r][row]):
+                        score.append(s), parent.append(beam_l[r][row]), depth.append(d + 1), draft.append(i)
+            flat = scores.flatten(1)  # [B, m * k]
+            best = torch.stack([flat[r].topk(min(topk, flat.shape[1])).indices for r in range(B)])  # the one-row topk
+            parents = best // k
+            beam = first + best
+            beam_ids = ids.flatten(1).gather(1, best)
+            beam_score = flat.gather(1, best)
+            m = int(best.shape[1])
+            beam_h = h.gather(1, parents[..., None].expand(B, m, h.shape[-1]))
+            self.kv.reorder(parents)
+            anchor = anchor[:, :1].expand(B, m)
+        self.kv.end_chain()
+        return [self._proposal(int(root), *cands[r], {}, draft_tokens) for r, root in enumerate(roots)]
 
 
 @dataclass

@@ -111,8 +111,17 @@ class DraftKV:
         return 0 if self.k is None else int(self.k.shape[2])
 
     def reorder(self, rows: torch.Tensor) -> None:
-        """Row i of every chain entry becomes row rows[i] (a beam following its parents)."""
-        self.chain = [(k[:, :, rows], v[:, :, rows]) for k, v in self.chain]
+        """Row i of every chain entry becomes row rows[i] (a beam following its parents); rows [m]
+        for every sequence alike, or [B, m] per sequence (a batch of beams, `BatchDrafter`)."""
+        if rows.dim() == 1:
+            self.chain = [(k[:, :, rows], v[:, :, rows]) for k, v in self.chain]
+            return
+
+        def take(t):  # t [B, heads, m, d] -> row i of sequence b becomes its row rows[b, i]
+            idx = rows.to(t.device)[:, None, :, None].expand(t.shape[0], t.shape[1], rows.shape[1], t.shape[3])
+            return t.gather(2, idx)
+
+        self.chain = [(take(k), take(v)) for k, v in self.chain]
 
     def end_chain(self) -> None:
         self.chain = []

@@ -1,5 +1,5 @@
-"""The engine-free loop over a batch of prompts at once (chains): one target forward verifies every
-row's chain, one draft forward drafts every row's next token.
+"""The engine-free loop over a batch of prompts at once, chains and trees: one target forward
+verifies every row's chain or tree, one draft forward per drafting step drafts for every row.
 
 The same round as `helpers.speculate.loop.speculate_prompt`, row by row the same decisions:
 
@@ -12,6 +12,13 @@ The same round as `helpers.speculate.loop.speculate_prompt`, row by row the same
   sees slots at positions <= p, and > p - W in a sliding layer), one per attention type;
 - the draft is a `helpers.model.drafter.BatchDrafter` (the same slots-and-positions scheme); its
   chains come as tensors (`Chains`), a row's `Proposal` built only where a per-row walk needs it;
+- a tree (`BatchDrafter.propose_trees`: every row's beam at once, each following its own parents)
+  is fed as [B, m] nodes at positions n_b + depth, the mask's new columns being each row's own tree
+  (a node sees its ancestors and itself; `tree_inputs`; a smaller tree padded with nodes no other
+  node sees); greedy verification is `verify`'s walk per row over one batched argmax
+  (`greedy_walk`); each row's root and accepted path are then moved to the front of its new slots
+  (`BatchTargetCache.keep_paths`, their keys already at their final positions n_b .. n_b + k, the
+  rest masked) and the columns no row kept are cropped; the draft extends over the same nodes;
 - greedy acceptance is `verify`'s chain walk on every row at once (tensor ops: the target's argmax,
   the kept prefix, the next token, what the draft reads next); sampled acceptance is `verify` per
   row, with that prompt's own generator (seeded as one at a time: seed * 1_000_003 + index), so a
@@ -23,7 +30,8 @@ The same round as `helpers.speculate.loop.speculate_prompt`, row by row the same
 Counts are the one-at-a-time counts: verify steps, histogram, per-position, engine counts, target
 forwards (prefills + verify steps, per prompt), target tokens fed (real tokens, padding not
 counted), draft forwards (per prompt); `SpecRun.batched_forwards` says how many batched target /
-draft forwards actually ran. Trees are run one prompt at a time (`loop.speculate`).
+draft forwards actually ran. A tree's drafting is the draft's top-k whatever the temperature, so
+sampled trees batch too: only verification draws, per row with its own generator.
 """
 from __future__ import annotations
 
@@ -60,11 +68,16 @@ class BatchTargetCache:
     def slots(self) -> int:
         return 0 if self.slot_pos is None else int(self.slot_pos.shape[1])
 
-    def masks(self, positions: torch.Tensor, dtype, device):
+    def masks(self, positions: torch.Tensor, dtype, device, tree: torch.Tensor | None = None):
         """Additive masks [B, 1, m, S + m] for queries at `positions` [B, m] whose own slots come next
-        (their slot positions are `positions`): one per attention type."""
+        (their slot positions are `positions`): one per attention type. `tree` [B, m, m] bool: which
+        of this forward's nodes each query may see (its ancestors and itself; None: the position
+        rule, a chain's causal order)."""
         kpos = positions if self.slot_pos is None else torch.cat([self.slot_pos, positions], dim=1)
         base = kpos[:, None, :] <= positions[:, :, None]
+        if tree is not None:
+            base = base.clone()
+            base[:, :, self.slots:] = tree.to(base.device)
         out = {}
         for k in self.kinds:
             allowed = base
@@ -78,6 +91,39 @@ class BatchTargetCache:
     def appended(self, slot_pos: torch.Tensor) -> None:
         """The slots the last forward appended, with their positions (`NO_POSITION`: never seen)."""
         self.slot_pos = slot_pos if self.slot_pos is None else torch.cat([self.slot_pos, slot_pos], dim=1)
+
+    def gather_last(self, columns: torch.Tensor) -> None:
+        """Among the last m slot columns (appended by the last forward, not yet in `slot_pos`), row b's
+        column j becomes its column columns[b, j] ([B, m] offsets into those m): a tree's accepted
+        path moved to the front, so what no row kept can be cropped."""
+        m = int(columns.shape[1])
+        for layer in _cache_layers(self.cache):
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                idx = columns.to(t.device)[:, None, :, None].expand(t.shape[0], t.shape[1], m, t.shape[3])
+                t[:, :, -m:] = t[:, :, -m:].gather(2, idx)
+
+    def keep_paths(self, paths: list[list[int]], n: list[int]) -> torch.Tensor:
+        """After a tree forward of m nodes per row (not yet in `slot_pos`): row b keeps its root and
+        the nodes `paths[b]`, moved to the front of the m new columns at positions n[b] .. n[b] +
+        len(path) (the rest masked, then the columns no row kept cropped). Returns the [B, m] column
+        order (the kept nodes first), to pick the same columns of anything else the forward gave."""
+        B, m = len(paths), int(_cache_layers(self.cache)[0].keys.shape[2]) - self.slots
+        cols = torch.zeros(B, m, dtype=torch.long)
+        kept = torch.full((B, m), NO_POSITION, dtype=torch.long)
+        for b, path in enumerate(paths):
+            cols[b, : len(path) + 1] = torch.tensor([0] + path)
+            kept[b, : len(path) + 1] = int(n[b]) + torch.arange(len(path) + 1)
+        self.gather_last(cols)
+        self.appended(kept.to(self.slot_pos.device))
+        self.crop_new(m - 1 - max(len(p) for p in paths))
+        return cols
+
+    def crop_new(self, drop: int) -> None:
+        """Drop the last `drop` slot columns (the newest: what no row kept)."""
+        if drop > 0:
+            self.cache.crop(-drop)
+            self.slot_pos = self.slot_pos[:, : self.slots - drop]
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep rows `keep`, then drop trailing slot columns no kept row uses."""
@@ -107,6 +153,26 @@ class BatchTargetCache:
             mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)], dim=0)
             mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)], dim=0)
         self.slot_pos = torch.cat([pad(self.slot_pos, 1), pad(other.slot_pos, 1)], dim=0)
+
+
+def tree_inputs(props) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One tree per row -> (tokens [B, m], depths [B, m], tree [B, m, m] bool: node i sees node j,
+    its ancestors and itself), m the largest tree; a smaller tree is padded with nodes under its
+    root (seen by no other node, never accepted); a token outside the target vocab (-1) is fed as 0."""
+    B, m = len(props), max(p.size for p in props)
+    toks = torch.zeros(B, m, dtype=torch.long)
+    depth = torch.ones(B, m, dtype=torch.long)
+    tree = torch.zeros(B, m, m, dtype=torch.bool)
+    for b, p in enumerate(props):
+        toks[b, : p.size] = torch.tensor(p.tokens).clamp_min(0)
+        depth[b, : p.size] = torch.tensor(p.depth)
+        for i in range(m):
+            tree[b, i, i] = True
+            a = i if i < p.size else 0
+            while a >= 0:
+                tree[b, i, a] = True
+                a = p.parent[a]
+    return toks, depth, tree
 
 
 def _join_drafter(mine: BatchDrafter, theirs: BatchDrafter) -> None:
@@ -146,15 +212,16 @@ class _Row:
 @torch.inference_mode()
 def speculate_batched(target: Target, draft, items, settings: SpecSettings, run: SpecRun, *, layers: list[int],
                       generators, batch_size: int, on_round=None, on_prompt=None) -> list[PromptRun]:
-    """Speculate (chains) on `items` [(token ids, index)] keeping up to `batch_size` prompts in the
+    """Speculate (chains or trees) on `items` [(token ids, index)] keeping up to `batch_size` prompts in the
     batch; counts go to `run`; returns the PromptRuns in `items`' order. `generators`: one per item."""
-    from helpers.speculate.verify import _eos_ids, chain_expectation, verify
+    from helpers.speculate.verify import _eos_ids, chain_expectation, greedy_walk, verify
 
     d = settings.drafting
     steps = d.steps
     T = float(settings.temperature)
     rule = settings.rule
-    sample_chain = T > 0 and rule.samples_draft
+    is_chain = d.is_chain
+    sample_chain = T > 0 and rule.samples_draft  # chains only: a tree's nodes are the draft's top-k
     dev = target.input_device
     model = target.model
     eos = _eos_ids(target)
@@ -171,12 +238,13 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
     tc: BatchTargetCache | None = None
     drafter: BatchDrafter | None = None
 
-    def forward(cache: BatchTargetCache, x, positions, keep=None):
-        """The target over x [B, m] at `positions`; logits [B, m, V], or at columns `keep` only."""
+    def forward(cache: BatchTargetCache, x, positions, keep=None, tree=None):
+        """The target over x [B, m] at `positions`; logits [B, m, V], or at columns `keep` only;
+        `tree` [B, m, m]: which of these nodes each sees (None: a chain's causal order)."""
         nonlocal t_target
         t0 = time.perf_counter()
         B, m = x.shape
-        mask = cache.masks(positions, model.dtype, dev)
+        mask = cache.masks(positions, model.dtype, dev, tree)
         extra = {} if keep is None else {"logits_to_keep": keep}
         out = model(input_ids=x, use_cache=True, **{cache.argument: cache.cache}, position_ids=positions,
                      cache_position=torch.arange(cache.slots, cache.slots + m, device=dev),
@@ -262,6 +330,112 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
         if on_prompt is not None:
             on_prompt(row.out)
 
+    def record(row: _Row, drafted: list[int], k: int, tok: int, how: str, fed: int, exact=None) -> None:
+        """A verify step's outcome for one row: k drafted tokens accepted (`drafted[:k]`), then `tok`
+        ('correction' or 'bonus'); counted as `speculate_prompt` counts it. `exact`: (Proposal,
+        logits) of an argmax-drafted chain, for the exact per-position expectation."""
+        run.target_forwards += 1
+        run.target_tokens_fed += fed
+        run.draft_forwards += steps  # as one at a time: steps - 1 drafting steps, one extend
+        out = row.out
+        before = len(out.output_ids)
+        remaining = settings.max_new_tokens - before
+        done = False
+        for jj, t in enumerate(drafted[:k]):
+            if emit(row, t, "draft", jj):
+                done = True
+                break
+        if not done:
+            done = emit(row, tok, how)
+        emitted = len(out.output_ids) - before
+        run.verify_steps += 1
+        run.histogram_counts[emitted] += 1
+        run.accepted_per_position[: emitted - 1] += 1
+        out.accept_lengths.append(emitted)
+        if run.engine_counts is not None:
+            run.engine_counts.record(remaining, emitted)
+        if run.expected_per_position is not None and exact is not None:
+            ex = chain_expectation(exact[0], exact[1], T, rule)
+            mm = min(len(ex), remaining - 1)
+            run.expected_per_position[:mm] += ex[:mm]
+        if emitted < k + 1:
+            out.cut_from = k + 1
+        row.n += 1 + k
+        row.root = tok
+        row.done = done
+        if on_round is not None:
+            on_round(out)
+
+    def chain_round(rows: list[_Row], cap) -> None:
+        """Every row's chain drafted, verified and kept (tensor ops; see the module docstring)."""
+        B, m = len(rows), steps + 1
+        chains = drafter.propose_chains(torch.tensor([r.root for r in rows], device=dev), steps,
+                                        sample=sample_chain, temperature=T or 1.0,
+                                        generators=[r.gen for r in rows], draft_top_k=rule.draft_top_k)
+        calls["draft"] += steps - 1
+        toks = chains.tokens  # [B, m] target ids, -1 outside the target vocab (fed as 0, never accepted)
+        n = torch.tensor([r.n for r in rows], device=dev)
+        positions = n[:, None] + ar[None]
+        cap.clear()
+        logits = forward(tc, toks.clamp_min(0), positions)
+        aux = cap.aux()
+        if T <= 0:
+            # `verify`'s greedy walk on every chain at once: drafted token j is kept while every
+            # token before it was kept and it is the target's argmax after token j - 1; the next
+            # token is the argmax after the last kept one. `max`'s indices are argmax's (the first
+            # maximal value), at a third of a bf16 argmax's time on CPU.
+            best = logits.max(-1).indices  # [B, m]
+            acc = (toks[:, 1:] == best[:, :-1]).long().cumprod(1).sum(1)  # [B] drafted tokens kept
+            nxt = best.gather(1, acc[:, None])[:, 0]
+        else:
+            walks = [verify(chains.proposal(b), logits[b], T, drafter, row.gen, rule) for b, row in enumerate(rows)]
+            acc = torch.tensor([len(w[0]) for w in walks], device=dev)
+            nxt = torch.tensor([w[1] for w in walks], device=dev)
+        j = ar[None]
+        kept = torch.where(j <= acc[:, None], positions, torch.full_like(positions, NO_POSITION))
+        # what step 0 of the draft reads next: the kept drafted tokens, then the next token, then padding
+        nxt_ids = torch.where(j < acc[:, None], toks.roll(-1, 1),
+                              torch.where(j == acc[:, None], nxt[:, None], torch.zeros_like(toks)))
+        acc_l, nxt_l, toks_l = acc.tolist(), nxt.tolist(), toks.tolist()
+        for b, row in enumerate(rows):
+            k = acc_l[b]
+            exact = (chains.proposal(b), logits[b]) if run.expected_per_position is not None else None
+            record(row, toks_l[b][1:], k, nxt_l[b], "correction" if k < steps else "bonus", m, exact)
+        tc.appended(kept)
+        tc.crop_new(m - 1 - max(acc_l))  # the new columns no row kept (a row's other rejected slots stay, masked)
+        drafter.extend(aux, nxt_ids, acc + 1)
+        calls["draft"] += 1
+
+    def tree_round(rows: list[_Row], cap) -> None:
+        """Every row's tree drafted (`BatchDrafter.propose_trees`), verified in ONE target forward
+        (each row its own tree mask over its own cache), each row's accepted path kept."""
+        B = len(rows)
+        props = drafter.propose_trees([r.root for r in rows], steps, d.topk, d.num_draft_tokens)
+        calls["draft"] += steps - 1
+        toks, depth, tree = tree_inputs(props)
+        m = int(toks.shape[1])
+        n = torch.tensor([r.n for r in rows])
+        positions = (n[:, None] + depth).to(dev)
+        cap.clear()
+        logits = forward(tc, toks.to(dev), positions, tree=tree)
+        aux = cap.aux()
+        if T <= 0:
+            best = logits.max(-1).indices.tolist()  # [B, m] argmax ids (`max`'s indices: the first maximal)
+            walks = [greedy_walk(p, best[b]) for b, p in enumerate(props)]
+        else:
+            walks = [verify(p, logits[b], T, drafter, row.gen, rule) for b, (p, row) in enumerate(zip(props, rows))]
+        acc_l = [len(w[0]) for w in walks]
+        cols = tc.keep_paths([w[0] for w in walks], [r.n for r in rows])
+        nxt_ids = torch.zeros(B, m, dtype=torch.long)  # what step 0 of the draft reads next, then padding
+        for b, ((path, tok, how), p, row) in enumerate(zip(walks, props, rows)):
+            nxt_ids[b, : len(path) + 1] = torch.tensor([p.tokens[c] for c in path] + [tok])
+            chain = all(p.parent[i] == i - 1 for i in range(1, p.size))
+            exact = (p, logits[b, : p.size]) if chain and run.expected_per_position is not None else None
+            record(row, [p.tokens[c] for c in path], len(path), tok, how, p.size, exact)
+        aux_cols = cols.to(aux.device)[:, :, None].expand(B, m, aux.shape[-1])
+        drafter.extend(aux.gather(1, aux_cols), nxt_ids.to(dev), torch.tensor(acc_l, device=dev) + 1)
+        calls["draft"] += 1
+
     with HiddenStateCapture(target, layers) as cap:
         while waiting or active:
             admit(cap)
@@ -269,75 +443,7 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
             if not active:
                 continue
             rows = [rows_all[i] for i in active]
-            B, m = len(rows), steps + 1
-            chains = drafter.propose_chains(torch.tensor([r.root for r in rows], device=dev), steps,
-                                            sample=sample_chain, temperature=T or 1.0,
-                                            generators=[r.gen for r in rows], draft_top_k=rule.draft_top_k)
-            calls["draft"] += steps - 1
-            toks = chains.tokens  # [B, m] target ids, -1 outside the target vocab (fed as 0, never accepted)
-            n = torch.tensor([r.n for r in rows], device=dev)
-            positions = n[:, None] + ar[None]
-            cap.clear()
-            logits = forward(tc, toks.clamp_min(0), positions)
-            aux = cap.aux()
-            if T <= 0:
-                # `verify`'s greedy walk on every chain at once: drafted token j is kept while every
-                # token before it was kept and it is the target's argmax after token j - 1; the next
-                # token is the argmax after the last kept one. `max`'s indices are argmax's (the first
-                # maximal value), at a third of a bf16 argmax's time on CPU.
-                best = logits.max(-1).indices  # [B, m]
-                acc = (toks[:, 1:] == best[:, :-1]).long().cumprod(1).sum(1)  # [B] drafted tokens kept
-                nxt = best.gather(1, acc[:, None])[:, 0]
-            else:
-                walks = [verify(chains.proposal(b), logits[b], T, drafter, row.gen, rule) for b, row in enumerate(rows)]
-                acc = torch.tensor([len(w[0]) for w in walks], device=dev)
-                nxt = torch.tensor([w[1] for w in walks], device=dev)
-            j = ar[None]
-            kept = torch.where(j <= acc[:, None], positions, torch.full_like(positions, NO_POSITION))
-            # what step 0 of the draft reads next: the kept drafted tokens, then the next token, then padding
-            nxt_ids = torch.where(j < acc[:, None], toks.roll(-1, 1),
-                                  torch.where(j == acc[:, None], nxt[:, None], torch.zeros_like(toks)))
-            acc_l, nxt_l, toks_l = acc.tolist(), nxt.tolist(), toks.tolist()
-            for b, row in enumerate(rows):
-                k, tok = acc_l[b], nxt_l[b]
-                run.target_forwards += 1
-                run.target_tokens_fed += m
-                run.draft_forwards += steps  # as one at a time: steps - 1 drafting steps, one extend
-                out = row.out
-                before = len(out.output_ids)
-                remaining = settings.max_new_tokens - before
-                done = False
-                for jj, t in enumerate(toks_l[b][1:k + 1]):
-                    if emit(row, t, "draft", jj):
-                        done = True
-                        break
-                if not done:
-                    done = emit(row, tok, "correction" if k < steps else "bonus")
-                emitted = len(out.output_ids) - before
-                run.verify_steps += 1
-                run.histogram_counts[emitted] += 1
-                run.accepted_per_position[: emitted - 1] += 1
-                out.accept_lengths.append(emitted)
-                if run.engine_counts is not None:
-                    run.engine_counts.record(remaining, emitted)
-                if run.expected_per_position is not None:
-                    exact = chain_expectation(chains.proposal(b), logits[b], T, rule)
-                    mm = min(len(exact), remaining - 1)
-                    run.expected_per_position[:mm] += exact[:mm]
-                if emitted < k + 1:
-                    out.cut_from = k + 1
-                row.n += 1 + k
-                row.root = tok
-                row.done = done
-                if on_round is not None:
-                    on_round(out)
-            tc.appended(kept)
-            drop = m - 1 - max(acc_l)  # the new columns no row kept: cut (a row's other rejected slots stay, masked)
-            if drop > 0:
-                tc.cache.crop(-drop)
-                tc.slot_pos = tc.slot_pos[:, : tc.slots - drop]
-            drafter.extend(aux, nxt_ids, acc + 1)
-            calls["draft"] += 1
+            (chain_round if is_chain else tree_round)(rows, cap)
             leave()
     run.seconds["target"] += t_target
     run.seconds["draft"] += draft_seconds

@@ -55,7 +55,7 @@ def spec_drafting(drafting: Drafting | int | None) -> Drafting:
 def spec_settings(drafting: Drafting | int | None = None, *, engine: str | None = None, **knobs) -> SpecSettings:
     """Checked `SpecSettings`: the shape (`spec_drafting`), the engine (`spec_engine`) and any of
     reading, temperature, max_new_tokens, seed, chat_template, acceptance_rule, batch_size (prompts the
-    loop verifies together: chains batched, trees one at a time; `SpecSettings`' defaults otherwise).
+    loop verifies together, chains and trees; `SpecSettings`' defaults otherwise).
     Bad values are one `BadInputError` line."""
     try:
         return SpecSettings(drafting=spec_drafting(drafting), engine=spec_engine(engine), **knobs)  # checked when made

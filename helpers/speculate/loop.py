@@ -151,8 +151,6 @@ def batch_refusal(target: Target, settings: SpecSettings) -> str | None:
     """Why `speculate` runs these settings one prompt at a time although batch_size > 1 (None: batched)."""
     if settings.batch_size <= 1:
         return "batch size 1"
-    if not settings.is_chain:
-        return "a tree is verified one prompt at a time"
     from transformers import DynamicCache
 
     if not hasattr(DynamicCache(), "layers"):
@@ -165,8 +163,8 @@ def speculate(target: Target, draft, records, settings: SpecSettings, *, progres
     """Speculate on every prompt record (`helpers.io.prompts.Conversation`, or a list of token ids).
 
     `records` may be any iterable, e.g. one process's shard of a prompt file; runs over shards
-    add up with `SpecRun.merge`. Chains are verified `settings.batch_size` prompts at a time
-    (`helpers.speculate.batched`: the same greedy tokens and counts); trees one at a time.
+    add up with `SpecRun.merge`. Chains and trees are verified `settings.batch_size` prompts at a
+    time (`helpers.speculate.batched`: the same greedy tokens and counts).
     """
     why = speculation_refusal(target.config, target.model)
     if why:
@@ -198,7 +196,7 @@ def speculate(target: Target, draft, records, settings: SpecSettings, *, progres
 
 def _speculate_batched(target: Target, draft, records, settings: SpecSettings, run: SpecRun, layers, template, *,
                        progress=False, on_round=None, on_prompt=None) -> SpecRun:
-    """`speculate` through `helpers.speculate.batched` (chains): records tokenized first, one
+    """`speculate` through `helpers.speculate.batched`: records tokenized first, one
     generator per prompt seeded as one at a time."""
     from tqdm.auto import tqdm
 

@@ -30,7 +30,11 @@ DEFINITION = ("accept length = tokens emitted by verify steps / verify steps (co
 
 
 DEFAULT_ENGINE = "sglang"  # whose aux-layer convention feeds the draft when none is named ('all' too)
-DEFAULT_BATCH_SIZE = 16  # prompts verified together by the engine-free loop (chains; trees run one at a time)
+DEFAULT_BATCH_SIZE = 16  # prompts verified together by the engine-free loop (chains and trees)
+# the --batch-size help of every command that runs the loop (speculate, reproduce, probe, report)
+BATCH_HELP = (f"prompts the engine-free loop verifies together, chains and trees (default {DEFAULT_BATCH_SIZE}; "
+              "1: one at a time): greedy tokens and every count are the one-at-a-time ones (in bf16 a batched "
+              "matmul may round a near-tie the other way), sampled tokens follow each prompt's own seed")
 
 
 @dataclass
@@ -47,8 +51,8 @@ class SpecSettings:
     chat_template: str = "auto"
     # the acceptance rule under sampling (`helpers.core.acceptance_rules`); None: the engine's default
     acceptance_rule: str | None = None
-    # prompts the loop verifies together (`helpers.speculate.batched`; 1: one at a time). Greedy
-    # tokens and every count are the one-at-a-time ones; a tree runs one prompt at a time
+    # prompts the loop verifies together, chains and trees (`helpers.speculate.batched`; 1: one at
+    # a time). Greedy tokens and every count are the one-at-a-time ones
     batch_size: int = DEFAULT_BATCH_SIZE
 
     def __post_init__(self):

@@ -39,16 +39,10 @@ def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Dr
     """Walk the tree: (accepted node path without the root, next token, 'correction'|'bonus').
     `rule`: the acceptance rule at temperature > 0 (default textbook); a node the draft sampled is
     weighed against its recorded q, any other against a point mass on its token."""
+    if temperature <= 0:
+        return greedy_walk(prop, logits.argmax(-1).tolist())
     children = prop.children()
     path, cur = [], 0
-    if temperature <= 0:
-        best = logits.argmax(-1).tolist()
-        while True:
-            nxt = next((c for c in children[cur] if prop.tokens[c] == best[cur]), None)
-            if nxt is None:
-                return path, best[cur], "correction" if children[cur] else "bonus"
-            path.append(nxt)
-            cur = nxt
     while True:
         p = torch.softmax(logits[cur].float() / temperature, dim=-1)
         for c in children[cur]:
@@ -60,6 +54,19 @@ def verify(prop: Proposal, logits: torch.Tensor, temperature: float, drafter: Dr
         else:
             tok = int(torch.multinomial(p, 1, generator=generator))
             return path, tok, "correction" if children[cur] else "bonus"
+
+
+def greedy_walk(prop: Proposal, best: list[int]):
+    """`verify` at temperature 0 given the target's argmax after each node (`best[i]`): from the
+    root, the child whose token is the argmax, until none is."""
+    children = prop.children()
+    path, cur = [], 0
+    while True:
+        nxt = next((c for c in children[cur] if prop.tokens[c] == best[cur]), None)
+        if nxt is None:
+            return path, best[cur], "correction" if children[cur] else "bonus"
+        path.append(nxt)
+        cur = nxt
 
 
 def chain_expectation(prop: Proposal, logits: torch.Tensor, temperature: float, rule: AcceptanceRule) -> list[float]:
