@@ -286,6 +286,21 @@ def test_the_recorded_server_behaves_as_the_checkpoint(cli):
     assert ef["agrees"] is True
     assert out["target_check"]["lossy"] == 0
     assert out["reproduce"]["correct"]["reproduces"] is True
+    assert ef["settings"]["batch_size"] == 16  # speculate's default
+
+
+def test_probe_batch_size_reaches_the_engine_free_loop(cli):
+    """--batch-size 1: the loop one prompt at a time, the same greedy comparison as the default batch."""
+    with Engine("replay") as e:
+        base = ["probe", e.url, "--target", TARGET, "--checkpoint", DRAFT, "--dtype", "float32", "--max-prompts", "4",
+                "--json"]
+        one, batched = _json(cli(*base, "--batch-size", "1")), _json(cli(*base, "--batch-size", "3"))
+    assert one["engine_free"]["settings"]["batch_size"] == 1 and batched["engine_free"]["settings"]["batch_size"] == 3
+    for key in ("paired", "accept_length", "verify_steps", "agrees"):
+        assert one["engine_free"].get(key) == batched["engine_free"].get(key), key
+    assert one["reproduce"]["correct"] == batched["reproduce"]["correct"]
+    res = cli("probe", e.url, "--batch-size", "0")
+    assert res.returncode == 2 and "--batch-size must be at least 1" in res.stderr
 
 
 @pytest.mark.slow  # 3 s; test-fast keeps the recorded server's conclusion

@@ -25,6 +25,7 @@ def test_report_refuses_to_write_inside_the_checkpoint(cli, tmp_path):
     (["--device", "tpu:7"], "device"),
     (["--dtype", "int3"], "--dtype"),
     (["--baseline-tps", "-5"], "--baseline-tps must be a positive"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
 ])
 def test_report_checks_every_input_before_any_notebook_runs(tmp_path, capsys, bad, expect):
     from helpers.__main__ import main
@@ -39,3 +40,24 @@ def test_report_checks_every_input_before_any_notebook_runs(tmp_path, capsys, ba
     assert code == 2
     assert err.startswith("error:") and expect in err and len(err.strip().splitlines()) == 1, err
     assert not (out / "notebooks").exists()
+
+
+def test_report_batch_size_reaches_notebook_07(tmp_path):
+    """--batch-size has speculate's meaning and default, and is notebook 07's `batch_size` parameter."""
+    import argparse
+
+    import papermill as pm
+
+    from helpers.commands import report
+    from helpers.speculate.result import DEFAULT_BATCH_SIZE
+    from helpers.ui.notebook import SPECULATE
+    from helpers.ui.report import NOTEBOOK_DIR
+
+    p = argparse.ArgumentParser()
+    report.add_arguments(p)
+    declared = pm.inspect_notebook(str(NOTEBOOK_DIR / f"{SPECULATE}.ipynb"))
+    for given, expect in (([], DEFAULT_BATCH_SIZE), (["--batch-size", "3"], 3)):
+        args = p.parse_args([str(SAMPLES / "tiny_draft_sglang"), "-o", str(tmp_path / "out"), *given])
+        s = report.settings_from_args(args)
+        assert s.batch_size == expect
+        assert s.notebook_parameters(declared)["batch_size"] == expect

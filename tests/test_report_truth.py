@@ -66,7 +66,7 @@ def healthy_bundle(user_files, tmp_path_factory):
     code, out = _report([f["draft"], "--samples", f["samples"], "--log", f["log"], "--baseline-tps", "90",
                          "--max-samples", MAX_SAMPLES, "--engine", "sglang", "--target", f["target"],
                          "--prompts", f["prompts"], "--max-prompts", MAX_PROMPTS, "--max-new-tokens", "24",
-                         "--device", "cpu"],
+                         "--device", "cpu", "--batch-size", "3"],
                         tmp_path_factory.mktemp("r") / "healthy")
     assert code == 0, (out / "summary.md").read_text()
     return out
@@ -273,6 +273,7 @@ def test_notebook_07_runs_in_the_report_and_the_summary_quotes_it(healthy_bundle
         Path(f).name for f in run["figures"]}
     spec = summary["numbers"]["speculate"]
     assert spec["settings"]["steps"] == 5 and spec["prompts"] == int(MAX_PROMPTS) and spec["same_text"] is True
+    assert spec["settings"]["batch_size"] == 3  # --batch-size reached the loop
     off, ab = spec["speculate"]["offset"], spec["speculate"]["absolute"]
     assert off["mean_accept_length"] > ab["mean_accept_length"] == 1.0
     md = (healthy_bundle / "summary.md").read_text()

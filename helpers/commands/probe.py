@@ -132,6 +132,10 @@ def add_arguments(p) -> None:
                         "and forced acceptance")
     p.add_argument("--engine", type=_options.aux_engine_value, default=None, metavar="ENGINE[==VERSION]",
                    help=f"whose aux-layer convention the engine-free loop uses: {_options.aux_names()} (default: the server's)")
+    from helpers.speculate.result import BATCH_HELP, DEFAULT_BATCH_SIZE
+
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                   help=f"with --checkpoint: {BATCH_HELP}")
     _options.drafting(p, "refuse", "drafting shape, when the server does not report it (the engines' own flags)",
                       aliases=False)
     _options.chat_template(p)
@@ -146,7 +150,7 @@ def run(args) -> int:
     from helpers.io import remote_access
 
     for flag, value in (("--max-prompts", args.max_prompts), ("--max-new-tokens", args.max_new_tokens),
-                        ("--num-speculative-tokens", args.num_speculative_tokens)):
+                        ("--num-speculative-tokens", args.num_speculative_tokens), ("--batch-size", args.batch_size)):
         if value is not None and value < 1:
             raise BadInputError(None, f"{flag} must be at least 1, got {value}")
     if not 1 <= args.repeat <= MAX_REPEAT:
@@ -343,7 +347,7 @@ def _compare(args, checked, ids, result) -> None:
     try:  # checked when made
         settings = SpecSettings(reading="offset" if draft.d2t is not None else "none", drafting=result.drafting,
                                 max_new_tokens=args.max_new_tokens, engine=engine, chat_template=args.chat_template,
-                                temperature=args.temperature, seed=args.seed or 0)
+                                temperature=args.temperature, seed=args.seed or 0, batch_size=args.batch_size)
     except ValueError as e:
         raise BadInputError(None, str(e)) from None
     progress = _options.show_progress(args)

@@ -87,6 +87,10 @@ def add_arguments(p) -> None:
     r.add_argument("--max-new-tokens", type=int, default=48, help="with --target: tokens generated per prompt (default 48)")
     r.add_argument("--temperature", type=float, default=0.0,
                    help="with --target: 0 verifies greedily (default); > 0 uses speculative sampling")
+    from helpers.speculate.result import BATCH_HELP, DEFAULT_BATCH_SIZE
+
+    r.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                   help=f"with --target: {BATCH_HELP}")
     r.add_argument("--svg", action="store_true", help="save every figure as SVG too")
     r.add_argument("--json", action="store_true", help="print summary.json instead of the progress lines")
 
@@ -97,6 +101,7 @@ def settings_from_args(args) -> RunSettings:
         target_config=args.target_config, engine=args.engine, logs=tuple(args.logs), metrics=args.metrics, baseline_tps=args.baseline_tps,
         spec_tps=args.spec_tps, target=args.target, prompts=args.prompts, device=args.device, dtype=args.dtype, max_samples=args.max_samples, svg=args.svg,
         max_prompts=args.max_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        batch_size=args.batch_size,
     )
     shape = _options.shape_flags(args, "refuse")  # the engines' flags and the aliases, read once
     try:

@@ -368,7 +368,7 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
 
     def chain_round(rows: list[_Row], cap) -> None:
         """Every row's chain drafted, verified and kept (tensor ops; see the module docstring)."""
-        B, m = len(rows), steps + 1
+        m = steps + 1
         chains = drafter.propose_chains(torch.tensor([r.root for r in rows], device=dev), steps,
                                         sample=sample_chain, temperature=T or 1.0,
                                         generators=[r.gen for r in rows], draft_top_k=rule.draft_top_k)

@@ -205,7 +205,7 @@ def validate(settings: RunSettings) -> RunSettings:
         raise BadInputError(None, "--target needs --prompts FILE (the prompts to run speculative decoding on)")
     if s.prompts and not s.target:
         raise BadInputError(None, "--prompts needs --target DIR (the Hugging Face target that verifies the draft)")
-    for name in ("max_samples", "max_prompts", "max_new_tokens"):
+    for name in ("max_samples", "max_prompts", "max_new_tokens", "batch_size"):
         value = getattr(s, name)
         if value is not None and value < 1:
             raise BadInputError(None, f"--{name.replace('_', '-')} must be at least 1, got {value}")

@@ -76,6 +76,8 @@ class RunSettings:
     max_prompts: int | None = None  # prompt records used (None: all)
     max_new_tokens: int = 48  # tokens generated per prompt
     temperature: float = 0.0  # 0: greedy verification; > 0: speculative sampling
+    # prompts the loop verifies together (`SpecSettings.batch_size`); None: its default (speculate's)
+    batch_size: int | None = None
     sources: dict = field(default_factory=dict, compare=False)  # setting -> where its value came from
 
     def __post_init__(self):
