@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_mutations as em  # noqa: E402  (the systematic mutations of both pairs' drafts)
 import make_broken_drafts as mb  # noqa: E402  (copy-and-change helpers of the second-wave drafts)
 import vllm_cpu  # noqa: E402
 
@@ -145,6 +146,34 @@ def _side_file(folder: Path):
     save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
+def _speculators_layout(section: bool):
+    """The draft rewritten as speculators 0.9.0 writes one (layers.0.* names, the layer config nested under
+    transformer_layer_config, d2t / t2d in the weights), with its speculators_config section or without it."""
+    def f(folder: Path):
+        from safetensors.torch import load_file, save_file
+
+        t = load_file(str(folder / "model.safetensors"))
+        save_file({k.replace("midlayer.", "layers.0.", 1): v for k, v in t.items()}, str(folder / "model.safetensors"),
+                  metadata={"format": "pt"})
+        cfg = json.loads((folder / "config.json").read_text())
+        layer = {k: v for k, v in cfg.items() if k not in ("architectures", "draft_vocab_size", "target_hidden_size",
+                                                           "eagle_config", "torch_dtype")}
+        layer["architectures"] = ["LlamaForCausalLM"]
+        out = {"architectures": ["Eagle3DraftModel"], "draft_vocab_size": cfg["draft_vocab_size"], "dtype": "bfloat16",
+               "eagle_aux_hidden_state_layer_ids": cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
+               "norm_before_residual": False, "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
+               "target_hidden_size": cfg["target_hidden_size"], "tie_word_embeddings": False,
+               "transformer_layer_config": layer}
+        if section:
+            out["speculators_config"] = {
+                "algorithm": "eagle3", "default_proposal_method": "greedy",
+                "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy", "speculative_tokens": 3,
+                                      "verifier_accept_k": 1}],
+                "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "data_samples/engine_llama/target"}}
+        (folder / "config.json").write_text(json.dumps(out, indent=2))
+    return f
+
+
 # name -> (what was changed, tensors change, config change, folder change)
 CASES: dict[str, tuple] = {
     "healthy": ("nothing: the bundled draft as made", None, None, None),
@@ -181,6 +210,11 @@ CASES: dict[str, tuple] = {
                          "target's count)", None, mb._set(num_hidden_layers=2), None),
     "method-eagle": ("the healthy draft launched with method \"eagle\" instead of \"eagle3\" (SGLang #21272's "
                      "mistake, in vLLM)", None, None, None),
+    # the format speculators 0.9.0 writes, with and without the section by which vLLM knows it
+    "speculators-layout": ("written as speculators 0.9.0 writes a draft (layers.0.*, transformer_layer_config, "
+                           "speculators_config)", None, None, _speculators_layout(True)),
+    "speculators-no-section": ("the same without speculators_config (the older bundled speculators sample's "
+                               "shape)", None, None, _speculators_layout(False)),
     # the Kimi-shaped pair's MLA draft (case names start with "kimi-": their pair is engine_kimi)
     "kimi-healthy": ("the Kimi-shaped pair's MLA draft as made (model_type deepseek_v2)", None, None, None),
     "kimi-model-type-kimi_k2": ("its model_type set to kimi_k2 (Kimi's own)", None, mb._set(model_type="kimi_k2"), None),
@@ -192,7 +226,7 @@ CASES: dict[str, tuple] = {
 # cases that change the launch, not the files: the speculative config's method (the doctor's --algorithm)
 LAUNCH = {"method-eagle": "eagle"}
 # cases the doctor can only see against the checkpoint they came from (its --previous: the pair's draft)
-PREVIOUS = ("d2t-stale",)
+PREVIOUS = ("d2t-stale",)  # and every mutation `*map-stale` (its pair's draft is the one it was regenerated from)
 
 
 def pair_of(case: str) -> Path:
@@ -293,12 +327,28 @@ def main(argv=None) -> None:
     r.add_argument("--out", type=Path, default=None, help=f"default: {TABLE.name} / {LLAMACPP_TABLE.name}")
     r.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     r.add_argument("--work", type=Path, default=None)
+    mu = sub.add_parser("mutate", help="run every mutated copy (scripts/engine_mutations.py) and write the table")
+    mu.add_argument("--out", type=Path, default=None, help=f"default: {MUTATION_TABLE.name}")
+    mu.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
+    mu.add_argument("--work", type=Path, default=None)
     d = sub.add_parser("docs", help="print the markdown table of docs/engine-truth.md from the recorded table")
     d.add_argument("--table", type=Path, default=None)
-    for p_ in (m, r, d):
+    d.add_argument("--mutations", action="store_true", help="the mutation table's summary by class")
+    for p_ in (m, r, d, mu):
         p_.add_argument("--engine", choices=("vllm", "llamacpp"), default="vllm")
     args = ap.parse_args(argv)
     lc = args.engine == "llamacpp"
+    if args.cmd == "docs" and args.mutations:
+        import tempfile
+
+        data = json.loads((args.table or (LLAMACPP_MUTATION_TABLE if lc else MUTATION_TABLE)).read_text())
+        with tempfile.TemporaryDirectory() as tmp:
+            names = [r["case"] for r in data["rows"] if r["class"] != "healthy"]
+            folders = make_mutations(Path(tmp), names) | {"healthy": PAIR / "draft",
+                                                          "kimi-healthy": PAIRS["kimi"] / "draft"}
+            folders = {r["case"]: folders[r["case"]] for r in data["rows"]}
+            print(render_classes(data, doctor_predictions(folders, LLAMACPP_SPEC if lc else None)))
+        return
     if args.cmd == "docs":
         import tempfile
 
@@ -308,6 +358,15 @@ def main(argv=None) -> None:
             folders = (make_llamacpp(Path(tmp), cases) | make_gguf_cases(Path(tmp) / "gguf", cases)) if lc else \
                 make(Path(tmp), cases)
             print(render(data, doctor_predictions(folders, LLAMACPP_SPEC if lc else None)))
+        return
+    if args.cmd == "mutate":
+        names = args.cases.split(",") if args.cases else None
+        if lc:  # the llama pair's mutations and both healthy drafts (the converter refuses every MLA draft)
+            cases = {n: c for n, c in mutation_cases().items() if not n.startswith("kimi-")}
+            cases = {"healthy": CASES["healthy"] + ("healthy",)} | cases
+            run_llamacpp(args.out or LLAMACPP_MUTATION_TABLE, names, args.work, cases=cases)
+        else:
+            run_mutations(args.out or MUTATION_TABLE, names, args.work)
         return
     if args.cmd == "make":
         for name, folder in (make_llamacpp(args.out) if lc else make(args.out)).items():
@@ -352,9 +411,9 @@ def agrees(pred: dict | None, row: dict, healthy: float) -> tuple[bool, str]:
     return ok, "" if ok else f"predicted accept {want}, measured {row['accept_length']:.3f} ({got})"
 
 
-def doctor_predictions(folders: dict[str, Path], spec: str | None = None) -> dict[str, dict]:
+def doctor_predictions(folders: dict[str, Path], spec: str | None = None, findings: dict | None = None) -> dict[str, dict]:
     """The doctor's predicted outcome for each copy at `spec` (default vllm==0.32.0; LLAMACPP_SPEC for the
-    llama.cpp table), with the bundled target's config."""
+    llama.cpp table), with the bundled target's config; `findings`, when given, receives each copy's findings."""
     from helpers.doctor.diagnose import diagnose
 
     spec = spec or f"vllm=={vllm_cpu.RELEASE}"
@@ -363,12 +422,14 @@ def doctor_predictions(folders: dict[str, Path], spec: str | None = None) -> dic
     for name, folder in folders.items():
         try:
             found = diagnose(folder, spec, pair_of(name) / "target" / "config.json", algorithm=LAUNCH.get(name),
-                             previous=pair_of(name) / "draft" if name in PREVIOUS else None)
+                             previous=pair_of(name) / "draft" if name in PREVIOUS or name.endswith("map-stale") else None)
         except Exception:  # noqa: BLE001 - a GGUF where the kit does not read GGUF files yet: no prediction
             if not str(folder).endswith(".gguf"):
                 raise
             continue
         out[name] = found.predicted_outcome().get(key)
+        if findings is not None:
+            findings[name] = found
     return out
 
 
@@ -413,7 +474,8 @@ LLAMACPP_RELEASE = "b11434"
 LLAMACPP_TABLE = ROOT / "data_samples" / "engine_truth" / f"llamacpp-{LLAMACPP_RELEASE}.json"
 LLAMACPP_SPEC = f"llamacpp=={LLAMACPP_RELEASE}"
 # CASES with no llama.cpp form: a launch method (llama-server has one EAGLE-3 speculative type)
-LLAMACPP_SKIP = ("method-eagle",)
+# (and the speculators configs: llama.cpp's converter takes a Hugging Face config, not run here)
+LLAMACPP_SKIP = ("method-eagle", "speculators-layout", "speculators-no-section")
 
 
 def _d2t_bf16(t):
@@ -607,15 +669,20 @@ def make_llamacpp(out: Path, names=None) -> dict[str, Path]:
     return _write_copies(out, {n: c for n, c in CASES.items() if n not in LLAMACPP_SKIP} | LLAMACPP_CASES, names)
 
 
-def run_llamacpp(out_json: Path, names=None, work: Path | None = None) -> list[dict]:
+def run_llamacpp(out_json: Path, names=None, work: Path | None = None, cases: dict | None = None) -> list[dict]:
+    """Every llama.cpp case (or `cases`: name -> (change, tensors, config, folder, class), the mutations) converted
+    and served; the table written to `out_json` after each row."""
     import tempfile
 
     import llamacpp as L
 
     t0 = time.time()
     work = Path(work or tempfile.mkdtemp(prefix="engine-truth-llamacpp-"))
-    wanted = [n for n in llamacpp_cases() if not names or n in names]
-    copies = make_llamacpp(work / "drafts", [n for n in wanted if not n.startswith("gguf-")])
+    wanted = [n for n in (cases or llamacpp_cases()) if not names or n in names]
+    if cases:
+        copies = _write_copies(work / "drafts", {n: c[:4] for n, c in cases.items()}, wanted)
+    else:
+        copies = make_llamacpp(work / "drafts", [n for n in wanted if not n.startswith("gguf-")])
     targets, reference = {}, {}
     for pair in ("llama", "kimi"):
         if not any(pair_of(n) == PAIRS[pair] for n in wanted) and pair == "kimi":
@@ -632,8 +699,9 @@ def run_llamacpp(out_json: Path, names=None, work: Path | None = None) -> list[d
     rows = []
     for i, name in enumerate(wanted):
         pair = "kimi" if name.startswith("kimi-") else "llama"
-        print(f"[{i + 1}/{len(wanted)}] {name}: {change_of(name)}", file=sys.stderr, flush=True)
-        row = {"case": name, "change": change_of(name)}
+        change = cases[name][0] if cases else change_of(name)
+        print(f"[{i + 1}/{len(wanted)}] {name}: {change}", file=sys.stderr, flush=True)
+        row = {"case": name, "change": change} | ({"class": cases[name][4]} if cases else {})
         tgt = targets[pair]
         names_ = {str(work): "WORK"}
         if not tgt.ok:
@@ -663,7 +731,10 @@ def run_llamacpp(out_json: Path, names=None, work: Path | None = None) -> list[d
                                         f" ({row['stage']}): {row.get('error')}"), file=sys.stderr, flush=True)
         rows.append(row)
         out_json.parent.mkdir(parents=True, exist_ok=True)
-        out_json.write_text(dumps(table_llamacpp(rows, reference, time.time() - t0)))
+        table = table_llamacpp(rows, reference, time.time() - t0)
+        if cases:
+            table["made_by"] = "python scripts/engine_truth.py mutate --engine llamacpp"
+        out_json.write_text(dumps(table))
     return rows
 
 
@@ -682,6 +753,117 @@ def dumps(data: dict) -> str:
     """JSON with one row per line group and every list of numbers on one line (the file stays small)."""
     text = json.dumps(data, indent=1)
     return re.sub(r"\[\s+([-\d.,\s]+?)\s+\]", lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text) + "\n"
+
+
+# == mutations: every tensor, config field and mapping change of scripts/engine_mutations.py =====================
+# Run in vLLM through one engine process (vllm_cpu.run_in_process: the offline LLM, the server's loader and
+# drafting without its HTTP front end; the 31 hand-picked cases above give the same outcome, error line, drafts,
+# accepted tokens and output ids there as through the server), and kept without output ids (a digest and whether
+# they are the target's own) so the table stays small.
+MUTATION_TABLE = ROOT / "data_samples" / "engine_truth" / f"vllm-{vllm_cpu.RELEASE}-mutations.json"
+LLAMACPP_MUTATION_TABLE = ROOT / "data_samples" / "engine_truth" / f"llamacpp-{LLAMACPP_RELEASE}-mutations.json"
+
+
+def mutation_cases() -> dict[str, tuple]:
+    """name -> (what was changed, tensors change, config change, folder change, class)."""
+    return em.mutations()
+
+
+def make_mutations(out: Path, names=None) -> dict[str, Path]:
+    return _write_copies(out, {n: c[:4] for n, c in mutation_cases().items()}, names)
+
+
+def _row_of(raw: dict, folder: Path | None, reference: dict[str, list] | None) -> dict:
+    row = {"outcome": raw["outcome"], "start_seconds": raw.get("seconds")}
+    if raw["outcome"] != "serves":
+        err = short(raw.get("error")) or ""
+        return row | {"error": err.replace(str(folder), "DRAFT") if folder else err}
+    drafts, acc = raw.get("drafts", 0), raw.get("accepted", 0)
+    row |= {"accept_length": round(1 + acc / drafts, 4) if drafts else None, "verify_steps": drafts,
+            "accepted": acc, "accepted_per_position": raw.get("accepted_per_position"),
+            "output_digest": _digest(raw["output_ids"])}
+    if reference is not None:
+        row["matches_target"] = raw["output_ids"] == reference
+    return row
+
+
+def run_mutations(out_json: Path, names=None, work: Path | None = None) -> list[dict]:
+    """Every mutation (or `names`) through vLLM, the two pairs' healthy drafts and targets alone beside them."""
+    import tempfile
+
+    t0 = time.time()
+    work = Path(work or tempfile.mkdtemp(prefix="engine-mutations-"))
+    cases = mutation_cases()
+    wanted = [n for n in cases if not names or n in names]
+    copies = make_mutations(work / "drafts", wanted)
+    rows = []
+    for pair, folder in PAIRS.items():
+        mine = [n for n in wanted if pair_of(n) == folder]
+        if not mine:
+            continue
+        ids = vllm_cpu.prompt_token_ids(folder / "target", PROMPTS, N_PROMPTS)
+        base = [{"case": "@target", "target": str(folder / "target"), "draft": None},
+                {"case": "@healthy", "target": str(folder / "target"), "draft": str(folder / "draft")}]
+        jobs = base + [{"case": n, "target": str(folder / "target"), "draft": str(copies[n])} for n in mine]
+
+        def progress(r, total=len(jobs)):
+            print(f"[{pair} {len(done) + 1}/{total}] {r['case']}: {r['outcome']}"
+                  + (f" {r.get('error')}" if r["outcome"] != "serves" else
+                     f" {r.get('drafts')}/{r.get('accepted')}"), file=sys.stderr, flush=True)
+            done.append(r)
+        done: list = []
+        raw = vllm_cpu.run_in_process(jobs, ids, MAX_TOKENS, K, work / f"run-{pair}", progress=progress)
+        reference = raw["@target"].get("output_ids")
+        healthy = _row_of(raw["@healthy"], None, reference)
+        rows.append({"case": "kimi-healthy" if pair == "kimi" else "healthy", "change": "nothing: the bundled draft as made", "class": "healthy"}
+                    | healthy)
+        for n in mine:
+            rows.append({"case": n, "change": cases[n][0], "class": cases[n][4]}
+                        | _row_of(raw[n], copies[n], reference))
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        out_json.write_text(dumps(table_mutations(rows, time.time() - t0)))
+    return rows
+
+
+def render_classes(table_json: dict, predictions: dict[str, dict]) -> str:
+    """The mutation table summarised by class (docs/engine-truth.md): copies, what the engine did, how many the
+    doctor predicted."""
+    from collections import defaultdict
+
+    rows = table_json["rows"]
+    by = defaultdict(list)
+    for r in rows:
+        if r["class"] != "healthy":
+            by[r["class"]].append(r)
+    engine = f"{ENGINE_WORDS[table_json['engine']]} {table_json['release']}"
+    out = [f"| class | copies | real {engine}: what it did | the doctor predicted it |", "| --- | --- | --- | --- |"]
+    for cls in sorted(by):
+        did = defaultdict(int)
+        agree = 0
+        for r in by[cls]:
+            healthy = healthy_accept(rows, r["case"])
+            label = r["outcome"] + (f" ({measured_class(r, healthy)})" if r["outcome"] == "serves" else "")
+            label += " at conversion" if r.get("stage") == "convert" and r["outcome"] != "serves" else ""
+            did[label] += 1
+            pred = predictions.get(r["case"])
+            agree += bool(pred) and agrees(pred, r, healthy)[0]
+        words = ", ".join(f"{n} {k}" for k, n in sorted(did.items(), key=lambda kv: -kv[1]))
+        out.append(f"| {cls} | {len(by[cls])} | {words} | {agree} of {len(by[cls])} |")
+    total = sum(len(v) for v in by.values())
+    agreed = sum(bool(predictions.get(r["case"])) and agrees(predictions[r["case"]], r,
+                                                               healthy_accept(rows, r["case"]))[0]
+                 for v in by.values() for r in v)
+    out.append(f"| **all** | {total} | | {agreed} of {total} |")
+    return "\n".join(out)
+
+
+def table_mutations(rows: list[dict], seconds: float) -> dict:
+    return {"engine": "vllm", "release": vllm_cpu.RELEASE, "package": f"vllm-cpu=={vllm_cpu.RELEASE}",
+            "pairs": "data_samples/engine_llama (cases m-*), data_samples/engine_kimi (cases kimi-m-*)",
+            "prompts": f"data_samples/prompts.jsonl (first {N_PROMPTS}), {MAX_TOKENS} tokens, greedy, chain of {K}, bf16",
+            "how": "vllm.LLM in one engine process per pair (scripts/vllm_inprocess.py), enforce_eager, max_model_len 512",
+            "accept_length": "1 + spec_decode_num_accepted_tokens / spec_decode_num_drafts",
+            "made_by": "python scripts/engine_truth.py mutate", "seconds": round(seconds), "rows": rows}
 
 
 if __name__ == "__main__":

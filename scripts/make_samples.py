@@ -434,21 +434,39 @@ def save_drafts(out: Path, draft: Eagle3Draft, mapping) -> None:
         (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         save_file({**state_dict_bf16(draft, "midlayer.", True), **extra}, str(folder / "model.safetensors"),
                   metadata={"format": "pt"})
-    spec = out / "tiny_draft_speculators"
-    spec.mkdir(parents=True, exist_ok=True)
+    write_speculators_draft(out / "tiny_draft_speculators", cfg, state_dict_bf16(draft, "layers.0.", False), d2t, t2d)
+
+
+def speculators_config(cfg: dict) -> dict:
+    """`cfg` (the flat draft config) as speculators 0.9.0 saves an Eagle3 draft's config.json (the fields and
+    nesting of data_samples/producers/speculators_control, which the real library wrote): the layer config nested
+    under transformer_layer_config, the algorithm and verifier under speculators_config."""
     layer = {k: v for k, v in cfg.items() if k not in ("architectures", "draft_vocab_size", "target_hidden_size",
                                                        "eagle_config", "torch_dtype")}
     layer["architectures"] = ["LlamaForCausalLM"]
-    spec_cfg = {
-        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-        "transformer_layer_config": layer, "draft_vocab_size": DRAFT_VOCAB, "norm_before_residual": False,
-        "target_hidden_size": H, "eagle_aux_hidden_state_layer_ids": AUX_CONFIG_IDS,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX_CONFIG_IDS}, "torch_dtype": "bfloat16",
+    return {
+        "architectures": ["Eagle3DraftModel"], "auto_map": {"": "config.Eagle3SpeculatorConfig"},
+        "draft_vocab_size": DRAFT_VOCAB, "dtype": "bfloat16", "eagle_aux_hidden_state_layer_ids": AUX_CONFIG_IDS,
+        "embed_requires_grad": False, "fc_norm": False, "norm_before_fc": False, "norm_before_residual": False,
+        "norm_output": False,
+        "speculators_config": {
+            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy", "speculative_tokens": 3,
+                                  "verifier_accept_k": 1}],
+            "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "data_samples/tiny_target"}},
+        "speculators_model_type": "eagle3", "speculators_version": "0.9.0", "target_hidden_size": H,
+        "tie_word_embeddings": False, "transformer_layer_config": layer,
     }
-    (spec / "config.json").write_text(json.dumps(spec_cfg, indent=2) + "\n")
-    save_file(state_dict_bf16(draft, "layers.0.", False), str(spec / "model.safetensors"), metadata={"format": "pt"})
-    np.save(spec / "d2t.npy", d2t.numpy())
-    np.save(spec / "t2d.npy", t2d.numpy())
+
+
+def write_speculators_draft(folder: Path, cfg: dict, tensors: dict, d2t, t2d) -> None:
+    """The speculators-layout sample as speculators 0.9.0 writes it: layers.0.* names, no embed_tokens (the
+    verifier's is used), d2t and t2d inside model.safetensors."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(speculators_config(cfg), indent=2) + "\n")
+    save_file({**tensors, "d2t": d2t, "t2d": t2d}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    for side in ("d2t.npy", "t2d.npy"):  # the older sample kept the mapping beside the weights
+        (folder / side).unlink(missing_ok=True)
 
 
 NORM_SEED = 20240607  # the seed of the folded final-norm weight (independent of everything else)

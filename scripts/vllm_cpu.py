@@ -75,6 +75,7 @@ def engine_env(threads: int = 1) -> dict:
 _PREFIX = re.compile(r"^\(\w+ pid=\d+\) \w+ \d\d-\d\d [\d:]+ \[[^\]]+\] ?")
 _EXC = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)|KeyError|AssertionError|NotImplementedError): (.+)$")
 _FRAME = re.compile(r'^\s*File ".*/site-packages/(vllm/[^"]+)", line (\d+), in (\w+)')
+_BARE = re.compile(r"^(?:AssertionError|[\w.]*\w+Error)$")
 _WRAPPERS = ("EngineDeadError", "Worker failed with error", "EngineCore encountered")
 
 
@@ -93,6 +94,9 @@ def root_error(log: str) -> tuple[str | None, str | None]:
                 why = re.split(r"\. Supported architectures| \[type=", lines[i + 1].strip())[0]
                 return f"{line.strip()}: {why}", frame
             return line.strip(), frame
+        if _BARE.match(line.strip()) and i == len(lines) - 1 or (_BARE.match(line.strip()) and i + 1 < len(lines)
+                                                                 and not lines[i + 1].strip()):
+            return line.strip(), frame  # a bare `assert` in vLLM's loader: the exception has no message
     errs = [_PREFIX.sub("", ln).strip() for ln in log.splitlines() if " ERROR " in ln]
     return (errs[-1] if errs else None), None
 
@@ -282,3 +286,65 @@ def wait_until_logged(server: Server, draft_tokens: int, timeout: float = 30) ->
             return True
         time.sleep(0.5)
     return False
+
+
+# -- many drafts in one engine process ---------------------------------------------------------------
+INPROCESS = Path(__file__).resolve().parent / "vllm_inprocess.py"
+
+
+def run_in_process(jobs: list[dict], ids: list[list[int]], max_tokens: int, k: int, work: Path,
+                   dtype: str = "bfloat16", progress=None, timeout: float = 600) -> dict[str, dict]:
+    """Run each job ({"case", "target", "draft", "method"}) through vLLM's offline `LLM` in one engine
+    process (scripts/vllm_inprocess.py: about 3 s a draft instead of a 30-80 s server start), greedy.
+
+    Returns case -> row: `outcome` ("refuses" | "crashes" | "serves"), `error` (the engine's own root
+    error line, as `last_error` reads a server log), and for `serves` the engine's counters (drafts,
+    draft tokens, accepted, accepted per position) and output ids. When the engine kills its process (a
+    segfault, an abort), that job is `crashes` with the signal, and a fresh process carries on."""
+    work.mkdir(parents=True, exist_ok=True)
+    for j in jobs:
+        j.setdefault("log", str(work / f"{j['case']}.log"))
+    spec = work / "jobs.json"
+    spec.write_text(json.dumps({"prompt_ids": ids, "max_tokens": max_tokens, "k": k, "dtype": dtype,
+                                "jobs": jobs}))
+    results = work / "results.jsonl"
+    marker = Path(str(results) + ".current")
+    rows: dict[str, dict] = {}
+    while True:
+        before = len(rows)
+        proc = subprocess.Popen([str(engine_python()), str(INPROCESS), str(spec), str(results)], cwd=ROOT,
+                                env=engine_env(1) | {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        while proc.poll() is None:
+            time.sleep(0.5)
+            _collect(results, rows, jobs, progress)
+        _collect(results, rows, jobs, progress)
+        if proc.returncode == 0 or not marker.exists():
+            break
+        case = marker.read_text().strip()
+        marker.unlink()
+        with open(results, "a") as f:  # the job that took the process down
+            f.write(json.dumps({"case": case, "outcome": "crashes", "process_exit": proc.returncode}) + "\n")
+        _collect(results, rows, jobs, progress)
+        if len(rows) == before and case in rows and len(rows) == len(jobs):
+            break
+    return rows
+
+
+def _collect(results: Path, rows: dict, jobs: list[dict], progress) -> None:
+    if not results.exists():
+        return
+    logs = {j["case"]: Path(j["log"]) for j in jobs}
+    for line in results.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if row["case"] in rows:
+            continue
+        if row["outcome"] != "serves":
+            text = logs[row["case"]].read_text(errors="replace") if logs[row["case"]].exists() else ""
+            row["error"] = last_error(text) or (f"the engine process exited with {row['process_exit']}"
+                                                if "process_exit" in row else None)
+        rows[row["case"]] = row
+        if progress:
+            progress(row)

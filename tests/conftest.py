@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,27 @@ def samples_dir() -> Path:
 @pytest.fixture(scope="session")
 def notebooks_dir() -> Path:
     return NOTEBOOKS
+
+
+def side_file_draft(dst: Path) -> Path:
+    """The bundled speculators-layout draft with its d2t / t2d moved out of model.safetensors into d2t.npy / t2d.npy
+    beside it and its speculators_config dropped: the shape the older bundled sample had (SGLang and vLLM never
+    read side files; vLLM refuses a speculators config without speculators_config)."""
+    import json
+
+    import numpy as np
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "data_samples" / "tiny_draft_speculators", dst)
+    t = load_file(str(dst / "model.safetensors"))
+    np.save(dst / "d2t.npy", t.pop("d2t").numpy())
+    np.save(dst / "t2d.npy", t.pop("t2d").numpy())
+    save_file(t, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((dst / "config.json").read_text())
+    for k in ("speculators_config", "speculators_version", "auto_map"):
+        cfg.pop(k, None)
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return dst
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

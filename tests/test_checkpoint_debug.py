@@ -15,6 +15,7 @@ from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import load_mapping
 from helpers.ui import checkpoint_debug as debug
 from helpers.teach import checkpoint_exercises as ex
+from conftest import side_file_draft
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
@@ -22,14 +23,14 @@ NB08 = ROOT / "notebooks" / "08_debug_a_checkpoint.ipynb"
 
 
 # -- the helpers ---------------------------------------------------------------------------------
-def test_tables_name_the_mapping_tensors_and_the_sizes_they_must_fit():
+def test_tables_name_the_mapping_tensors_and_the_sizes_they_must_fit(tmp_path):
     t = debug.tensors_table(SAMPLES / "tiny_draft_absolute")
     assert t.loc["d2t", "shape"] == [800] and t.loc["d2t", "dtype"] == "int64"
     assert t.loc["t2d", "shape"] == [4096] and t.loc["t2d", "dtype"] == "bool"
     assert t.loc["lm_head.weight", "shape"][0] == 800
     c = debug.config_table(SAMPLES / "tiny_draft_absolute")
     assert c.loc["draft_vocab_size", "value"] == "800" and c.loc["vocab_size", "value"] == "4096"
-    f = debug.files_table(SAMPLES / "tiny_draft_speculators")
+    f = debug.files_table(side_file_draft(tmp_path / "side_files"))
     assert "d2t.npy" in f.index and "not read" in f.loc["d2t.npy", "what it is"]
 
 

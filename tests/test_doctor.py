@@ -24,6 +24,7 @@ from helpers.doctor.checks_weights import row_chunks as _row_chunks
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import has_error
 from helpers.doctor.fix import fix_checkpoint
+from conftest import side_file_draft
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -376,10 +377,20 @@ def test_fixed_checkpoints_give_the_good_logits(good, tmp_path):
         assert torch.equal(got.d2t, ref.d2t), case
 
 
-def test_fix_bundled_speculators_sample(good, tmp_path):
+def test_bundled_speculators_sample_is_speculators_0_9_shaped():
+    """The bundled sample as speculators 0.9.0 writes a draft: speculators_config, d2t/t2d in the weights. SGLang
+    0.5.11 skips its layers.0.* names (key-layout) but reads its mapping."""
     spec = SAMPLES / "tiny_draft_speculators"
-    if not spec.is_dir() or not GOOD_SAMPLE.is_dir():
-        pytest.skip("bundled samples not generated yet (scripts/make_samples.py)")
+    cfg = json.loads((spec / "config.json").read_text())
+    assert cfg["speculators_config"]["algorithm"] == "eagle3" and cfg["speculators_version"] == "0.9.0"
+    assert {"d2t", "t2d"} <= set(open_checkpoint(spec).tensors.keys()) and not (spec / "d2t.npy").exists()
+    errors = {f.code for f in diagnose(spec, "sglang==0.5.11") if f.severity == "error"}
+    assert "key-layout" in errors and "d2t-missing" not in errors
+
+
+def test_fix_side_file_speculators_draft(good, tmp_path):
+    """The older speculators-layout shape (d2t / t2d only in side files) is fixed for SGLang 0.5.11."""
+    spec = side_file_draft(tmp_path / "side_files")
     from helpers.model.draft import load_draft
 
     before = _hashes(spec)

@@ -18,6 +18,7 @@ from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import has_error
 from helpers.core.errors import BadInputError
 from helpers.doctor.fix import fix_checkpoint, plan_fix
+from conftest import side_file_draft
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
@@ -151,10 +152,11 @@ def test_fixable_checkpoint_still_written(sample, tmp_path, capsys):
     assert _hashes(src) == before
 
 
-def test_json_for_a_written_copy(sample, tmp_path, capsys):
-    """The speculators-layout sample for SGLang 0.5.11 (it skips layers.0.* up to that release): d2t only in
+def test_json_for_a_written_copy(tmp_path, capsys):
+    """A speculators-layout draft for SGLang 0.5.11 (it skips layers.0.* up to that release): d2t only in
     d2t.npy and layers.0.* keys, both fixed."""
-    src, before = sample("tiny_draft_speculators")
+    src = side_file_draft(tmp_path / "src")
+    before = _hashes(src)
     dst = tmp_path / "dst"
     code, out, err = _cli(capsys, "fix", src, dst, "--engine", "sglang==0.5.11", "--json")
     assert code == 0, err

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from conftest import side_file_draft
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 GOOD = SAMPLES / "tiny_draft_sglang"
-SPECULATORS = SAMPLES / "tiny_draft_speculators"
 
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
@@ -97,7 +97,7 @@ def served(tmp_path_factory):
     t = load_file(str(big / "model.safetensors"))
     t["zz_padding.weight"] = torch.zeros(210 * 1024 * 1024 // 4, dtype=torch.float32)  # 210 MB the readers must skip
     save_file(t, str(big / "model.safetensors"))
-    shutil.copytree(SPECULATORS, root / "speculators")
+    side_file_draft(root / "speculators")  # d2t / t2d in side files: each fetched beside the weights
     shutil.copytree(GOOD, root / "sglang")
     assert (big / "model.safetensors").stat().st_size > 200 * 1024 * 1024
     old = time.time() - 3600  # files an hour old, as served files are: a Last-Modified that vouches for a cached

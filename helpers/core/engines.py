@@ -297,6 +297,8 @@ def key_fate(at: EngineAt, key: str, mla: bool = False) -> str:
     'warns' (logs and skips), 'fails' (no start) or 'unknown' (the table has no rule for it)."""
     if is_mapping_key(key) or ".rotary_emb." in key:  # every engine skips rotary buffers by design
         return "loads"
+    if "t2d" in key and at.value("t2d.names") == "dropped":  # dropped by design, whatever the rest of the name
+        return "loads"
 
     def rule(name):
         return at.value(f"mla.{name}") if mla and at.has(f"mla.{name}") else at.value(name)
@@ -407,12 +409,17 @@ def gguf_engines() -> tuple[str, ...]:
                  if any(sp.value == "absolute-ids" for sp in e.rules.get("d2t.apply", ())))
 
 
-def aux_max_index(engine, num_layers: int) -> int:
+def aux_max_index(engine, num_layers: int, target_type: str | None = None) -> int:
     """The largest capture index `engine` serves for a target of `num_layers` layers (rule `aux.max_id`):
     L - 1 where the capture tests the layers 0..L-1 for membership (SGLang, vLLM, TokenSpeed), L where an
     index L is the last layer's output (llama.cpp, where the rule says so: common/speculative.cpp takes the
-    target's pre-norm last hidden state for it); L - 1 where the rule was not read."""
-    return num_layers if engine_at(engine).value("aux.max_id", "L-1") == "L" else num_layers - 1
+    target's pre-norm last hidden state for it; vLLM for a DeepSeek-family target, rule `aux.max_id.mla`:
+    deepseek_v2.py appends the pre-norm output when end_layer is in the list); L - 1 where the rule was not read."""
+    at = engine_at(engine)
+    rule = at.value("aux.max_id", "L-1")
+    if target_type in MLA_MODEL_TYPES + ("kimi_k25",) and at.has("aux.max_id.mla"):
+        rule = at.value("aux.max_id.mla")
+    return num_layers if rule == "L" else num_layers - 1
 
 
 def arriving_layers(engine, ids: list[int] | None, num_layers: int, target_type: str | None = None) -> list[int]:
@@ -423,7 +430,7 @@ def arriving_layers(engine, ids: list[int] | None, num_layers: int, target_type:
     serves it, is the last layer's output: the input of a layer L). With the default capture (2, L//2,
     L-3) a target of 1, 2, 4, 5 or 6 layers therefore delivers fewer than three states."""
     got = captured_layers(engine, ids, num_layers, target_type)
-    top = aux_max_index(engine, num_layers)
+    top = aux_max_index(engine, num_layers, target_type)
     return sorted({i for i in got if 0 <= i <= top})
 
 
@@ -431,7 +438,7 @@ def layers_in(engine, ids: list[int] | None, num_layers: int, target_type: str |
     """`captured_layers` for a target of `num_layers` layers; a ValueError when one is not there (index L
     is there for an engine that serves the last layer's output, `aux_max_index`)."""
     layers = captured_layers(engine, ids, num_layers, target_type)
-    top = aux_max_index(engine, num_layers)
+    top = aux_max_index(engine, num_layers, target_type)
     if any(not 0 <= i <= top for i in layers):
         n = layers[0] - ids[0] if ids else 0
         shift = f" ({engine_at(engine).name} adds {n} to configured ids)" if n and ids else ""

@@ -7,6 +7,7 @@ Modules (import them by name; this file imports nothing):
 - `checks_config`
 - `checks_mapping`
 - `checks_weights`
+- `checks_engine_config`
 - `checks_aux`
 - `checks_variants`
 - `checks_target`
@@ -22,5 +23,5 @@ Modules (import them by name; this file imports nothing):
 - `inspection`
 """
 
-__all__ = ["registry", "findings", "checks_config", "checks_mapping", "checks_weights", "checks_aux", "checks_variants", "checks_target", "checks_capture", "checks_method",
+__all__ = ["registry", "findings", "checks_config", "checks_mapping", "checks_weights", "checks_engine_config", "checks_aux", "checks_variants", "checks_target", "checks_capture", "checks_method",
            "checks_dflash", "checks_gguf", "checks_drift", "diagnose", "diff", "fix_plan", "fix", "inspection"]

@@ -58,7 +58,7 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
             if _ids_invalid(c) else "no ids (default)"
         if ids[e] is None and at.value("aux.from") == () and _any_ids(c.ck.config):
             src = f"no ids (this release reads none from the config: {at.change('aux.from') or 'never'})"
-        top = aux_max_index(at, n_layers)  # L - 1, or L where the engine serves the last layer's output
+        top = aux_max_index(at, n_layers, ttype)  # L - 1, or L where the engine serves the last layer's output
         bad = [i for i in got if i < 0 or i > top]
         arrive = arriving_layers(at, ids[e], n_layers, ttype)  # distinct, in range, in layer order
         twice = sorted({i for i in got if got.count(i) > 1 and 0 <= i <= top})
@@ -80,7 +80,7 @@ def check_aux(c: CheckContext, target_cfg: dict | None) -> None:
                   ("write three distinct ids the target has into the draft's config (the ids the draft was "
                    "trained on)") if default else
                   f"use three distinct ids the target has ({_shift_words(at, ttype)})",
-                  effect="aux.capture-count" if at.outcome("aux.capture-count") else None, engine=e)
+                  effect=_capture_count_effect(c, at), engine=e)
         elif ids[e] is None and not _any_ids(c.ck.config) and at.value("aux.from") and not _ids_invalid(c):
             c.add("aux-layers", "warning",
                   f"{name}: the config names no aux layer ids, so the engine falls back to the target's default "
@@ -150,3 +150,12 @@ def _aux_place(got: list[int], n_layers: int) -> str:
 
 def _any_ids(cfg) -> bool:
     return any(v is not None for v in aux_layer_ids(cfg).values())
+
+
+def _capture_count_effect(c: CheckContext, at) -> str | None:
+    """The outcome row of too few captured states: with EAGLE-3.1's per-state norms switched on the first request
+    fails in those norms (their own row, where the table has one), else in fc's reshape."""
+    normed = bool((c.raw_config or {}).get("fc_norm"))
+    if normed and at.outcome("aux.capture-count-normed"):
+        return "aux.capture-count-normed"
+    return "aux.capture-count" if at.outcome("aux.capture-count") else None

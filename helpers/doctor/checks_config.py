@@ -43,7 +43,7 @@ def check_loadable(c: CheckContext) -> None:
     if isinstance(e, ShapeMismatch):
         c.add(CODE, "error", f"{Path(e.path).name}: {e.problem}: the config and the weights disagree, so evaluate, "
               "speculate and an engine's loader refuse them", "correct config.json (the fields named) to match the "
-              "weights the draft was trained with, or re-export the checkpoint")
+              "weights the draft was trained with, or re-export the checkpoint", effect="config-invalid.kit")
     elif e is not None:
         c.add("kit-unmodelled", "info", f"{Path(e.path).name if e.path else 'config.json'}: {e.problem}: evaluate and "
               "speculate refuse this draft (the kit's forward does not model it); the engines' verdicts above stand",
@@ -56,8 +56,9 @@ def check_config(c: CheckContext, draft: list[Problem], target: list[Problem],
     value the loaders refuse, one error per field naming it and what it should be; `target_refusal`:
     what transformers refuses in the target's (`helpers.model.target.transformers_refusal`)."""
     for p in draft:
+        # what each engine makes of the field is its own finding where the table models its reader (config-engine)
         c.add(CODE, "error", f"config.json: {p.line} ({p.meaning}): evaluate and speculate refuse it, "
-              "and an engine's loader may fail on it", _fix(p, "the draft's"))
+              "and an engine's loader may fail on it", _fix(p, "the draft's"), effect="config-invalid.kit")
     for p in target:
         c.add(CODE, "error", f"the target's config.json: {p.line} ({p.meaning}): speculate and capture refuse "
               "to load the target with it", _fix(p, "the target's"))

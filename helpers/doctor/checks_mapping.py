@@ -19,8 +19,31 @@ from helpers.io.mapping import VocabMapping
 from helpers.model.fit import text_config
 
 
+def check_full_vocab_param(c: CheckContext) -> None:
+    """d2t-full-vocab: a d2t stored in the weights of a draft whose head the engine sizes to the whole target vocab
+    (draft_vocab_size equal to vocab_size, or absent / null: the engine then takes vocab_size), per release whose
+    rule `d2t.param` builds the mapping parameter only for a reduced vocab (its loader finds no parameter for the
+    stored tensor)."""
+    if c.ck.tensors.find("d2t") is None or "draft_vocab_size" in c.invalid:
+        return
+    vocab = c.cfg.get("vocab_size")
+    declared = c.cfg.get("draft_vocab_size")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or (declared is not None and declared != vocab):
+        return
+    why = (f"draft_vocab_size equals vocab_size ({_fmt(vocab)})" if declared is not None else
+           f"config.json has no draft_vocab_size, so the draft vocab is taken as vocab_size ({_fmt(vocab)})")
+    for at in c.engine_list:
+        if at.value("d2t.param") == "reduced-only":
+            c.add("d2t-full-vocab", "error",
+                  f"{at.label}: {why}: a full-vocab draft gets no draft_id_to_target_id parameter in this release, "
+                  "and the stored d2t has nowhere to load: it refuses to start",
+                  "drop d2t / t2d from a full-vocab export, or set draft_vocab_size to the reduced vocab the head "
+                  "was trained on", engine=at.key)
+
+
 def check_vocab(c: CheckContext, d2t, t2d, target_cfg: dict | None) -> tuple[int | None, int | None]:
     """vocab-size-mismatch; returns (draft_vocab, target_vocab) as best known."""
+    check_full_vocab_param(c)  # first: the refusal that comes first at load names the prediction's words
     lm = c.shape("lm_head.weight")
     emb = c.shape("embed_tokens.weight")
     cfg_draft = c.cfg.get("draft_vocab_size") if isinstance(c.cfg.get("draft_vocab_size"), int) else None
@@ -30,8 +53,8 @@ def check_vocab(c: CheckContext, d2t, t2d, target_cfg: dict | None) -> tuple[int
         "lm_head rows": lm[0] if lm else None,
         "config draft_vocab_size": cfg_draft,
     }
-    target = {
-        "t2d": int(t2d.shape[0]) if t2d is not None and t2d.dim() == 1 else None,
+    t2d_rows = int(t2d.shape[0]) if t2d is not None and t2d.dim() == 1 else None
+    target = {  # t2d is not among them: no engine reads it (a t2d of the wrong length is a warning, `_usable_t2d`)
         "embed_tokens rows": emb[0] if emb else None,
         "config vocab_size": cfg_target,
     }
@@ -42,13 +65,17 @@ def check_vocab(c: CheckContext, d2t, t2d, target_cfg: dict | None) -> tuple[int
     for what, sizes in (("draft", draft), ("target", target)):
         known = {k: v for k, v in sizes.items() if v is not None}
         if len(set(known.values())) > 1:
+            # only the two configs disagree (no embedding stored: the engine shares the target's)
+            configs_only = what == "target" and known.get("embed_tokens rows") is None
             c.add(
                 "vocab-size-mismatch", "error",
-                f"{what} vocab sizes disagree: " + ", ".join(f"{k} {_fmt(v)}" for k, v in known.items()),
-                fix_cfg,
+                f"{what} vocab sizes disagree: " + ", ".join(f"{k} {_fmt(v)}" for k, v in known.items())
+                + (" (no embed_tokens is stored: the engine shares the target's, and no weight is sized from the "
+                   "draft's vocab_size)" if configs_only else ""),
+                fix_cfg, effect="vocab-size-mismatch.configs" if configs_only else None,
             )
     n = next((v for v in draft.values() if v is not None), None)
-    v = cfg_target or next((v for v in target.values() if v is not None), None)
+    v = cfg_target or next((v for v in target.values() if v is not None), None) or t2d_rows
     # absent, not present and wrong (that is config-invalid, helpers.doctor.checks_config)
     if cfg_draft is None and "draft_vocab_size" not in c.invalid and lm and cfg_target is not None and lm[0] != cfg_target:
         c.add(
@@ -70,6 +97,7 @@ def check_mapping(c: CheckContext, n: int | None, v: int | None, d2t, t2d, used:
         return
     if not in_weights:
         _d2t_beside_weights(c, used)
+    d2t = _integral_d2t(c, d2t)
     t2d = _usable_t2d(c, t2d, v)
     try:
         m = VocabMapping(d2t, t2d, target_vocab_size=v, sources=used)
@@ -94,8 +122,8 @@ def check_mapping(c: CheckContext, n: int | None, v: int | None, d2t, t2d, used:
     elif verdict.encoding == "ambiguous":
         _d2t_ambiguous(c, m)
     if verdict.encoding in ("offset", "identity") and m.t2d is not None and off.matches_t2d is False:
-        c.add("t2d-mismatch", "error", "t2d does not match d2t read as offsets",
-              "rebuild t2d from the offsets (t2d[arange(N) + d2t] = True)")
+        c.add("t2d-mismatch", "error", "t2d does not match d2t read as offsets" + _t2d_count_words(m),
+              "rebuild t2d from the offsets (t2d[arange(N) + d2t] = True)", effect=_t2d_effect(m))
 
 
 def _d2t_absent(c: CheckContext, n: int | None, v: int | None) -> None:
@@ -135,11 +163,28 @@ def _d2t_beside_weights(c: CheckContext, used: list[str]) -> None:
     )
 
 
+def _integral_d2t(c: CheckContext, d2t):
+    """A floating-point d2t whose values are whole numbers, read as the integers it holds (an engine copies it into
+    its int64 mapping parameter), with a finding; anything else unchanged (d2t-invalid judges it)."""
+    # float32 / float64 hold every id of a real vocab exactly; bf16 / fp16 round them (d2t-invalid judges those)
+    if d2t.dtype not in (torch.float32, torch.float64) or not bool(torch.isfinite(d2t).all()) \
+            or not bool((d2t == d2t.round()).all()):
+        return d2t
+    c.add("d2t-invalid", "error", f"d2t is stored as {d2t.dtype}, not an integer type (its values are whole numbers: "
+          "an engine that copies it into an int64 parameter reads the same mapping; one that indexes with it fails)",
+          "store d2t as int64 (d2t.long())", effect="d2t-invalid.float")
+    return d2t.round().long()
+
+
 def _usable_t2d(c: CheckContext, t2d, v: int | None):
     """t2d when it can be judged against d2t, else None (a non-bool t2d is reported here)."""
     if t2d is not None and (t2d.dim() != 1 or (v is not None and t2d.shape[0] != v) or t2d.dtype != torch.bool):
-        if t2d.dtype != torch.bool:
-            c.add("t2d-mismatch", "error", f"t2d has dtype {t2d.dtype}, expected bool [target_vocab]",
+        if t2d.dtype == torch.bool:  # no engine reads t2d: a warning, and d2t is judged alone
+            c.add("t2d-mismatch", "warning", f"t2d has shape {list(t2d.shape)}, expected [{_fmt(v)}] (the target vocab)",
+                  "rebuild t2d from the offsets: t2d[arange(N) + d2t] = True")
+        else:
+            # no engine reads t2d (its values are judged against d2t where it is bool): a warning
+            c.add("t2d-mismatch", "warning", f"t2d has dtype {t2d.dtype}, expected bool [target_vocab]",
                   "rebuild t2d from the offsets: t2d[arange(N) + d2t] = True")
         return None  # already reported; judge d2t alone
     return t2d
@@ -176,8 +221,9 @@ def _d2t_inconsistent(c: CheckContext, m: VocabMapping, v: int | None, verdict, 
             "restore the d2t the draft was trained with (an all-zero d2t is only right when draft vocab = target vocab)",
         )
     elif m.t2d is not None and off.valid:
-        c.add("t2d-mismatch", "error", f"t2d does not match d2t read as offsets: {reasons}",
-              "rebuild t2d from the offsets (t2d[arange(N) + d2t] = True) or take both from the same export")
+        c.add("t2d-mismatch", "error", f"t2d does not match d2t read as offsets: {reasons}" + _t2d_count_words(m),
+              "rebuild t2d from the offsets (t2d[arange(N) + d2t] = True) or take both from the same export",
+              effect=_t2d_effect(m))
     else:
         c.add("d2t-invalid", "error", f"d2t is not a usable mapping under either reading: {reasons}",
               "re-export d2t from the producer's vocab mapping")
@@ -200,3 +246,19 @@ def _d2t_ambiguous(c: CheckContext, m: VocabMapping) -> None:
     else:
         c.add("d2t-unverified", "info", "no t2d: both readings of d2t give distinct in-range ids; the offset "
               "reading is assumed (non-decreasing, repeated values)", "ship t2d with the checkpoint so it can be checked")
+
+
+def _t2d_broken(m: VocabMapping) -> bool:
+    """t2d keeps a different number of ids than d2t has entries: t2d is the broken one (no engine reads it)."""
+    return m.t2d is not None and int(m.t2d.sum()) != m.draft_vocab_size
+
+
+def _t2d_effect(m: VocabMapping) -> str | None:
+    return "t2d-mismatch.t2d-broken" if _t2d_broken(m) else None
+
+
+def _t2d_count_words(m: VocabMapping) -> str:
+    if not _t2d_broken(m):
+        return " (either may be the stale one: the files cannot tell)"
+    return (f" (t2d keeps {int(m.t2d.sum()):,} ids, d2t has {m.draft_vocab_size:,} entries: t2d is the broken one, and "
+            "no engine reads it)")

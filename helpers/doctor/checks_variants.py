@@ -12,6 +12,8 @@ assumed) and, where the behaviour differs by release, from which release it star
 """
 from __future__ import annotations
 
+import re
+
 from helpers.core.engines import EngineAt, draft_family
 from helpers.core.key_names import LAYER_OPTIONAL, parse_key
 from helpers.doctor.findings import CheckContext
@@ -34,7 +36,7 @@ _GONE = {
 def variant_of_key(key: str) -> str | None:
     """The producer option a stored tensor belongs to (its finding code), or None for a plain key."""
     name = parse_key(key).name
-    if name.startswith("fc_norm."):
+    if re.fullmatch(r"fc_norm\.\d+\.weight", name):  # another fc_norm.* name is an unknown key
         return "variant-fc-norm"
     if name == "input_norm.weight":
         return "variant-norm-before-fc"
@@ -122,7 +124,8 @@ def check_variants(c: CheckContext) -> None:
         if code:
             used.setdefault(code, []).append(k)
     r = _Rules(cfg)
-    fc_on = bool(_switch(cfg, "fc_norm") or _switch(cfg, "use_aux_norm"))
+    raw = c.raw_config or cfg  # the switch as an engine reads it: any truthy value (a string "true" too)
+    fc_on = bool(_switch(raw, "fc_norm") or _switch(raw, "use_aux_norm"))
     at_init = {code: _all_ones(c, ks) for code, ks in used.items()
                if code in ("variant-fc-norm", "variant-norm-before-fc")}
     for at in c.engine_list:
@@ -298,6 +301,17 @@ def check_speculators_config(c: CheckContext) -> None:
               "config.json is a speculators config (speculators_model_type) without transformer_layer_config: "
               "the engines build the draft layer (sizes, heads, RoPE) from that section and cannot start without it",
               "export the config again with speculators, or copy transformer_layer_config from the run's config")
+    elif "speculators_model_type" in cfg and not isinstance(cfg.get("speculators_config"), dict):
+        for at in c.engine_list:
+            if at.value("speculators.detect") == "speculators_config":
+                c.add("config-incomplete", "error",
+                      f"{at.label}: config.json is a speculators config without speculators_config (the section "
+                      "speculators 0.9.0 writes with the algorithm and verifier): the release knows the format by "
+                      "that section, so it reads the file as a plain Hugging Face config, finds no model_type and "
+                      "refuses to start",
+                      "export the draft again with speculators (its save writes speculators_config), or add the "
+                      "section: algorithm eagle3, proposal_methods, verifier", effect="speculators.undetected",
+                      engine=at.key)
 
 
 def check_draft_class(c: CheckContext) -> None:

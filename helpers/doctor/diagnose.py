@@ -64,9 +64,11 @@ from helpers.doctor.checks_variants import (
     check_variants,
 )
 from helpers.doctor.checks_aux import check_aux
+from helpers.doctor.checks_engine_config import check_engine_config
 from helpers.doctor.checks_weights import (
     check_finite,
     check_key_layout,
+    check_param_shapes,
     check_shapes,
 )
 from helpers.doctor.findings import CheckContext, Findings, has_error
@@ -206,6 +208,8 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         d2t = torch.as_tensor(np.asarray(d2t))
     if t2d is not None and not isinstance(t2d, torch.Tensor):
         t2d = torch.as_tensor(np.asarray(t2d))
+    if ck.tensors.keys() and ck.format != "gguf":
+        check_engine_config(c)  # first: the engine builds the config before it loads a weight
     n, v = check_vocab(c, d2t, t2d, tcfg)
     if ck.d2t_convention == "absolute":  # a GGUF: llama.cpp reads absolute ids
         check_gguf_mapping(c, n, v, d2t)
@@ -219,6 +223,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
         check_layer_count(c)
         check_variants(c)
         check_shapes(c, tcfg)
+        check_param_shapes(c)
         check_aux(c, tcfg)
         check_capture(c, tcfg)
         check_algorithm(c, tcfg, algorithm)

@@ -8,6 +8,8 @@ rules apply, `helpers.core.engines.EngineAt`), the flat config and the findings 
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field, replace
 
 from helpers.core.engine_outcomes import SERVE_RESULTS
@@ -55,6 +57,10 @@ class Finding:
         that changes nothing by itself (`NO_EFFECT`); `result` "unknown", with why, where the table has
         no row (the prediction then names the finding under `unknown_for`)."""
         found = {a.key: self._outcome_at(a) for a in ats if self.engine in (None, a.key)}
+        if self.severity == "error" and found and all(o.get("result") == "serves" and o.get("accept") == "as-trained"
+                                                      for o in found.values()):
+            # every engine asked serves it as trained: a warning for them (its outcome row stays the error's)
+            return replace(self, severity="warning", effect=self.effect_key, outcome=found)
         return replace(self, outcome=found or None)
 
     def _outcome_at(self, a) -> dict:
@@ -179,6 +185,21 @@ class CheckContext:
     def engine_list(self) -> list[EngineAt]:
         """Each engine asked about at the release whose rules apply."""
         return [self.at.get(e) or engine_at(e) for e in self.engines]
+
+    @functools.cached_property
+    def raw_config(self) -> dict | None:
+        """config.json as written, nulls and wrongly typed fields kept (the checkpoint's `config` reads nulls as
+        absent, as the kit's loaders do; an engine reads the file as it is)."""
+        import json
+
+        path = self.ck.config_path
+        if path is None or path.suffix != ".json" or not path.is_file():
+            return self.ck.config
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return self.ck.config
+        return raw if isinstance(raw, dict) else None
 
     def add(self, code, severity, message, fix, effect: str | None = None, engine: str | None = None):
         """Append a finding; `effect` names its outcome row when `code.severity` is too coarse, `engine`

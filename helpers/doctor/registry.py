@@ -44,9 +44,10 @@ class Entry:
 
     def problem(self, severity: str, effect: str | None, engine: str | None) -> str | None:
         """What a finding of this code with these fields breaks in the declaration, or None."""
-        if severity not in self.severities:
+        # an error every engine asked serves as trained is reported as a warning (`Finding.with_outcomes`)
+        if severity not in self.severities and not (severity == "warning" and "error" in self.severities):
             return f"severity {severity!r} is not declared (declared: {', '.join(self.severities)})"
-        if effect not in (None, NO_EFFECT) and effect not in self.effects:
+        if effect not in (None, NO_EFFECT) and effect not in self.effect_keys:
             return f"effect {effect!r} is not declared (declared: {', '.join(self.effects) or 'none'})"
         if engine is not None and self.engines is not None and engine not in self.engines:
             return f"engine {engine!r} is not declared (declared: {', '.join(self.engines)})"
@@ -63,19 +64,20 @@ _ENTRIES = [
     _e("vocab-size-mismatch", "error", "the draft, target, d2t, t2d and lm_head vocab sizes disagree, or "
        "draft_vocab_size is missing while the head is reduced", "state vocab_size and draft_vocab_size in config.json "
        "as the weights hold them", "SGLang / vLLM `llama_eagle3.py`: lm_head sized from draft_vocab_size, else "
-       "vocab_size", repairs="adds draft_vocab_size to config.json when it is missing",
+       "vocab_size", effects=("vocab-size-mismatch.configs",),
+       repairs="adds draft_vocab_size to config.json when it is missing",
        cannot_repair="needs config.json sizes that match the weights"),
     _e("d2t-invalid", "error", "d2t cannot be a mapping (dtype, shape, values) under either reading",
        "re-export d2t from the producer's vocab mapping (int64 offsets, target = i + d2t[i])",
        "SGLang `eagle_worker.py` hot_token_id, vLLM `llama_eagle3.py` draft_id_to_target_id",
-       cannot_repair=_NEEDS_D2T),
+       effects=("d2t-invalid.float",), cannot_repair=_NEEDS_D2T),
     _e("d2t-absolute", "error/warning", "d2t holds absolute target ids where every engine reads offsets "
        "(target = i + d2t[i]); a warning when no t2d decides", "d2t-lab fix converts it to offsets "
        "(d2t - arange(N))", "SGLang `eagle_worker.py` (hot_token_id = d2t + arange), vLLM `llama_eagle3.py`",
        effects=("d2t.past-vocab", "d2t.wrong-ids"), repairs="converts absolute ids to offsets (d2t - arange(N))"),
     _e("t2d-mismatch", "error", "t2d does not match d2t read as offsets (or is not bool [target_vocab])",
        "rebuild t2d from the offsets (t2d[arange(N) + d2t] = True) or take both from the same export",
-       "SpecForge / speculators exports (t2d is never read by the engines)",
+       "SpecForge / speculators exports (t2d is never read by the engines)", effects=("t2d-mismatch.t2d-broken",),
        cannot_repair="needs the t2d exported with this d2t"),
     _e("d2t-missing", "error/warning", "no d2t with a reduced draft vocab (or d2t only in a side file the engines "
        "never read)", "export d2t into the weights (d2t-lab fix copies a side file's in)",
@@ -83,6 +85,16 @@ _ENTRIES = [
        repairs="copies d2t/t2d from a side file into the weights", cannot_repair=_NEEDS_D2T),
     _e("d2t-absent-full-vocab", "info", "no d2t, and the draft keeps the full target vocab: the identity mapping "
        "is right", "nothing to do", "vLLM `llama_eagle3.py` (d2t only when the vocab sizes differ)"),
+    _e("config-engine", "error", "config.json as an engine that builds the draft's config with transformers reads "
+       "it: a field of the wrong type or null where the class types it, a size left out whose default the weights do "
+       "not fit, num_hidden_layers left out, use_aux_hidden_state off", "write the fields as the trained draft's "
+       "config has them", "vLLM `get_config` (transformers AutoConfig, strict field types in transformers 5), "
+       "`llama_eagle3.py`; rule config.reader", engines=VLLM_ONLY, effects=("layers.random", "aux.no-aux-states", "aux.no-aux-states-normed")),
+    _e("d2t-full-vocab", "error", "a d2t stored in a draft that keeps the full target vocab, where the release "
+       "builds no mapping parameter for one (rule d2t.param): it refuses to start",
+       "drop d2t / t2d from the full-vocab export, or set draft_vocab_size to the reduced vocab the head was trained "
+       "on", "vllm#53458 (`llama_eagle3.py`: draft_id_to_target_id only when draft_vocab_size differs from "
+       "vocab_size); rule d2t.param", engines=VLLM_ONLY, repairs=None),
     _e("d2t-arange", "error", "d2t equals arange(N): as offsets it sends draft id i to target id 2i",
        "re-export d2t as offsets from the producer's mapping", "SGLang / vLLM offsets reading",
        effects=("d2t.wrong-ids", "d2t.past-vocab"), cannot_repair=_NEEDS_D2T),
@@ -131,12 +143,12 @@ _ENTRIES = [
     _e("key-layout", "error/warning/info", "decoder-layer keys an engine's loader skips or refuses (layers.0.* "
        "vs midlayer.*, a model. prefix, unknown names), or missing layer weights", "rename to the engine's "
        "layout (d2t-lab fix SRC DST) or re-export the missing weights", "SGLang / vLLM / TokenSpeed / llama.cpp "
-       "EAGLE-3 `load_weights`", effects=("keys.missing", "keys.skipped", "keys.extra-skipped"),
+       "EAGLE-3 `load_weights`", effects=("keys.missing", "keys.missing-norm", "keys.skipped", "keys.extra-skipped"),
        repairs="renames decoder-layer keys to the engine's layout",
        cannot_repair="needs the missing or unknown weights re-exported"),
     _e("fc-shape", "error", "fc does not take 3 x the target hidden size, or is missing / not 2-D",
        "use the draft trained for this target, or state target_hidden_size in config.json",
-       "SGLang / vLLM `llama_eagle3.py` (fc: 3 x target hidden -> hidden)",
+       "SGLang / vLLM `llama_eagle3.py` (fc: 3 x target hidden -> hidden)", effects=("fc-shape.missing",),
        cannot_repair="needs the draft trained for this target, or target_hidden_size in config.json"),
     _e("lm-head-missing", "error/warning", "no lm_head (or one of the wrong width): per engine, a random "
        "draft-vocab head or the target's shared head", "export the draft's lm_head", "vLLM PR #28549 "
@@ -154,12 +166,25 @@ _ENTRIES = [
     _e("aux-layers", "error/warning/info", "the aux layer ids each engine reads, the target layers they capture, "
        "and ids out of range, of the wrong count, or absent", "name exactly the layers the draft was trained on, "
        "where each engine reads them", "vLLM PR #50170, vllm#54526, speculators#1065; SGLang / vLLM "
-       "`set_eagle3_layers_to_capture`", effects=("aux.fc-width", "aux.capture-count", "aux.unstated", "aux.places",
+       "`set_eagle3_layers_to_capture`", effects=("aux.fc-width", "aux.capture-count", "aux.capture-count-normed", "aux.unstated", "aux.places",
                                                   "aux.shifted", "aux.default-layers"),
        cannot_repair="needs aux layer ids the target has"),
-    _e("nonfinite-weights", "error", "tensors hold NaN or Inf", "use an earlier training checkpoint",
-       "every engine: NaN weights make every draft token garbage",
+    _e("nonfinite-weights", "error/warning", "tensors hold NaN or Inf (a warning where only embedding rows do)", "use an earlier training checkpoint",
+       "every engine: NaN weights make every draft token garbage (only the tokens whose rows hold them, for the "
+       "embedding and the head: the mutation runs of docs/engine-truth.md)", effects=("nonfinite-weights.rows",),
        cannot_repair="needs finite weights (an earlier training checkpoint)"),
+    _e("weights-zero", "error/warning", "a tensor is all zeros (never trained, or lost in the export; a warning for "
+       "an EAGLE-3.1 aux-state norm)",
+       "re-export from the trained weights", "the mutation runs of docs/engine-truth.md: zeros anywhere but the MLP "
+       "accept about nothing; in the MLP the attention path still drafts", effects=("weights-zero.mlp",
+                                                                                "weights-zero.aux-norm"),
+       cannot_repair="needs the trained weights"),
+    _e("weight-shape", "error/warning", "a draft tensor's shape is not the one config.json gives it (a warning "
+       "for a release whose loader drops the extra rows of a column-parallel weight)",
+       "re-export the checkpoint with the config it was trained with", "vLLM's weight loaders assert each "
+       "parameter's shape (the mutation runs of docs/engine-truth.md)", effects=("weight-shape.extra-rows",),
+       cannot_repair="needs the weights the config "
+       "describes"),
     # -- the checkpoint as a whole (diagnose) --------------------------------------------------------------
     _e("config-missing", "warning", "no config.json beside the weights: sizes cannot be checked",
        "copy the draft's config.json into the checkpoint folder", "every engine reads config.json first"),
@@ -178,7 +203,7 @@ _ENTRIES = [
     # -- config fields (checks_config) ---------------------------------------------------------------------
     _e("config-invalid", "error", "a config.json field (draft's or target's) the loaders refuse, or a tensor "
        "shape the config contradicts", "write the field as its declaration says (the finding names it)",
-       "`helpers/model/config_fields.py`; transformers' config classes"),
+       "`helpers/model/config_fields.py`; transformers' config classes", effects=("config-invalid.kit",)),
     _e("kit-unmodelled", "info", "a valid option the kit's own forward does not model: evaluate and speculate "
        "refuse the draft, the engines' verdicts stand", "measure it served (d2t-lab probe, logs or metrics)",
        "the kit's draft forward (`helpers/model/draft.py`)"),
@@ -246,7 +271,10 @@ _ENTRIES = [
     _e("variant-norm-twice", "error/warning/info", "fc_norm and norm_before_fc both on: the aux states are normed "
        "twice", "keep the config as the run trained", "speculators #670", effects=("variant.loads-unused",)),
     _e("config-incomplete", "error", "a speculators config (speculators_model_type) without its nested layer "
-       "config", "export the config with its transformer_layer_config", "speculators config format"),
+       "config, or without the speculators_config section by which an engine knows the format",
+       "export the config with speculators (transformer_layer_config and speculators_config)",
+       "speculators config format; vLLM `transformers_utils/configs/speculators` (rule speculators.detect)",
+       effects=("speculators.undetected",)),
     _e("draft-layers", "error", "more decoder layers in the config than the draft has (the target's count copied)",
        "set num_hidden_layers to the draft's layer count (1)", "NeMo Automodel configs; engine-truth row "
        "`draft-layers-two`", effects=("layers.raises", "layers.random")),

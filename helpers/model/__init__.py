@@ -5,6 +5,7 @@ Modules (import them by name; this file imports nothing):
 - `config`
 - `config_fields`
 - `keys`
+- `param_shapes`
 - `layer`
 - `draft`
 - `drafter`
@@ -18,5 +19,5 @@ Modules (import them by name; this file imports nothing):
 - `drift`
 """
 
-__all__ = ["config", "config_fields", "keys", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "preflight",
+__all__ = ["config", "config_fields", "keys", "param_shapes", "layer", "draft", "drafter", "target", "target_head", "pair", "fit", "preflight",
            "capture", "dflash", "drift"]
