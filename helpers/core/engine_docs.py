@@ -13,6 +13,8 @@ def _cell(e: Engine, rule: str) -> str:
         return "not read"
 
     def val(v):
+        if isinstance(v, dict):  # a rule by kind (config.converter): "absent: a+b; null: ..."
+            return "; ".join(f"{k}: {val(x)}" for k, x in v.items())
         return "none" if v == () else "+".join(v) if isinstance(v, tuple) else "yes" if v is True else "no" if v is False else str(v)
 
     if len(spans) == 1:

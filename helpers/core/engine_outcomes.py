@@ -87,6 +87,8 @@ SGLANG_OUTCOMES = {
     "aux-layers.error": (s(*ALWAYS, Serve("crashes"), READ_SG.format("fewer aux states than fc takes")),),
     "aux.fc-width": (s(*ALWAYS, Serve("refuses"), READ_SG.format("fc weight_loader shape assertion")),),
     "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses"), READ_SG.format("weight_loader shape assertion")),),
+    "vocab-size-mismatch.config-draft": (s(*ALWAYS, Serve("refuses"), READ_SG.format("weight_loader shape assertion")),),
+    "vocab-size-mismatch.target": (s(*ALWAYS, Serve("refuses"), READ_SG.format("weight_loader shape assertion")),),
     "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), READ_SG.format("NaN logits")),),
     "config-incomplete.error": (s(*ALWAYS, Serve("refuses"), READ_SG.format("the draft config is built first")),),
     "layers.raises": (s(*ALWAYS, Serve("refuses"), READ_SG.format("raises unless num_hidden_layers == 1")),),
@@ -176,9 +178,13 @@ VLLM_OUTCOMES = {
     "embed.untrained-kept": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
     "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses", says="AssertionError"), RUN),),
     "vocab-size-mismatch.configs": (s(*ALWAYS, Serve("serves", "as-trained"), RUN),),  # no weight sized from it
+    "vocab-size-mismatch.config-draft": (s(*ALWAYS, Serve("refuses", says="AssertionError"), RUN),),  # head sized from it
+    "vocab-size-mismatch.target": (s(*ALWAYS, Serve("refuses", says="AssertionError"), RUN),),  # the embedding's loader
+    "lm-head-missing.width": (s(*ALWAYS, Serve("refuses", says="AssertionError"), RUN),),  # the head's loader asserts
     "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # NaN logits never match
     # -- the mutation classes (scripts/engine_mutations.py, data_samples/engine_truth/vllm-0.32.0-mutations.json)
     "nonfinite-weights.rows": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),  # only rows of embed / head
+    "nonfinite-weights.head-nan": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # a NaN in lm_head: about 1
     "weights-zero.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
     "weights-zero.mlp": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),
     "weights-zero.aux-norm": (s(*ALWAYS, Serve("serves", "unknown"), RUN),),  # two of three aux states: either way
@@ -314,6 +320,19 @@ LLAMACPP_OUTCOMES = {
     # block id); a missing layer weight or final norm stops the loader
     "key-layout.error": (s(*ALWAYS, Serve("refuses", stage="convert"), RUN_LC),),
     "keys.missing-norm": (s(*ALWAYS, Serve("refuses", says="not found", stage="serve"), RUN_LC),),  # the loader's
+    # -- the mutation classes (scripts/engine_mutations.py, data_samples/engine_truth/llamacpp-b11434-mutations.json)
+    "config-engine.error": (s(*ALWAYS, Serve("refuses"), RUN_LC),),  # the converter or the loader's keys
+    "config-invalid.kit": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),  # what it refuses is config-engine's
+    # the loader checks each tensor's dims against the file's metadata (check_tensor_dims); q / k are permuted at
+    # conversion, where a wrong row count already fails
+    "weight-shape.error": (s(*ALWAYS, Serve("refuses"), RUN_LC),),
+    "fc-shape.missing": (s(*ALWAYS, Serve("refuses", says="not found", stage="serve"), RUN_LC),),
+    "weights-zero.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN_LC),),
+    "weights-zero.mlp": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),
+    "nonfinite-weights.rows": (s(*ALWAYS, Serve("serves", "at-most"), RUN_LC),),
+    "nonfinite-weights.head-nan": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),  # a NaN score never wins
+    "d2t-invalid.float": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),  # the converter casts to int64
+    "t2d-mismatch.t2d-broken": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),  # t2d is dropped
     "key-layout.info": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
     "keys.missing": (s(*ALWAYS, Serve("refuses", says="not found", stage="serve"), RUN_LC),),
     "embed-missing.info": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),  # the target's token_embd
@@ -325,8 +344,14 @@ LLAMACPP_OUTCOMES = {
                                                stage="serve"), RUN_LC),),
     # no lm_head and the full vocab: the target's output is used; as trained only on a frozen target head
     "lm-head-missing.borrowed": (s(*ALWAYS, Serve("serves", "unknown"), READ_LLAMACPP),),
-    # draft_vocab_size in config.json is never read: the draft vocab is d2t's length (run: served as trained)
-    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
+    # draft_vocab_size in config.json is never read: the draft vocab is d2t's length (run: served as trained) ...
+    "vocab-size-mismatch.config-draft": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
+    # the target's vocab: the converter takes it from the target (its embedding and size), not the draft's
+    "vocab-size-mismatch.target": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
+    "vocab-size-mismatch.configs": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),
+    # ... but d2t's length sizes the head the loader checks (d2t or lm_head a row off, an embedding of the wrong size)
+    "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses", says="wrong shape", stage="serve"), RUN_LC),),
+    "lm-head-missing.width": (s(*ALWAYS, Serve("refuses", says="wrong shape", stage="serve"), RUN_LC),),
     # run as gguf-target-hidden-wrong (eagle3.target_hidden_size 128 beside a 3 x 64 fc): the loader's shape check
     "fc-shape.error": (s(*ALWAYS, Serve("refuses", says="wrong shape", stage="serve"), RUN_LC),),
     "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN_LC),),  # NaN logits never match
@@ -393,6 +418,8 @@ TOKENSPEED_OUTCOMES = {
     "aux-layers.error": (s(*ALWAYS, Serve("crashes"), READ_TS),),
     "aux.fc-width": (s(*ALWAYS, Serve("refuses"), READ_TS),),
     "vocab-size-mismatch.error": (s(*ALWAYS, Serve("refuses"), READ_TS),),
+    "vocab-size-mismatch.config-draft": (s(*ALWAYS, Serve("refuses"), READ_TS),),
+    "vocab-size-mismatch.target": (s(*ALWAYS, Serve("refuses"), READ_TS),),
     "context-length.warning": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),
     "variant-fc-norm.dropped-init": (s(*ALWAYS, Serve("serves", "as-trained"), READ_TS),),
     "variant-norm-before-residual.error": (s(*ALWAYS, Serve("serves", "at-most"), READ_TS),),

@@ -80,6 +80,9 @@ RULES = {
     # how the engine builds the draft's config: "transformers" (AutoConfig for its model_type: every field typed,
     # defaults for what is left out; helpers.doctor.checks_engine_config)
     "config.reader": "how the draft's config.json is built",
+    # an engine that converts the draft first (llama.cpp): the config fields its converter and loader refuse, by kind
+    # of defect: {"absent": fields it needs, "null": fields it needs non-null, "typed": fields it needs well typed}
+    "config.converter": "config fields the converter needs",
     # what makes the engine read a config.json as a speculators export (else it is a plain Hugging Face config)
     "speculators.detect": "speculators format known by",
     # the layer parameters whose loader takes the first rows of the stored tensor (column-parallel and fused
@@ -448,6 +451,19 @@ LLAMACPP = Engine(
         # in b11434: target_layers [2, 4, 8] on the 8-layer target served (gguf-target-layer-last, 2.202). Read
         # in b11434 only: earlier releases are taken as the other engines (0..L-1)
         "aux.max_id": (s(None, "10470", "L-1"), s("11434", None, "L")),
+        # convert_hf_to_gguf.py (conversion/llama.py, eagle3) and llama-model.cpp's hyperparameter keys, as the
+        # mutation runs found them (data_samples/engine_truth/llamacpp-b11434-mutations.json): a size written from a
+        # field it needs, a field typed by the converter's config class; sizes that do not fit the weights are
+        # weight-shape's (check_tensor_dims), model_type, hidden_act, tie and the aux ids are not read
+        "config.reader": (s(None, "10470", None), s("11434", None, "converter")),  # b10470 not run
+        "config.converter": (s(None, "10470", None), s("11434", None, {
+            "absent": ("architectures", "hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers",
+                       "draft_vocab_size"),
+            "null": ("architectures", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                     "num_hidden_layers", "rms_norm_eps", "max_position_embeddings", "vocab_size"),
+            "typed": ("architectures", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                      "num_hidden_layers", "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings",
+                      "vocab_size", "target_hidden_size", "head_dim")}),),
         # ids named where the release does not look: its default capture, without a word (checks_capture)
         "aux.unread": (s(*ALWAYS, "default-capture"),),
         "aux.count": (s(*ALWAYS, "three"),),  # "EAGLE3 requires exactly 3 entries in 'extract_layers'"

@@ -102,10 +102,36 @@ def _defaults_misfit(c: CheckContext, raw: dict, built) -> tuple[str | None, boo
     return None, layers
 
 
+def _converter_refusal(raw: dict, needs: dict) -> str | None:
+    """What an engine that converts the draft first (rule `config.converter`) refuses in config.json."""
+    for name in needs.get("absent", ()):
+        if name not in raw:
+            return f"config.json has no {name}, which the converter writes into the converted file"
+    for name in needs.get("null", ()):
+        if name in raw and raw[name] is None:
+            return f"{name} is null, where the converter needs a value"
+    for name in needs.get("typed", ()):
+        v = raw.get(name)
+        if v is None:
+            continue
+        ok = {"architectures": lambda x: isinstance(x, list) and all(isinstance(a, str) for a in x),
+              "rope_scaling": lambda x: isinstance(x, dict),
+              "rms_norm_eps": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
+              "rope_theta": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)}.get(
+            name, lambda x: isinstance(x, int) and not isinstance(x, bool))
+        if not ok(v):
+            return f"{name} is {v!r}, of a type the converter cannot write"
+    return None
+
+
 def check_engine_config(c: CheckContext) -> None:
     raw = c.raw_config
     if not isinstance(raw, dict) or "speculators_model_type" in raw:  # speculators' nested config: its own reader
         return
+    for at in c.engine_list:
+        if at.value("config.reader") == "converter" and (why := _converter_refusal(raw, at.value("config.converter"))):
+            c.add("config-engine", "error", f"{at.label}: {why}: it refuses to convert or to load the draft", FIX,
+                  engine=at.key)
     ats = [at for at in c.engine_list if at.value("config.reader") == "transformers"]
     if not ats:
         return

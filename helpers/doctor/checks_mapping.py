@@ -67,12 +67,17 @@ def check_vocab(c: CheckContext, d2t, t2d, target_cfg: dict | None) -> tuple[int
         if len(set(known.values())) > 1:
             # only the two configs disagree (no embedding stored: the engine shares the target's)
             configs_only = what == "target" and known.get("embed_tokens rows") is None
+            # only config.json's draft_vocab_size is the odd one (d2t and the head agree): an engine that sizes the
+            # draft vocab from d2t never reads it, one that sizes the head from it refuses
+            config_draft = what == "draft" and len({v for k, v in known.items() if k != "config draft_vocab_size"}) == 1
             c.add(
                 "vocab-size-mismatch", "error",
                 f"{what} vocab sizes disagree: " + ", ".join(f"{k} {_fmt(v)}" for k, v in known.items())
                 + (" (no embed_tokens is stored: the engine shares the target's, and no weight is sized from the "
                    "draft's vocab_size)" if configs_only else ""),
-                fix_cfg, effect="vocab-size-mismatch.configs" if configs_only else None,
+                fix_cfg, effect="vocab-size-mismatch.configs" if configs_only else
+                "vocab-size-mismatch.config-draft" if config_draft else
+                "vocab-size-mismatch.target" if what == "target" else None,
             )
     n = next((v for v in draft.values() if v is not None), None)
     v = cfg_target or next((v for v in target.values() if v is not None), None) or t2d_rows
@@ -83,6 +88,7 @@ def check_vocab(c: CheckContext, d2t, t2d, target_cfg: dict | None) -> tuple[int
             f"config.json has no draft_vocab_size: SGLang and vLLM then size lm_head from vocab_size "
             f"({_fmt(cfg_target)}) but it has {_fmt(lm[0])} rows, so loading fails or the head is not loaded",
             f"set draft_vocab_size = {lm[0]} in config.json (d2t-lab fix SRC DST does it)",
+            effect="vocab-size-mismatch.config-draft",
         )
     if n is not None and v is not None and n > v:
         c.add("vocab-size-mismatch", "error", f"draft vocab {_fmt(n)} is larger than the target vocab {_fmt(v)}", fix_cfg)

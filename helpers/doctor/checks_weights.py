@@ -168,7 +168,7 @@ def check_shapes(c: CheckContext, target_cfg: dict | None) -> None:
         _head_missing(c)
     elif isinstance(h, int) and lm[-1] != h:
         c.add("lm-head-missing", "error", f"lm_head is {list(lm)}, its width is not hidden_size {_fmt(h)}",
-              "re-export the checkpoint with a matching lm_head")
+              "re-export the checkpoint with a matching lm_head", effect="lm-head-missing.width")
     fc = c.shape("fc.weight")
     if fc is None:
         c.add("fc-shape", "error", "no fc.weight (the 3 x target-hidden -> hidden projection of the aux states)",
@@ -403,13 +403,15 @@ def check_finite(c: CheckContext, progress: bool) -> None:
         nan = [k for k in bad if parse_key(k).name not in ROW_TABLES
                and any(bool(torch.isnan(part).any()) for part in row_chunks(c.ck, k))]
         rows_only = not nan
+        head_nan = rows_only and all(parse_key(k).name == "lm_head.weight" for k in bad) and any(
+            bool(torch.isnan(part).any()) for k in bad for part in row_chunks(c.ck, k))
         # only rows of the embedding: the tokens whose rows hold them are spoilt as inputs, no draft's head is
         c.add("nonfinite-weights", "warning" if all(parse_key(k).name == "embed_tokens.weight" for k in bad) else "error",
               f"{len(bad)} tensor(s) hold NaN or Inf: " + ", ".join(bad[:4]) + (" ..." if len(bad) > 4 else "")
               + (" (Inf only, or only in token rows of the embedding / head: the drafts it reaches are spoilt, how "
                  "many the files cannot tell)" if rows_only else " (NaN where every draft token passes)"),
               "use an earlier training checkpoint; NaN weights make every draft token garbage",
-              effect="nonfinite-weights.rows" if rows_only else None)
+              effect="nonfinite-weights.head-nan" if head_nan else "nonfinite-weights.rows" if rows_only else None)
     # a parameter the draft has (an extra name is the key checks'; d2t / t2d the mapping checks')
     zero = [k for k in zero if not is_mapping_key(k)
             and (is_known_param(parse_key(k), "kv_lora_rank" in c.cfg) or variant_of_key(k))]

@@ -64,7 +64,8 @@ _ENTRIES = [
     _e("vocab-size-mismatch", "error", "the draft, target, d2t, t2d and lm_head vocab sizes disagree, or "
        "draft_vocab_size is missing while the head is reduced", "state vocab_size and draft_vocab_size in config.json "
        "as the weights hold them", "SGLang / vLLM `llama_eagle3.py`: lm_head sized from draft_vocab_size, else "
-       "vocab_size", effects=("vocab-size-mismatch.configs",),
+       "vocab_size", effects=("vocab-size-mismatch.configs", "vocab-size-mismatch.config-draft",
+                             "vocab-size-mismatch.target"),
        repairs="adds draft_vocab_size to config.json when it is missing",
        cannot_repair="needs config.json sizes that match the weights"),
     _e("d2t-invalid", "error", "d2t cannot be a mapping (dtype, shape, values) under either reading",
@@ -89,7 +90,8 @@ _ENTRIES = [
        "it: a field of the wrong type or null where the class types it, a size left out whose default the weights do "
        "not fit, num_hidden_layers left out, use_aux_hidden_state off", "write the fields as the trained draft's "
        "config has them", "vLLM `get_config` (transformers AutoConfig, strict field types in transformers 5), "
-       "`llama_eagle3.py`; rule config.reader", engines=VLLM_ONLY, effects=("layers.random", "aux.no-aux-states", "aux.no-aux-states-normed")),
+       "`llama_eagle3.py`; llama.cpp's converter (rule config.converter); rule config.reader",
+       engines=("vllm", "llamacpp"), effects=("layers.random", "aux.no-aux-states", "aux.no-aux-states-normed")),
     _e("d2t-full-vocab", "error", "a d2t stored in a draft that keeps the full target vocab, where the release "
        "builds no mapping parameter for one (rule d2t.param): it refuses to start",
        "drop d2t / t2d from the full-vocab export, or set draft_vocab_size to the reduced vocab the head was trained "
@@ -153,7 +155,7 @@ _ENTRIES = [
     _e("lm-head-missing", "error/warning", "no lm_head (or one of the wrong width): per engine, a random "
        "draft-vocab head or the target's shared head", "export the draft's lm_head", "vLLM PR #28549 "
        "(`llm_base_proposer.py` shares the target's head); SGLang `llama_eagle3.py`",
-       effects=("lm-head-missing.borrowed", "lm-head-missing.random"),
+       effects=("lm-head-missing.borrowed", "lm-head-missing.random", "lm-head-missing.width"),
        cannot_repair="needs the draft's lm_head re-exported"),
     _e("embed-missing", "error/info", "no embed_tokens: the engine borrows the target's (an error when the hidden "
        "sizes differ)", "export the draft's embed_tokens (the kit's own commands take --embed-from TARGET)",
@@ -171,7 +173,7 @@ _ENTRIES = [
        cannot_repair="needs aux layer ids the target has"),
     _e("nonfinite-weights", "error/warning", "tensors hold NaN or Inf (a warning where only embedding rows do)", "use an earlier training checkpoint",
        "every engine: NaN weights make every draft token garbage (only the tokens whose rows hold them, for the "
-       "embedding and the head: the mutation runs of docs/engine-truth.md)", effects=("nonfinite-weights.rows",),
+       "embedding and the head: the mutation runs of docs/engine-truth.md)", effects=("nonfinite-weights.rows", "nonfinite-weights.head-nan"),
        cannot_repair="needs finite weights (an earlier training checkpoint)"),
     _e("weights-zero", "error/warning", "a tensor is all zeros (never trained, or lost in the export; a warning for "
        "an EAGLE-3.1 aux-state norm)",
