@@ -40,6 +40,9 @@ class Serve:
 
 
 SERVE_RESULTS = ("refuses", "crashes", "serves")
+# each result in words, the one phrasing the doctor's predictions and the lessons' version story share
+RESULT_WORDS = {"refuses": "refuses to start", "crashes": "starts, then dies on the first request that meets it",
+                "serves": "serves"}
 ACCEPT_CLASSES = ("about-1", "at-most", "unknown", "as-trained")  # worst first
 STAGES = (None, "convert", "serve")  # a refusal at conversion comes before one at start-up
 

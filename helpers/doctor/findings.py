@@ -12,7 +12,7 @@ import functools
 
 from dataclasses import dataclass, field, replace
 
-from helpers.core.engine_outcomes import SERVE_RESULTS
+from helpers.core.engine_outcomes import RESULT_WORDS, SERVE_RESULTS
 from helpers.core.engines import EngineAt, engine_at, worst_outcome
 from helpers.doctor.registry import NO_EFFECT, SEVERITIES, check_finding
 from helpers.io.checkpoint import Checkpoint
@@ -141,12 +141,12 @@ _ACCEPT_WORDS = {
 
 
 def outcome_words(o: dict) -> str:
-    """One predicted outcome in words, e.g. 'starts, then crashes on the first request (its error names
+    """One predicted outcome in words, e.g. 'starts, then dies on the first request that meets it (its error names
     IndexError) [checked by running this release]'."""
     if o["result"] == "serves":
         text = "starts and serves " + _ACCEPT_WORDS.get(o["accept"], "")
     else:
-        text = "refuses to start" if o["result"] == "refuses" else "starts, then crashes on the first request"
+        text = RESULT_WORDS[o["result"]]
         if o.get("stage") == "convert":  # llama.cpp: its converter writes no file
             text = "refuses at conversion (no GGUF is written)"
         if o.get("says"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers.core.engine_outcomes import Serve, Span
+from helpers.core.engine_outcomes import RESULT_WORDS, Serve, Span
 from helpers.core.engine_table import ENGINE_TABLE, QUOTED, Engine
 
 # -- the version story -----------------------------------------------------------------------------------
@@ -65,8 +65,7 @@ def release_range(engine: Engine, span: Span) -> str:
 
 def _value_words(value) -> str:
     if isinstance(value, Serve):
-        words = {"refuses": "does not start", "crashes": "starts, then dies on the first request that meets it",
-                 "serves": "serves"}[value.result]
+        words = RESULT_WORDS[value.result]
         if value.accept:
             words += f", {ACCEPT_WORDS[value.accept]}"
         return words + (f' ("{value.says}")' if value.says else "")
