@@ -348,12 +348,7 @@ def speculate_batched(target: Target, draft, items, settings: SpecSettings, run:
         if not done:
             done = emit(row, tok, how)
         emitted = len(out.output_ids) - before
-        run.verify_steps += 1
-        run.histogram_counts[emitted] += 1
-        run.accepted_per_position[: emitted - 1] += 1
-        out.accept_lengths.append(emitted)
-        if run.engine_counts is not None:
-            run.engine_counts.record(remaining, emitted)
+        run.record_step(out, remaining, emitted)
         if run.expected_per_position is not None and exact is not None:
             ex = chain_expectation(exact[0], exact[1], T, rule)
             mm = min(len(ex), remaining - 1)

@@ -119,12 +119,7 @@ def speculate_prompt(target: Target, draft, ids: list[int], settings: SpecSettin
             if not done:
                 done = emit(nxt, how)
             emitted = len(out.output_ids) - before  # len(path) + 1 unless max_new_tokens / EOS cut it
-            run.verify_steps += 1
-            run.histogram_counts[emitted] += 1
-            run.accepted_per_position[: emitted - 1] += 1
-            out.accept_lengths.append(emitted)
-            if run.engine_counts is not None:
-                run.engine_counts.record(remaining, emitted)
+            run.record_step(out, remaining, emitted)
             if run.expected_per_position is not None and chain:
                 exact = chain_expectation(prop, logits, T, rule)
                 m = min(len(exact), remaining - 1)  # positions this step could emit (EOS not foreseen)

@@ -157,6 +157,16 @@ class SpecRun:
         return cls(settings.to_dict(), np.zeros(steps + 2, np.int64), np.zeros(steps, np.int64), engine_counts=counts,
                    expected_per_position=exact)
 
+    def record_step(self, out: PromptRun, remaining: int, emitted: int) -> None:
+        """One verify step of prompt `out` that emitted `emitted` tokens with `remaining` still to generate before
+        it: the sums, the prompt's accept lengths, and the engine's own counting (the one-prompt and batched loops)."""
+        self.verify_steps += 1
+        self.histogram_counts[emitted] += 1
+        self.accepted_per_position[: emitted - 1] += 1
+        out.accept_lengths.append(emitted)
+        if self.engine_counts is not None:
+            self.engine_counts.record(remaining, emitted)
+
     @classmethod
     def merge(cls, runs: list[SpecRun]) -> SpecRun:
         """Sum runs over shards of the prompts (same settings), prompts in index order."""
