@@ -83,6 +83,8 @@ RULES = {
     # an engine that converts the draft first (llama.cpp): the config fields its converter and loader refuse, by kind
     # of defect: {"absent": fields it needs, "null": fields it needs non-null, "typed": fields it needs well typed}
     "config.converter": "config fields the converter needs",
+    # the architectures names the engine maps to its Llama (MHA) EAGLE-3 class, whatever the config's attention
+    "arch.llama-eagle3": "architectures served by the Llama EAGLE-3 class",
     # what makes the engine read a config.json as a speculators export (else it is a plain Hugging Face config)
     "speculators.detect": "speculators format known by",
     # the layer parameters whose loader takes the first rows of the stored tensor (column-parallel and fused
@@ -250,6 +252,10 @@ VLLM = Engine(
         # transformers_utils/config.py: a config.json with speculators_config is read by the speculators adapter;
         # without it (run: the older bundled sample) "Unrecognized model ... Should have a `model_type` key"
         "speculators.detect": (s(*ALWAYS, "speculators_config"),),
+        # model_executor/models/registry.py (0.32.0): the names mapped to llama_eagle3.Eagle3LlamaForCausalLM
+        "arch.llama-eagle3": (s(*ALWAYS, ("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "PEagleDraftModel",
+                                          "PeagleLlamaForCausalLM", "Eagle3MiniMaxM2ForCausalLM",
+                                          "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3vlForCausalLM")),),
         "t2d.names": (s(*ALWAYS, "dropped"),),  # any name with "t2d" in it (run: t2d renamed t2d_x serves as trained)
         # QKVParallelLinear, MergedColumnParallelLinear (gate_up, fused_qkv_a) and ColumnParallelLinear (q_b, kv_b)
         # narrow along their output rows (model_executor/layers/linear.py); RowParallel / Replicated layers assert

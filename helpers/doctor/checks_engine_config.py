@@ -62,12 +62,13 @@ def _own_fields(raw: dict) -> str | None:
     return None
 
 
-def _mla_class(c: CheckContext, raw: dict) -> str | None:
+def _mla_class(c: CheckContext, raw: dict, ats) -> str | None:
     """An MLA draft the release would build with the wrong class or the wrong q projection."""
     if "kv_lora_rank" not in raw:
         return None
     archs = raw.get("architectures") or []
-    if any("Llama" in a for a in archs):
+    llama = {name for at in ats for name in (at.value("arch.llama-eagle3") or ())}
+    if any(a in llama for a in archs):  # a name the release maps to its Llama class (an unknown one: by model_type)
         return (f"architectures {archs} names a Llama EAGLE-3 class, which has no MLA attention: the stored MLA "
                 "weights (kv_a_proj_with_mqa, ...) have no parameter in it")
     q_lora = [k for k in c.ck.tensors.keys() if k.endswith("self_attn.q_a_proj.weight")]
@@ -148,7 +149,7 @@ def check_engine_config(c: CheckContext) -> None:
         why = why or _own_fields(raw)
         if why is None and built is not None:
             why, layers = _defaults_misfit(c, raw, built)
-        why = why or _mla_class(c, raw)
+        why = why or _mla_class(c, raw, ats)
         eagle = raw.get("eagle_config")
         no_aux = isinstance(eagle, dict) and "use_aux_hidden_state" in eagle and not eagle["use_aux_hidden_state"]
     for at in ats:

@@ -283,7 +283,7 @@ class BatchDrafter(Drafter):
         candidates, scores and kept nodes): one draft forward per depth for every row's `topk` beam
         nodes, each row at its own positions, its beam following its own parents."""
         B, dev = self.rows, self.device
-        lp, ids = torch.log_softmax(self.logits_last.float(), dim=-1).topk(topk, dim=-1)  # `pick_tokens`' argmax pick
+        ids, lp, _ = pick_tokens(self.logits_last, topk)  # the one-row path's argmax pick
         cands = [([0.0], [-1], [0], [-1]) for _ in range(B)]  # per row: score, parent, depth, draft id
         ids_l, lp_l = ids.tolist(), lp.tolist()
         for r in range(B):
@@ -302,7 +302,7 @@ class BatchDrafter(Drafter):
             emb = self.model.embed_tokens(toks.clamp(0, self.vocab - 1))
             h, logits = self._step(beam_h, emb, anchor + d, anchor=anchor)
             V = logits.shape[-1]
-            lp, ids = torch.log_softmax(logits.reshape(B * m, V).float(), dim=-1).topk(topk, dim=-1)
+            ids, lp, _ = pick_tokens(logits.reshape(B * m, V), topk)
             k = int(ids.shape[1])
             lp, ids = lp.view(B, m, k), ids.view(B, m, k)
             scores = beam_score[:, :, None] + lp  # [B, m, k]

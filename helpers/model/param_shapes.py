@@ -76,3 +76,25 @@ def _mla(cfg: dict, h: int) -> dict[str, tuple[int, ...]]:
         out |= {"midlayer.self_attn.q_a_proj.weight": (rq, 2 * h), "midlayer.self_attn.q_a_layernorm.weight": (rq,),
                 "midlayer.self_attn.q_b_proj.weight": (nh * (dn + dr), rq)}
     return out
+
+
+# the config fields each parameter's shape is made of (named in the doctor's weight-shape finding)
+SIZED_BY = {
+    "norm.weight": "hidden_size", "midlayer.input_layernorm.weight": "hidden_size",
+    "midlayer.hidden_norm.weight": "hidden_size", "midlayer.post_attention_layernorm.weight": "hidden_size",
+    "midlayer.mlp.gate_proj.weight": "intermediate_size x hidden_size",
+    "midlayer.mlp.up_proj.weight": "intermediate_size x hidden_size",
+    "midlayer.mlp.down_proj.weight": "hidden_size x intermediate_size",
+    "embed_tokens.weight": "vocab_size x hidden_size", "lm_head.weight": "draft_vocab_size x hidden_size",
+    "fc.weight": "hidden_size x 3 target_hidden_size",
+    "midlayer.self_attn.q_proj.weight": "num_attention_heads x head_dim, 2 hidden_size",
+    "midlayer.self_attn.k_proj.weight": "num_key_value_heads x head_dim, 2 hidden_size",
+    "midlayer.self_attn.v_proj.weight": "num_key_value_heads x head_dim, 2 hidden_size",
+    "midlayer.self_attn.o_proj.weight": "hidden_size, num_attention_heads x head_dim",
+    "midlayer.self_attn.q_a_proj.weight": "q_lora_rank, 2 hidden_size",
+    "midlayer.self_attn.q_a_layernorm.weight": "q_lora_rank",
+    "midlayer.self_attn.q_b_proj.weight": "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank",
+    "midlayer.self_attn.kv_a_proj_with_mqa.weight": "kv_lora_rank + qk_rope_head_dim, 2 hidden_size",
+    "midlayer.self_attn.kv_a_layernorm.weight": "kv_lora_rank",
+    "midlayer.self_attn.kv_b_proj.weight": "num_attention_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank",
+}

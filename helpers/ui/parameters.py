@@ -165,6 +165,7 @@ RULES = {
     # counts and rates
     "accuracy_k": whole(1, none=False), "max_samples": whole(1), "max_prompts": whole(1),
     "max_new_tokens": whole(1, none=False), "trials": whole(2, none=False), "window_start": whole(0, none=False),
+    "batch_size": whole(1),  # prompts the loop verifies together (None: speculate's default)
     "seed": whole(None, none=False),
     "temperature": number(least=0.0, none=False), "accept_rate": number(above=0.0, most=1.0),
     "baseline_tps": number(above=0.0), "spec_tps": number(above=0.0),
