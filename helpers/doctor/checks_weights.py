@@ -433,7 +433,7 @@ def check_finite(c: CheckContext, progress: bool) -> None:
 def check_param_shapes(c: CheckContext) -> None:
     """weight-shape: each stored draft parameter against the shape its config gives it (helpers.model.param_shapes);
     the head, fc and the embedding's rows are judged by check_shapes / check_vocab, so only what they leave is here."""
-    from helpers.model.param_shapes import SIZED_BY, expected_shapes
+    from helpers.model.param_shapes import expected_shapes, sized_by
 
     want = expected_shapes(c.cfg)
     judged = {"fc.weight", "lm_head.weight"}
@@ -449,7 +449,7 @@ def check_param_shapes(c: CheckContext) -> None:
             got, exp = got[1:], exp[1:]
         if got != exp:
             extra = len(got) == len(exp) and got[0] > exp[0] and got[1:] == exp[1:] and bool(info.layout)
-            by = SIZED_BY.get(name)
+            by = sized_by(name)
             wrong.append((f"{k} is {list(c.ck.tensors.shape(k))}, the config gives {list(want[name])}"
                           + (f" ({by})" if by else ""), info.name if extra else None))
     if not wrong:

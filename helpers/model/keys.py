@@ -16,6 +16,7 @@ import warnings
 from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import Checkpoint
 from helpers.model.config import DraftConfig
+from helpers.model.param_shapes import sized_by
 
 _TOP = ("fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "input_norm.weight")
 # stored tensors the draft's forward never reads: RoPE caches (recomputed) and speculators'
@@ -84,19 +85,6 @@ def expected_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-# the config fields behind each tensor's shape, named in a shape refusal
-_SHAPE_WORDS = {
-    "fc.weight": "hidden_size, 3 x target_hidden_size", "norm.weight": "hidden_size",
-    "lm_head.weight": "draft_vocab_size, hidden_size", "embed_tokens.weight": "vocab_size, hidden_size",
-    "hidden_norm.weight": "hidden_size", "input_layernorm.weight": "hidden_size",
-    "post_attention_layernorm.weight": "hidden_size", "gate_proj.weight": "intermediate_size, hidden_size",
-    "up_proj.weight": "intermediate_size, hidden_size", "down_proj.weight": "hidden_size, intermediate_size",
-    "q_proj.weight": "num_attention_heads x head_dim, 2 x hidden_size",
-    "k_proj.weight": "num_key_value_heads x head_dim, 2 x hidden_size",
-    "v_proj.weight": "num_key_value_heads x head_dim, 2 x hidden_size",
-    "o_proj.weight": "hidden_size, num_attention_heads x head_dim", "input_norm.weight": "3 x target_hidden_size",
-    "q_norm.weight": "head_dim", "k_norm.weight": "head_dim",
-}
 
 
 def shape_words(name: str, cfg: DraftConfig) -> str:
@@ -106,7 +94,7 @@ def shape_words(name: str, cfg: DraftConfig) -> str:
                "v_head_dim, hidden_size"
     if name.startswith("fc_norm."):
         return "target_hidden_size"
-    return _SHAPE_WORDS.get(".".join(name.split(".")[-2:]), "")
+    return sized_by(name)
 
 
 def _mla_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:

@@ -78,23 +78,27 @@ def _mla(cfg: dict, h: int) -> dict[str, tuple[int, ...]]:
     return out
 
 
-# the config fields each parameter's shape is made of (named in the doctor's weight-shape finding)
+# the config fields behind each parameter's shape, by its last two name parts (named in the kit's shape refusals and
+# the doctor's weight-shape finding)
 SIZED_BY = {
-    "norm.weight": "hidden_size", "midlayer.input_layernorm.weight": "hidden_size",
-    "midlayer.hidden_norm.weight": "hidden_size", "midlayer.post_attention_layernorm.weight": "hidden_size",
-    "midlayer.mlp.gate_proj.weight": "intermediate_size x hidden_size",
-    "midlayer.mlp.up_proj.weight": "intermediate_size x hidden_size",
-    "midlayer.mlp.down_proj.weight": "hidden_size x intermediate_size",
-    "embed_tokens.weight": "vocab_size x hidden_size", "lm_head.weight": "draft_vocab_size x hidden_size",
-    "fc.weight": "hidden_size x 3 target_hidden_size",
-    "midlayer.self_attn.q_proj.weight": "num_attention_heads x head_dim, 2 hidden_size",
-    "midlayer.self_attn.k_proj.weight": "num_key_value_heads x head_dim, 2 hidden_size",
-    "midlayer.self_attn.v_proj.weight": "num_key_value_heads x head_dim, 2 hidden_size",
-    "midlayer.self_attn.o_proj.weight": "hidden_size, num_attention_heads x head_dim",
-    "midlayer.self_attn.q_a_proj.weight": "q_lora_rank, 2 hidden_size",
-    "midlayer.self_attn.q_a_layernorm.weight": "q_lora_rank",
-    "midlayer.self_attn.q_b_proj.weight": "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank",
-    "midlayer.self_attn.kv_a_proj_with_mqa.weight": "kv_lora_rank + qk_rope_head_dim, 2 hidden_size",
-    "midlayer.self_attn.kv_a_layernorm.weight": "kv_lora_rank",
-    "midlayer.self_attn.kv_b_proj.weight": "num_attention_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank",
+    "fc.weight": "hidden_size, 3 x target_hidden_size", "norm.weight": "hidden_size",
+    "lm_head.weight": "draft_vocab_size, hidden_size", "embed_tokens.weight": "vocab_size, hidden_size",
+    "hidden_norm.weight": "hidden_size", "input_layernorm.weight": "hidden_size",
+    "post_attention_layernorm.weight": "hidden_size", "gate_proj.weight": "intermediate_size, hidden_size",
+    "up_proj.weight": "intermediate_size, hidden_size", "down_proj.weight": "hidden_size, intermediate_size",
+    "q_proj.weight": "num_attention_heads x head_dim, 2 x hidden_size",
+    "k_proj.weight": "num_key_value_heads x head_dim, 2 x hidden_size",
+    "v_proj.weight": "num_key_value_heads x head_dim, 2 x hidden_size",
+    "o_proj.weight": "hidden_size, num_attention_heads x head_dim", "input_norm.weight": "3 x target_hidden_size",
+    "q_norm.weight": "head_dim", "k_norm.weight": "head_dim",
+    "q_a_proj.weight": "q_lora_rank, 2 x hidden_size", "q_a_layernorm.weight": "q_lora_rank",
+    "q_b_proj.weight": "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank",
+    "kv_a_proj_with_mqa.weight": "kv_lora_rank + qk_rope_head_dim, 2 x hidden_size",
+    "kv_a_layernorm.weight": "kv_lora_rank",
+    "kv_b_proj.weight": "num_attention_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank",
 }
+
+
+def sized_by(name: str) -> str:
+    """The config fields a parameter's shape is made of ('' for a name not listed)."""
+    return SIZED_BY.get(".".join(name.split(".")[-2:]), "")
