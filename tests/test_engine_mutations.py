@@ -1,8 +1,8 @@
 """The doctor against real engines on copies nobody chose: every mutation of scripts/engine_mutations.py.
 
-data_samples/engine_truth/vllm-0.32.0-mutations.json was made by running every mutated copy of both engine
+data_samples/engine_truth/vllm-0.32.0-mutations.json.gz was made by running every mutated copy of both engine
 pairs' drafts in vLLM's CPU build (`python scripts/engine_truth.py mutate`), and
-data_samples/engine_truth/llamacpp-b11434-mutations.json by converting and serving the Llama pair's copies in
+data_samples/engine_truth/llamacpp-b11434-mutations.json.gz by converting and serving the Llama pair's copies in
 llama.cpp b11434 (`... mutate --engine llamacpp`). Here, without an engine, every copy is made again and the
 doctor must predict each row (same result, the engine's error naming what the prediction says, the accept class
 measured), no error finding may stand on a copy the engine served as trained, and every outcome row the engine
@@ -20,14 +20,14 @@ from safetensors.torch import load_file, save_file
 
 from conftest import ROOT, script_module
 
-VLLM = ROOT / "data_samples" / "engine_truth" / "vllm-0.32.0-mutations.json"
-LLAMACPP = ROOT / "data_samples" / "engine_truth" / "llamacpp-b11434-mutations.json"
+VLLM = ROOT / "data_samples" / "engine_truth" / "vllm-0.32.0-mutations.json.gz"
+LLAMACPP = ROOT / "data_samples" / "engine_truth" / "llamacpp-b11434-mutations.json.gz"
 PAIR = ROOT / "data_samples" / "engine_llama"
 
 
 def _judged(tmp_path_factory, table, spec):
     et = script_module("engine_truth")
-    data = json.loads(table.read_text())
+    data = et.read_table(table)
     names = [r["case"] for r in data["rows"] if r["class"] != "healthy"]
     folders = et.make_mutations(tmp_path_factory.mktemp("mutations"), names)
     folders |= {"healthy": PAIR / "draft", "kimi-healthy": ROOT / "data_samples" / "engine_kimi" / "draft"}

@@ -1,12 +1,10 @@
 """The mutation tables, run again in the real engines (make test-engine): one copy of every class per engine.
 
-The full tables (data_samples/engine_truth/*-mutations.json) take 40-60 minutes to make; here the first copy of
+The full tables (data_samples/engine_truth/*-mutations.json.gz) take 40-60 minutes to make; here the first copy of
 each mutation class (both pairs for vLLM, the Llama pair for llama.cpp) runs again and must do what the table
 recorded: the same outcome, the same root error, the accept length within 0.05.
 """
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -19,7 +17,7 @@ TABLES = ROOT / "data_samples" / "engine_truth"
 
 def _one_per_class(table, pairs=("m-", "kimi-m-")) -> list[dict]:
     seen, out = set(), []
-    for row in json.loads(table.read_text())["rows"]:
+    for row in script_module("engine_truth").read_table(table)["rows"]:
         for prefix in pairs:
             key = (prefix, row["class"])
             if row["case"].startswith(prefix) and key not in seen:
@@ -41,7 +39,7 @@ def _same(recorded: dict, got: dict) -> str | None:
 
 def test_one_mutation_of_each_class_runs_in_vllm_as_recorded(vllm_cpu, tmp_path):
     et = script_module("engine_truth")
-    rows = _one_per_class(TABLES / "vllm-0.32.0-mutations.json")
+    rows = _one_per_class(TABLES / "vllm-0.32.0-mutations.json.gz")
     assert len(rows) >= 40
     folders = et.make_mutations(tmp_path / "drafts", [r["case"] for r in rows])
     wrong = {}
@@ -60,7 +58,7 @@ def test_one_mutation_of_each_class_runs_in_vllm_as_recorded(vllm_cpu, tmp_path)
 
 def test_one_mutation_of_each_class_runs_in_llamacpp_as_recorded(llamacpp, tmp_path):
     et = script_module("engine_truth")
-    rows = _one_per_class(TABLES / "llamacpp-b11434-mutations.json", pairs=("m-",))
+    rows = _one_per_class(TABLES / "llamacpp-b11434-mutations.json.gz", pairs=("m-",))
     assert len(rows) >= 20
     cases = et.mutation_cases()
     now = et.run_llamacpp(tmp_path / "table.json", [r["case"] for r in rows], tmp_path / "work",

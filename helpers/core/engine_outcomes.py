@@ -185,7 +185,7 @@ VLLM_OUTCOMES = {
     "vocab-size-mismatch.target": (s(*ALWAYS, Serve("refuses", says="AssertionError"), RUN),),  # the embedding's loader
     "lm-head-missing.width": (s(*ALWAYS, Serve("refuses", says="AssertionError"), RUN),),  # the head's loader asserts
     "nonfinite-weights.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # NaN logits never match
-    # -- the mutation classes (scripts/engine_mutations.py, data_samples/engine_truth/vllm-0.32.0-mutations.json)
+    # -- the mutation classes (scripts/engine_mutations.py, data_samples/engine_truth/vllm-0.32.0-mutations.json.gz)
     "nonfinite-weights.rows": (s(*ALWAYS, Serve("serves", "at-most"), RUN),),  # only rows of embed / head
     "nonfinite-weights.head-nan": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),  # a NaN in lm_head: about 1
     "weights-zero.error": (s(*ALWAYS, Serve("serves", "about-1"), RUN),),
@@ -323,7 +323,7 @@ LLAMACPP_OUTCOMES = {
     # block id); a missing layer weight or final norm stops the loader
     "key-layout.error": (s(*ALWAYS, Serve("refuses", stage="convert"), RUN_LC),),
     "keys.missing-norm": (s(*ALWAYS, Serve("refuses", says="not found", stage="serve"), RUN_LC),),  # the loader's
-    # -- the mutation classes (scripts/engine_mutations.py, data_samples/engine_truth/llamacpp-b11434-mutations.json)
+    # -- the mutation classes (scripts/engine_mutations.py, data_samples/engine_truth/llamacpp-b11434-mutations.json.gz)
     "config-engine.error": (s(*ALWAYS, Serve("refuses"), RUN_LC),),  # the converter or the loader's keys
     "config-invalid.kit": (s(*ALWAYS, Serve("serves", "as-trained"), RUN_LC),),  # what it refuses is config-engine's
     # the loader checks each tensor's dims against the file's metadata (check_tensor_dims); q / k are permuted at

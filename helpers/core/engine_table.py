@@ -458,7 +458,7 @@ LLAMACPP = Engine(
         # in b11434 only: earlier releases are taken as the other engines (0..L-1)
         "aux.max_id": (s(None, "10470", "L-1"), s("11434", None, "L")),
         # convert_hf_to_gguf.py (conversion/llama.py, eagle3) and llama-model.cpp's hyperparameter keys, as the
-        # mutation runs found them (data_samples/engine_truth/llamacpp-b11434-mutations.json): a size written from a
+        # mutation runs found them (data_samples/engine_truth/llamacpp-b11434-mutations.json.gz): a size written from a
         # field it needs, a field typed by the converter's config class; sizes that do not fit the weights are
         # weight-shape's (check_tensor_dims), model_type, hidden_act, tie and the aux ids are not read
         "config.reader": (s(None, "10470", None), s("11434", None, "converter")),  # b10470 not run
