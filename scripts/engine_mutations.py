@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors import safe_open
+
+import make_broken_drafts as mb  # the copy-and-change helpers the engine-truth cases use too
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {"llama": ROOT / "data_samples" / "engine_llama", "kimi": ROOT / "data_samples" / "engine_kimi"}
@@ -187,30 +188,16 @@ def _kept(t):
     return t["d2t"] + torch.arange(t["d2t"].numel())
 
 
-def _m_absolute(t):
-    t["d2t"] = _kept(t)
-
-
 def _m_off_by_one(t):
     t["d2t"] = t["d2t"] + 1
 
 
 def _m_stale(t):
-    import make_broken_drafts as mb
-
     new, d2t = mb.rebuilt_mapping(t, swap=100)
     t["d2t"] = d2t
     t2d = torch.zeros_like(t["t2d"])
     t2d[new] = True
     t["t2d"] = t2d
-
-
-def _m_zeros(t):
-    t["d2t"] = torch.zeros_like(t["d2t"])
-
-
-def _m_arange(t):
-    t["d2t"] = torch.arange(t["d2t"].numel(), dtype=t["d2t"].dtype)
 
 
 def _full_vocab(keep_d2t: bool):
@@ -236,27 +223,18 @@ def _full_vocab_config(cfg):
     cfg["draft_vocab_size"] = cfg["vocab_size"]
 
 
-def _side_files(folder: Path):
-    from safetensors.torch import load_file, save_file
-
-    t = load_file(str(folder / "model.safetensors"))
-    np.save(folder / "d2t.npy", t.pop("d2t").numpy())
-    np.save(folder / "t2d.npy", t.pop("t2d").numpy())
-    save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
-
-
 def mapping_mutations(pair: str) -> dict[str, tuple]:
     prefix = "kimi-m-" if pair == "kimi" else "m-"
     cases = {
-        "absolute": ("d2t stores absolute target ids", _m_absolute, None, None),
+        "absolute": ("d2t stores absolute target ids", mb.d2t_absolute, None, None),
         "off-by-one": ("every d2t offset one too large", _m_off_by_one, None, None),
         "stale": ("d2t/t2d regenerated (100 draft tokens swapped), lm_head carried over", _m_stale, None, None),
-        "zeros": ("d2t all zeros with the reduced draft vocab", _m_zeros, None, None),
-        "arange": ("d2t = arange(N)", _m_arange, None, None),
+        "zeros": ("d2t all zeros with the reduced draft vocab", mb.d2t_zeros, None, None),
+        "arange": ("d2t = arange(N)", mb.d2t_arange, None, None),
         "full-vocab-zero-d2t": ("a full-vocab draft (draft_vocab_size = vocab_size, lm_head over the whole vocab) "
                                 "that ships a zero d2t", _full_vocab(True), _full_vocab_config, None),
         "full-vocab-no-d2t": ("a full-vocab draft without d2t/t2d", _full_vocab(False), _full_vocab_config, None),
-        "side-files": ("d2t/t2d only in d2t.npy / t2d.npy beside the weights", None, None, _side_files),
+        "side-files": ("d2t/t2d only in d2t.npy / t2d.npy beside the weights", None, None, mb.side_files),
     }
     return {f"{prefix}map-{k}": v + (f"mapping {k}",) for k, v in cases.items()}
 

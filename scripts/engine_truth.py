@@ -51,23 +51,11 @@ N_PROMPTS, MAX_TOKENS, K = 16, 32, 3
 
 
 # -- the file-level changes -------------------------------------------------------------------------
-def _absolute(t):
-    t["d2t"] = t["d2t"] + torch.arange(t["d2t"].numel())
-
-
 def _drop(*names):
     def f(t):
         for n in names:
             del t[n]
     return f
-
-
-def _zeros(t):
-    t["d2t"] = torch.zeros_like(t["d2t"])
-
-
-def _arange(t):
-    t["d2t"] = torch.arange(t["d2t"].numel(), dtype=t["d2t"].dtype)
 
 
 def _layers0(t):
@@ -136,16 +124,6 @@ def _speculators_without_layer_config(cfg):
             "draft_vocab_size": cfg["draft_vocab_size"], "target_hidden_size": cfg["target_hidden_size"]}
 
 
-def _side_file(folder: Path):
-    """Move d2t/t2d out of the weights into speculators-style d2t.npy / t2d.npy beside them."""
-    from safetensors.torch import load_file, save_file
-
-    t = load_file(str(folder / "model.safetensors"))
-    np.save(folder / "d2t.npy", t.pop("d2t").numpy())
-    np.save(folder / "t2d.npy", t.pop("t2d").numpy())
-    save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
-
-
 def _speculators_layout(section: bool):
     """The draft rewritten as speculators 0.9.0 writes one (layers.0.* names, the layer config nested under
     transformer_layer_config, d2t / t2d in the weights), with its speculators_config section or without it."""
@@ -177,11 +155,11 @@ def _speculators_layout(section: bool):
 # name -> (what was changed, tensors change, config change, folder change)
 CASES: dict[str, tuple] = {
     "healthy": ("nothing: the bundled draft as made", None, None, None),
-    "d2t-absolute": ("d2t stores absolute target ids instead of offsets", _absolute, None, None),
+    "d2t-absolute": ("d2t stores absolute target ids instead of offsets", mb.d2t_absolute, None, None),
     "d2t-missing": ("d2t and t2d left out of the weights", _drop("d2t", "t2d"), None, None),
-    "d2t-zeros": ("d2t all zeros with the reduced draft vocab", _zeros, None, None),
-    "d2t-arange": ("d2t = arange(N) (targets 2i)", _arange, None, None),
-    "d2t-side-file": ("d2t/t2d only in d2t.npy / t2d.npy beside the weights", None, None, _side_file),
+    "d2t-zeros": ("d2t all zeros with the reduced draft vocab", mb.d2t_zeros, None, None),
+    "d2t-arange": ("d2t = arange(N) (targets 2i)", mb.d2t_arange, None, None),
+    "d2t-side-file": ("d2t/t2d only in d2t.npy / t2d.npy beside the weights", None, None, mb.side_files),
     "t2d-mismatch": ("t2d disagrees with d2t in 20 places", _t2d_mismatch, None, None),
     "layout-layers0": ("layer keys renamed midlayer.* -> layers.0.* (speculators layout)", _layers0, None, None),
     "prefix-model": ("every key but lm_head/d2t/t2d prefixed with model.", _prefix_model, None, None),

@@ -38,6 +38,29 @@ def _copy(src: Path, dst: Path, tensors=None, config=None, files=("config.json",
     return dst
 
 
+def d2t_absolute(t):
+    """d2t stores the absolute target ids (arange + offsets) instead of the offsets."""
+    t["d2t"] = t["d2t"] + torch.arange(t["d2t"].numel())
+
+
+def d2t_zeros(t):
+    t["d2t"] = torch.zeros_like(t["d2t"])
+
+
+def d2t_arange(t):
+    t["d2t"] = torch.arange(t["d2t"].numel(), dtype=t["d2t"].dtype)
+
+
+def side_files(folder: Path) -> None:
+    """Move d2t/t2d out of the weights into speculators-style d2t.npy / t2d.npy beside them."""
+    import numpy as np
+
+    t = load_file(str(folder / "model.safetensors"))
+    np.save(folder / "d2t.npy", t.pop("d2t").numpy())
+    np.save(folder / "t2d.npy", t.pop("t2d").numpy())
+    save_file(t, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
 def rebuilt_mapping(t: dict, swap: int = 12) -> tuple[torch.Tensor, torch.Tensor]:
     """(new kept target ids, new d2t): `swap` kept ids dropped and as many others added, kept sorted."""
     old = t["d2t"] + torch.arange(t["d2t"].numel())

@@ -310,8 +310,7 @@ def run_in_process(jobs: list[dict], ids: list[list[int]], max_tokens: int, k: i
     results = work / "results.jsonl"
     marker = Path(str(results) + ".current")
     rows: dict[str, dict] = {}
-    while True:
-        before = len(rows)
+    while True:  # each restart skips the jobs already in RESULTS.jsonl, so every round gets further
         proc = subprocess.Popen([str(engine_python()), str(INPROCESS), str(spec), str(results)], cwd=ROOT,
                                 env=engine_env(1) | {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -325,9 +324,6 @@ def run_in_process(jobs: list[dict], ids: list[list[int]], max_tokens: int, k: i
         marker.unlink()
         with open(results, "a") as f:  # the job that took the process down
             f.write(json.dumps({"case": case, "outcome": "crashes", "process_exit": proc.returncode}) + "\n")
-        _collect(results, rows, jobs, progress)
-        if len(rows) == before and case in rows and len(rows) == len(jobs):
-            break
     return rows
 
 

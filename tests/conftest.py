@@ -113,14 +113,8 @@ def side_file_draft(dst: Path) -> Path:
     read side files; vLLM refuses a speculators config without speculators_config)."""
     import json
 
-    import numpy as np
-    from safetensors.torch import load_file, save_file
-
     shutil.copytree(Path(__file__).resolve().parents[1] / "data_samples" / "tiny_draft_speculators", dst)
-    t = load_file(str(dst / "model.safetensors"))
-    np.save(dst / "d2t.npy", t.pop("d2t").numpy())
-    np.save(dst / "t2d.npy", t.pop("t2d").numpy())
-    save_file(t, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    script_module("make_broken_drafts").side_files(dst)
     cfg = json.loads((dst / "config.json").read_text())
     for k in ("speculators_config", "speculators_version", "auto_map"):
         cfg.pop(k, None)

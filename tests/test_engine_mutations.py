@@ -11,12 +11,10 @@ table labels as run must have been exercised by a row that agrees.
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from conftest import ROOT, script_module
 
@@ -139,17 +137,13 @@ def test_the_classes_are_summarised_in_the_docs(vllm_truth, llamacpp_truth):
 
 # -- the findings the mutations brought, one copy each --------------------------------------------------------
 def _copy(tmp_path, change=None, config=None):
-    dst = tmp_path / "draft"
-    shutil.copytree(PAIR / "draft", dst)
-    if change:
-        t = load_file(str(dst / "model.safetensors"))
-        change(t)
-        save_file({k: v.contiguous() for k, v in t.items()}, str(dst / "model.safetensors"))
-    if config:
-        cfg = json.loads((dst / "config.json").read_text())
+    """The Llama pair's draft with one change (the engine-truth cases' own copy-and-change helper)."""
+    def edited(cfg):  # the change edits in place (its return value is not the config)
         config(cfg)
-        (dst / "config.json").write_text(json.dumps(cfg))
-    return dst
+        return cfg
+
+    return script_module("make_broken_drafts")._copy(PAIR / "draft", tmp_path / "draft", tensors=change,
+                                                     config=edited if config else None)
 
 
 def _found(path, spec="vllm==0.32.0"):

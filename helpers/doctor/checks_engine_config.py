@@ -15,6 +15,7 @@ the engine's own in the mutation runs of docs/engine-truth.md).
 """
 from __future__ import annotations
 
+from helpers.core.key_names import parse_key
 from helpers.doctor.findings import CheckContext
 from helpers.model.param_shapes import expected_shapes
 
@@ -90,8 +91,6 @@ def _defaults_misfit(c: CheckContext, raw: dict, built) -> tuple[str | None, boo
     if not filled:
         return None, False
     want, base = expected_shapes(eff), expected_shapes(c.cfg)
-    from helpers.core.key_names import parse_key
-
     for k in c.ck.tensors.keys():
         name = parse_key(k).canonical
         got = tuple(c.ck.tensors.shape(k))

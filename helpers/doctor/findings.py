@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from helpers.core.engine_outcomes import RESULT_WORDS, SERVE_RESULTS
 from helpers.core.engines import EngineAt, engine_at, worst_outcome
+from helpers.core.errors import BadInputError
 from helpers.doctor.registry import NO_EFFECT, SEVERITIES, check_finding
-from helpers.io.checkpoint import Checkpoint
+from helpers.io.checkpoint import Checkpoint, read_config
 
 
 @dataclass(frozen=True)
@@ -190,16 +191,13 @@ class CheckContext:
     def raw_config(self) -> dict | None:
         """config.json as written, nulls and wrongly typed fields kept (the checkpoint's `config` reads nulls as
         absent, as the kit's loaders do; an engine reads the file as it is)."""
-        import json
-
         path = self.ck.config_path
         if path is None or path.suffix != ".json" or not path.is_file():
             return self.ck.config
         try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError):
+            return read_config(path)
+        except BadInputError:  # the config checks say what is wrong with it
             return self.ck.config
-        return raw if isinstance(raw, dict) else None
 
     def add(self, code, severity, message, fix, effect: str | None = None, engine: str | None = None):
         """Append a finding; `effect` names its outcome row when `code.severity` is too coarse, `engine`
