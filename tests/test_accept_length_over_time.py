@@ -175,12 +175,14 @@ def test_watch_bounds_each_interval_with_the_drafting_flags(server, cli):
 
 
 def test_ctrl_c_stops_cleanly_with_what_was_measured(server):
-    """SIGINT to a real `d2t-lab metrics --watch` once the server has answered 4 scrapes."""
+    """SIGINT to a real `d2t-lab metrics --watch` once the server has been asked for a 5th scrape: the
+    client asks for scrape n + 1 only after it has printed interval n - 1, so #3 is on stdout by then
+    (waiting for 4 raced: the 4th request counted here before its answer reached the client)."""
     proc = subprocess.Popen([sys.executable, "-m", "helpers", "metrics", server.url, "--watch", "--interval", "0.05",
                              "--count", "100000"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 60
-    while server.scrapes < 4 and time.monotonic() < deadline and proc.poll() is None:
+    while server.scrapes < 5 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
