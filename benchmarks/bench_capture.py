@@ -11,7 +11,7 @@ sample is one forward). Measured in one run, best of `--repeats`:
 
 Printed: samples/s and tokens/s of each and capture / bare throughput.
 
-Usage: .venv/bin/python benchmarks/bench_capture.py [--hidden 512 --batch-size 8 --samples 160 --threads N]
+Usage: .venv/bin/python -m benchmarks.bench_capture [--hidden 512 --batch-size 8 --samples 160 --threads N]
 """
 from __future__ import annotations
 

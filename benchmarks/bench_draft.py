@@ -13,7 +13,7 @@ Measured in one run:
 Printed: tokens/s of each, the reference's FLOP rate, and each forward's achieved FLOP rate as a
 fraction of it (target: >= 50 % for the batched path on CPU).
 
-Usage: .venv/bin/python benchmarks/bench_draft.py [--batch 4 --seq 16 --threads N --repeats 2]
+Usage: .venv/bin/python -m benchmarks.bench_draft [--batch 4 --seq 16 --threads N --repeats 2]
 """
 from __future__ import annotations
 

@@ -19,12 +19,12 @@ ratios vLLM / engine-free. On a tiny pair both are dominated by per-step overhea
 the ratio says how much of a real engine's scheduling and batching the loop leaves out, not how
 fast a big model would run.
 
-Usage: .venv/bin/python benchmarks/bench_engine.py   (needs .venv-engine and/or .venv-llamacpp: make engine-env;
+Usage: .venv/bin/python -m benchmarks.bench_engine   (needs .venv-engine and/or .venv-llamacpp: make engine-env;
 an engine whose environment is missing is said and left out)
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -37,11 +37,8 @@ N, TOKENS, K = 16, 32, 3
 
 
 def harness(name: str = "vllm_cpu"):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # its dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    """scripts/NAME.py, the engine harness (vllm_cpu or llamacpp)."""
+    return importlib.import_module(f"scripts.{name}")
 
 
 def engine_free(ids: list[list[int]]) -> tuple[float, float, int]:

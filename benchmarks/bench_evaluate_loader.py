@@ -19,7 +19,7 @@ forward. Measured in one run, best of `--repeats`:
 The page cache is dropped before each timed pass when /proc/sys/vm/drop_caches is writable (root
 on a normal machine); otherwise the files stay cached and "read" is decompression + unpickling.
 
-Usage: .venv/bin/python benchmarks/bench_evaluate_loader.py [--files 64 --seq 1024 --steps 1]
+Usage: .venv/bin/python -m benchmarks.bench_evaluate_loader [--files 64 --seq 1024 --steps 1]
 """
 from __future__ import annotations
 

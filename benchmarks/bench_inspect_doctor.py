@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kimi_checkpoint import write_kimi_checkpoint
+from benchmarks.kimi_checkpoint import write_kimi_checkpoint
 
 OPS = ("baseline", "full read", "inspect", "doctor", "doctor --no-weights")
 REPEATS = 3  # each child op is run this many times: fastest time, largest peak (the machine is shared)

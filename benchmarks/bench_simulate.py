@@ -1,6 +1,6 @@
 """Vectorised accept-length Monte Carlo against a straightforward Python loop of the same model.
 
-python benchmarks/bench_simulate.py [--loop-chain 20000] [--loop-tree 10000]
+python -m benchmarks.bench_simulate [--loop-chain 20000] [--loop-tree 10000]
 
 - chain: one million verify steps at k = 16 drafted tokens, per-token acceptance 0.7
   (helpers.acceptance.chain.simulate_chain vs simulate_chain_loop);

@@ -16,7 +16,7 @@ loop's overhead per token. Measured in one run, for a 5-token chain and an SGLan
 A second part runs the bundled (trained) pair, where drafts are accepted, to show forwards per
 token = 1 / accept length above 1.
 
-Usage: .venv/bin/python benchmarks/bench_speculate.py [--hidden 512 --prompts 8 --max-new-tokens 48]
+Usage: .venv/bin/python -m benchmarks.bench_speculate [--hidden 512 --prompts 8 --max-new-tokens 48]
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     args = ap.parse_args()
 
-    from bench_capture import make_target
+    from benchmarks.bench_capture import make_target
 
     from helpers.model.draft import load_draft
     from helpers.io.prompts import read_prompts

@@ -16,12 +16,11 @@ alike; the idle vLLM server takes no CPU between its rounds (measured: 0.06 CPU-
 vLLM is not one thread: its API server and engine core run in two processes (1.5 CPU-seconds per
 wall second while it serves the 16 requests), each with one OpenMP thread.
 
-Usage: .venv/bin/python benchmarks/bench_speculate_batched.py [--vllm] [--batch-sizes 1,4,16] [--repeat 3]
+Usage: .venv/bin/python -m benchmarks.bench_speculate_batched [--vllm] [--batch-sizes 1,4,16] [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -34,11 +33,9 @@ N, TOKENS, K = 16, 32, 3
 
 
 def harness():
-    spec = importlib.util.spec_from_file_location("vllm_cpu", ROOT / "scripts" / "vllm_cpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["vllm_cpu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    from scripts import vllm_cpu
+
+    return vllm_cpu
 
 
 def load_pair():

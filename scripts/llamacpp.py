@@ -154,7 +154,8 @@ def convert(hf_folder: Path, out: Path, target: Path | None = None, outtype: str
         cmd += ["--target-model-dir", str(target)]
     t0 = time.time()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
-    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+                "PYTHONPATH": os.pathsep.join([str(converter_dir()), str(converter_dir() / "gguf-py")])})  # its packages
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     text = done.stdout + done.stderr
     if done.returncode == 0 and out.exists():

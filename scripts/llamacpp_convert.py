@@ -1,8 +1,9 @@
 """Run llama.cpp's own `convert_hf_to_gguf.py`, with one change to its vocabulary step only.
 
-    <llama.cpp venv>/bin/python scripts/llamacpp_convert.py LLAMA_CPP_DIR HF_FOLDER [converter flags...]
+    PYTHONPATH=LLAMA_CPP_DIR:LLAMA_CPP_DIR/gguf-py <llama.cpp venv>/bin/python scripts/llamacpp_convert.py LLAMA_CPP_DIR HF_FOLDER [flags...]
 
-Runs inside the llama.cpp environment (scripts/llamacpp.py builds it), never in the kit's. The
+Runs inside the llama.cpp environment (scripts/llamacpp.py builds it and runs this file by path: it
+imports nothing from the repository), never in the kit's. The
 converter identifies a BPE tokenizer by hashing what it does to a test text and refuses one it does
 not know ("BPE pre-tokenizer was not recognized"); the bundled pairs' tokenizer is a small WordPiece
 vocabulary made by scripts/make_engine_pair.py, which it does not know. So, only when the
@@ -19,8 +20,7 @@ import sys
 
 def main() -> None:
     src = sys.argv.pop(1)
-    sys.path[:0] = [src, src + "/gguf-py"]
-    import conversion.base as base  # the converter's own package, from the llama.cpp sources
+    import conversion.base as base  # the converter's own package: LLAMA_CPP_DIR and its gguf-py are on PYTHONPATH
     import gguf
 
     detect = base.TextModel.get_vocab_base_pre

@@ -1,6 +1,6 @@
 """Write one broken draft per second-wave doctor finding, made from the bundled samples.
 
-    python scripts/make_broken_drafts.py OUT
+    python -m scripts.make_broken_drafts OUT
 
 OUT/<case>/draft is the bundled SGLang-style draft (data_samples/tiny_draft_sglang) with one
 known deployment bug put in; OUT/<case>/target, where a case needs one, is a copy of

@@ -1,6 +1,6 @@
 """Write drifted copies of a target: the target changed after the draft was trained.
 
-    python scripts/make_drifted_targets.py OUT [--target DIR] [--bits 3] [--seed 0]
+    python -m scripts.make_drifted_targets OUT [--target DIR] [--bits 3] [--seed 0]
 
 OUT/quantized: every decoder-layer Linear weight (q/k/v/o, gate/up/down) round-tripped through
 symmetric per-output-channel int-N (`--bits`, default 3) - what a weight-only quantized serving

@@ -17,7 +17,7 @@ model.safetensors, `LlamaForCausalLMEagle3`) are bundled; the hidden states it w
 a temporary folder. The script prints step-0 accuracy on the training and validation captures.
 Deterministic like make_samples.py; about 4-8 minutes on one core.
 
-Usage: .venv/bin/python scripts/make_engine_pair.py [--out data_samples/engine_llama]
+Usage: .venv/bin/python -m scripts.make_engine_pair [--out data_samples/engine_llama]
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,11 +32,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_samples as ms  # noqa: E402  (the tiny pair's pipeline, reused with other head counts)
-
-from helpers.io.checkpoint import open_checkpoint  # noqa: E402
-from helpers.io.mapping import build_from_frequencies  # noqa: E402
+from helpers.io.checkpoint import open_checkpoint
+from helpers.io.mapping import build_from_frequencies
+from scripts import make_samples as ms  # the tiny pair's pipeline, reused with other head counts
 
 TARGET_HEADS, DRAFT_HEADS, DRAFT_KV = 2, 2, 1  # head size 64 / 2 = 32
 AUX_IDS = [2, 4, 5]  # vLLM's reading: the input of layer id (= make_samples.AUX_INPUTS)

@@ -36,7 +36,7 @@ about 2.2 MiB on disk together; the hidden states stay in a temporary folder. Th
 step-0 accuracy on the training and validation captures. Deterministic (fixed seeds, one thread);
 about 7 minutes on one CPU core (1,600 target steps, see TARGET_STEPS).
 
-Usage: .venv/bin/python scripts/make_kimi_engine_pair.py [--out data_samples/engine_kimi]
+Usage: .venv/bin/python -m scripts.make_kimi_engine_pair [--out data_samples/engine_kimi]
 """
 from __future__ import annotations
 
@@ -44,7 +44,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,14 +51,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_engine_pair as mp  # noqa: E402  (the vLLM-convention capture)
-import make_kimi_samples as mk  # noqa: E402  (the Kimi-shaped pair: seed, RoPE, draft config)
-import make_samples as ms  # noqa: E402  (text, training loops, stacking, scoring)
-
-from helpers.io.checkpoint import open_checkpoint  # noqa: E402
-from helpers.io.mapping import build_from_frequencies  # noqa: E402
-from helpers.model.draft import Eagle3Draft  # noqa: E402
+from helpers.io.checkpoint import open_checkpoint
+from helpers.io.mapping import build_from_frequencies
+from helpers.model.draft import Eagle3Draft
+from scripts import make_engine_pair as mp  # the vLLM-convention capture
+from scripts import make_kimi_samples as mk  # the Kimi-shaped pair: seed, RoPE, draft config
+from scripts import make_samples as ms  # text, training loops, stacking, scoring
 
 SEED = mk.SEED
 LAYERS, HEADS = 4, 2

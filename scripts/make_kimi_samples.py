@@ -23,7 +23,7 @@ kit's own tools. Deterministic (fixed seeds, one thread); about 15 minutes on on
    offsets and `t2d` in model.safetensors, config with architectures
    `Eagle3DeepseekV2ForCausalLM` and model_type `kimi_k2`.
 
-Usage: .venv/bin/python scripts/make_kimi_samples.py [--out data_samples]
+Usage: .venv/bin/python -m scripts.make_kimi_samples [--out data_samples]
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -39,13 +38,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import make_samples as ms  # noqa: E402  (the Llama pair's text, prompts and stacking)
-
-from helpers.io.checkpoint import open_checkpoint  # noqa: E402
-from helpers.io.mapping import build_from_frequencies  # noqa: E402
-from helpers.model.config import DraftConfig  # noqa: E402
-from helpers.model.draft import Eagle3Draft  # noqa: E402
+from helpers.io.checkpoint import open_checkpoint
+from helpers.io.mapping import build_from_frequencies
+from helpers.model.config import DraftConfig
+from helpers.model.draft import Eagle3Draft
+from scripts import make_samples as ms  # the Llama pair's text, prompts and stacking
 
 SEED = 4321
 VOCAB, DRAFT_VOCAB, H, LAYERS = ms.VOCAB, ms.DRAFT_VOCAB, ms.H, ms.LAYERS

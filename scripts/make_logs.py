@@ -1,6 +1,6 @@
 """Write the sample serving logs in data_samples/logs/ (deterministic; a second or two).
 
-python scripts/make_logs.py [--out data_samples/logs]
+python -m scripts.make_logs [--out data_samples/logs]
 
 Three handwritten-by-script logs in the engines' own line formats (see helpers/logs.py), with
 accept lengths drawn from the tree model of helpers.acceptance.chain (`build_tree`) so that the numbers

@@ -1,9 +1,9 @@
 """Make data_samples/producers/: small EAGLE-3 drafts written by the producers' own code.
 
-    python3 scripts/make_producer_fixtures.py            # from the repository root: all producers
-    python3 scripts/make_producer_fixtures.py --venv-root /tmp   # where the venvs live (default /tmp)
-    python3 scripts/make_producer_fixtures.py --only nemo --only modelopt   # just these producers
-    python3 scripts/make_producer_fixtures.py --only torchspec --torchspec-git-dir DIR  # see below
+    python3 -m scripts.make_producer_fixtures            # from the repository root: all producers
+    python3 -m scripts.make_producer_fixtures --venv-root /tmp   # where the venvs live (default /tmp)
+    python3 -m scripts.make_producer_fixtures --only nemo --only modelopt   # just these producers
+    python3 -m scripts.make_producer_fixtures --only torchspec --torchspec-git-dir DIR  # see below
 
 Not run by the test suite. It needs the package registry the first time: it creates (or reuses)
 one throwaway venv per producer, because the producers' pins conflict with each other and with
@@ -21,7 +21,7 @@ the kit's environment:
                                (imported by torchspec's package __init__ files); TorchSpec itself is source only
                                (not on PyPI): its tree is exported from a git dir (--torchspec-git-dir,
                                at TORCHSPEC_COMMIT) or taken from a checkout (--torchspec-src) and put
-                               on sys.path, never installed
+                               on PYTHONPATH, never installed
 
 Never install them into the kit's own .venv. Time: about 3-5 minutes the first time (mostly pip;
 torch installs from the local mirror), about 40 seconds once the venvs exist (the generators take
@@ -47,7 +47,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HERE = os.path.join(ROOT, "scripts", "producer_fixtures")
+PKG = "scripts.producer_fixtures"  # its modules run as `python -m` from ROOT, in each producer's venv
 OUT = os.path.join("data_samples", "producers")  # repo-relative: recorded in speculators' config
 # nemo / modelopt / torchspec fixtures: one level down, out of tests/test_producers.py's reach (it
 # collects every direct child of producers/ holding a reference.pt) until the kit models them
@@ -163,22 +163,23 @@ def main():
     if "torchspec" in only:
         venvs["torchspec venv"] = ensure_venv(os.path.join(args.venv_root, "venv-torchspec"), [], TORCHSPEC_PKGS)
     if not args.only:
-        run([venvs["specforge venv"], os.path.join(HERE, "make_target.py"), target], env=env)
+        run([venvs["specforge venv"], "-m", f"{PKG}.make_target", target], env=env)
     if "specforge" in only:
-        run([venvs["specforge venv"], os.path.join(HERE, "gen_specforge.py"), OUT, target, os.path.join(work, "sf"),
+        run([venvs["specforge venv"], "-m", f"{PKG}.gen_specforge", OUT, target, os.path.join(work, "sf"),
              "--layouts"], env=env)
     if "speculators" in only:
-        run([venvs["speculators venv"], os.path.join(HERE, "gen_speculators.py"), OUT, target,
+        run([venvs["speculators venv"], "-m", f"{PKG}.gen_speculators", OUT, target,
              os.path.join(work, "spec"), "--layouts"], env=env)
     if "nemo" in only:
-        run([venvs["nemo-automodel venv"], os.path.join(HERE, "gen_nemo.py"), PENDING, target, os.path.join(work, "nemo")],
+        run([venvs["nemo-automodel venv"], "-m", f"{PKG}.gen_nemo", PENDING, target, os.path.join(work, "nemo")],
             env=env)
     if "modelopt" in only:
-        run([venvs["modelopt venv"], os.path.join(HERE, "gen_modelopt.py"), PENDING, target,
+        run([venvs["modelopt venv"], "-m", f"{PKG}.gen_modelopt", PENDING, target,
              os.path.join(work, "modelopt")], env=env)
     if "torchspec" in only:
-        run([venvs["torchspec venv"], os.path.join(HERE, "gen_torchspec.py"), PENDING, target,
-             os.path.join(work, "torchspec"), ts_src], env=env)
+        run([venvs["torchspec venv"], "-m", f"{PKG}.gen_torchspec", PENDING, target,
+             os.path.join(work, "torchspec"), ts_src],
+            env={**env, "PYTHONPATH": os.pathsep.join([os.path.abspath(ts_src), os.path.join(os.path.abspath(ts_src), "tools")])})
     for name, py in venvs.items():
         if name == "specforge venv" and "specforge" not in only:
             continue  # used for make_target only

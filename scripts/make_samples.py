@@ -36,7 +36,7 @@ files come out byte-identical on the same machine. About 3-4 minutes on one CPU 
    over the draft vocab and its position mask), saved in four layouts (bf16), and scored by
    loading the saved SGLang-style copy with `helpers.model.draft.load_draft`.
 
-Usage: .venv/bin/python scripts/make_samples.py [--out data_samples]
+Usage: .venv/bin/python -m scripts.make_samples [--out data_samples]
 """
 from __future__ import annotations
 

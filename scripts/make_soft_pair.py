@@ -12,7 +12,7 @@ standard errors (numbers in docs/sampling.md).
 Deterministic (no randomness: a multiplication of two tensors), small (about 2.7 MB), made at test
 time and never shipped (data_samples/ stays under its size limit):
 
-    python scripts/make_soft_pair.py OUT [--target-scale 0.6] [--draft-scale 0.6]
+    python -m scripts.make_soft_pair OUT [--target-scale 0.6] [--draft-scale 0.6]
 
 OUT/target and OUT/draft are written (every other file and tensor copied as is); OUT/soft_pair.json
 records the scales and the source.

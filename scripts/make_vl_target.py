@@ -1,7 +1,7 @@
 """Write a tiny vision-language target: transformers' own Qwen2.5-VL (or Qwen2-VL / Qwen3-VL) class
 with the bundled tiny target's language weights inside.
 
-    python scripts/make_vl_target.py OUT [--family qwen2_5_vl|qwen2_vl|qwen3_vl] [--target DIR]
+    python -m scripts.make_vl_target OUT [--family qwen2_5_vl|qwen2_vl|qwen3_vl] [--target DIR]
 
 The config is a VL wrapper as the Hub ships them (`architectures: [...ForConditionalGeneration]`,
 the language model's fields under `text_config`, a tiny `vision_config`); the language model's

@@ -1,6 +1,6 @@
 """Record real vLLM runs as bundled artefacts: data_samples/engine_runs/vllm-0.32.0/<run>/.
 
-    python scripts/record_engine_runs.py [--out data_samples/engine_runs]   # needs make engine-env
+    python -m scripts.record_engine_runs [--out data_samples/engine_runs]   # needs make engine-env
 
 Each run starts vLLM's CPU build (scripts/vllm_cpu.py) on the bundled engine pair
 (data_samples/engine_llama) with a draft, sends the 16 bundled prompts (token ids through the
@@ -27,9 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import engine_truth as et  # noqa: E402
-import vllm_cpu  # noqa: E402
+from scripts import engine_truth as et
+from scripts import vllm_cpu
 
 ROOT = vllm_cpu.ROOT
 RUNS = ("healthy", "d2t-missing", "prefix-model", "d2t-absolute")
@@ -47,11 +46,11 @@ def record(name: str, draft: Path, ids: list[list[int]], out: Path) -> dict:
             "real": True, "run": name, "change": et.CASES[name][0],
             "target": "data_samples/engine_llama/target",
             "draft": "data_samples/engine_llama/draft" if name == "healthy" else
-                     f"data_samples/engine_llama/draft, changed: {et.CASES[name][0]} (python scripts/engine_truth.py make OUT)",
+                     f"data_samples/engine_llama/draft, changed: {et.CASES[name][0]} (python -m scripts.engine_truth make OUT)",
             "command": scrub(server.command_line(), draft),
             "prompts": f"data_samples/prompts.jsonl, first {len(ids)}, token ids via the target's chat template, "
                        f"greedy, {et.MAX_TOKENS} tokens, one request at a time",
-            "recorded": datetime.date.today().isoformat(), "made_by": "python scripts/record_engine_runs.py"}
+            "recorded": datetime.date.today().isoformat(), "made_by": "python -m scripts.record_engine_runs"}
     with server:
         start = server.start()
         info["started"] = start.started

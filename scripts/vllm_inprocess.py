@@ -7,7 +7,7 @@ imported vLLM starts in about 3 s (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: the engin
 process). The model loader, the draft classes and the speculative decoding are the server's own; only
 the HTTP front end is left out.
 
-    python vllm_inprocess.py JOBS.json RESULTS.jsonl
+    <engine venv>/bin/python scripts/vllm_inprocess.py JOBS.json RESULTS.jsonl   # by path: it imports nothing of the repository
 
 JOBS.json: {"prompt_ids": [[...], ...], "max_tokens": N, "k": K, "dtype": "bfloat16",
             "jobs": [{"case": NAME, "target": DIR, "draft": DIR or null, "method": "eagle3", "log": FILE}, ...]}

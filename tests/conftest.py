@@ -182,17 +182,11 @@ def run_notebook():
 
 
 def script_module(name: str):
-    """scripts/NAME.py imported as a module (its `__main__` block not run), to call its functions in
-    this process rather than pay an interpreter start."""
-    import importlib.util
+    """scripts/NAME.py imported as the module `scripts.NAME` (its `__main__` block not run), to call its
+    functions in this process rather than pay an interpreter start."""
+    import importlib
 
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(ROOT / "scripts" / f"{name}.py"):
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up there while the script runs
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"scripts.{name}")
 
 
 def check_executed(executed, out: Path | None) -> None:

@@ -8,7 +8,6 @@ kit's log reader. The report on `make demo`'s inputs is read in tests/test_repor
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -25,10 +24,9 @@ TREE = (5, 4, 16)
 
 
 def _make_logs():
-    spec = importlib.util.spec_from_file_location("make_logs", ROOT / "scripts" / "make_logs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from conftest import script_module
+
+    return script_module("make_logs")
 
 
 # -- the ladder's arithmetic ------------------------------------------------------------------------

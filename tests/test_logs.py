@@ -167,7 +167,7 @@ def test_sample_logs_tell_the_investigation():
 
 @pytest.mark.slow  # the script runs the engine-free loop for sglang.log
 def test_make_logs_is_deterministic(tmp_path):
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_logs.py"), "--out", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "scripts.make_logs", "--out", str(tmp_path)],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert p.returncode == 0, p.stderr
     for name in ("sglang.log", "sglang_old.log", "vllm.log"):

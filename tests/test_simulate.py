@@ -446,10 +446,9 @@ def test_benchmark_script_runs_and_checks_its_estimates():
     import subprocess
     import sys
 
-    script = ROOT / "benchmarks" / "bench_simulate.py"
-    out = subprocess.run([sys.executable, str(script), "--chain-steps", "50000", "--tree-steps", "20000",
+    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_simulate", "--chain-steps", "50000", "--tree-steps", "20000",
                           "--loop-chain", "2000", "--loop-tree", "1000", "--rounds", "1"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "chain k=16" in out.stdout and "tree 8/4/32" in out.stdout
     assert "speed-up target (>= 100x over the loop):" in out.stdout

@@ -1,10 +1,10 @@
 """Plain-torch re-implementation of the MLA EAGLE-3 draft step as documented in docs/producer-variants.md
 (NeMo Automodel DeepseekV3Eagle3DraftModel). Checks a fixture folder against its recorded fp32 logits:
-    python check_mla_plain.py data_samples/producers/nemo_mla_yarn [noyarn]
+    python -m scripts.producer_fixtures.check_mla_plain data_samples/producers/nemo_mla_yarn [noyarn]
 """
 import sys
 
-from plain import inv_freqs, load, mla_steps, rope_adjacent, yarn
+from scripts.producer_fixtures.plain import inv_freqs, load, mla_steps, rope_adjacent, yarn
 
 d = sys.argv[1]
 cfg, ref, W = load(d, "model-00001-of-00001.safetensors")

@@ -1,4 +1,4 @@
-"""Usage: python check_modelopt_plain.py data_samples/producers/pending/modelopt_eagle3 data_samples/producers/target [single]
+"""Usage: python -m scripts.producer_fixtures.check_modelopt_plain data_samples/producers/pending/modelopt_eagle3 data_samples/producers/target [single]
 Plain-torch check of the documented ModelOpt EAGLE-3 semantics in anchor alignment:
 anchor a at step k: ids next_ids[a+k] (roll(-1)), rope position a+k, hidden = raw out of step k-1,
 attn over step-0 keys s<=a + diagonal keys of steps 1..k; carried hidden through input_layernorm then hidden_norm."""
@@ -6,7 +6,7 @@ import sys
 
 from safetensors.torch import load_file
 
-from plain import inv_freqs, llama_steps, load, rope_half
+from scripts.producer_fixtures.plain import inv_freqs, llama_steps, load, rope_half
 
 d, tgt = sys.argv[1], sys.argv[2]
 cfg, ref, W = load(d, "model.safetensors")

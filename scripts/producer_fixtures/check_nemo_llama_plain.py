@@ -1,6 +1,6 @@
 """Plain-torch check of the NeMo Automodel Llama EAGLE-3 draft as documented in docs/producer-variants.md
 (SpecForge alignment and masks; fc_norm per aux chunk; norm_output feeds norm(out) back):
-    python check_nemo_llama_plain.py data_samples/producers/nemo_llama_fc_norm_norm_output _ single
+    python -m scripts.producer_fixtures.check_nemo_llama_plain data_samples/producers/nemo_llama_fc_norm_norm_output _ single
 (the second argument is unused; 'single' = the carried hidden goes through hidden_norm only, as NeMo does).
 Compares positions 0..T-1-k of each step (those whose step-k input ids are real tokens or the final pad).
 """
@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from plain import inv_freqs, llama_steps, load, rms_norm, rope_half
+from scripts.producer_fixtures.plain import inv_freqs, llama_steps, load, rms_norm, rope_half
 
 d = sys.argv[1]
 cfg, ref, W = load(d, "model-00001-of-00001.safetensors", lambda k: k.removeprefix("model."))

@@ -1,13 +1,13 @@
 """Plain-torch re-implementation of TorchSpec's MLA EAGLE-3 draft step (Eagle3DeepseekV2ForCausalLM) as
 documented in docs/producer-variants.md. Checks the fixture against its recorded fp32 logits:
-    python check_torchspec_plain.py data_samples/producers/torchspec_mla_pruned [base=50000] [nomscale]
+    python -m scripts.producer_fixtures.check_torchspec_plain data_samples/producers/torchspec_mla_pruned [base=50000] [nomscale]
 Yarn as TorchSpec runs it: rope base 10000 whatever rope_theta says (LlamaYarnRotaryEmbedding is built
 without base=), ramp always applied, softmax scale * mscale(factor, mscale_all_dim)^2.
 """
 import math
 import sys
 
-from plain import inv_freqs, load, mla_steps, rope_adjacent, yarn
+from scripts.producer_fixtures.plain import inv_freqs, load, mla_steps, rope_adjacent, yarn
 
 
 def _nemo_name(k):  # TorchSpec keys -> the names the shared step uses

@@ -1,7 +1,7 @@
 """NVIDIA Model-Optimizer fixture: run inside a venv with nvidia-modelopt==0.47.0 (--no-deps) and
 transformers<5.15 (see scripts/make_producer_fixtures.py).
 
-Usage (cwd = repository root): python gen_modelopt.py OUT_ROOT TARGET_DIR WORK_DIR
+Usage (cwd = repository root): python -m scripts.producer_fixtures.gen_modelopt OUT_ROOT TARGET_DIR WORK_DIR
 
 What runs, all ModelOpt's own code:
 * a tiny HF LlamaForCausalLM built from TARGET_DIR/config.json (embed_tokens, lm_head, norm from
@@ -35,8 +35,7 @@ os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common as C  # noqa: E402
+from scripts.producer_fixtures import common as C  # noqa: E402
 
 from importlib.metadata import version as _pkg_version  # noqa: E402
 

@@ -1,7 +1,7 @@
 """NeMo Automodel fixtures: run inside a venv with nemo-automodel==0.7.0 (--no-deps, see
 scripts/make_producer_fixtures.py).
 
-Usage (cwd = repository root): python gen_nemo.py OUT_ROOT LLAMA_TARGET_DIR WORK_DIR
+Usage (cwd = repository root): python -m scripts.producer_fixtures.gen_nemo OUT_ROOT LLAMA_TARGET_DIR WORK_DIR
 
 What runs, per variant, all from nemo_automodel itself:
 * the draft config the way TrainEagle3Recipe.setup builds it (recipes/llm/train_eagle3.py): the
@@ -41,8 +41,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common as C  # noqa: E402
+from scripts.producer_fixtures import common as C  # noqa: E402
 
 from importlib.metadata import version as _pkg_version  # noqa: E402
 

@@ -1,6 +1,6 @@
 """SpecForge fixtures: run inside a venv with specforge==0.2.0 (see scripts/make_producer_fixtures.py).
 
-Usage: python gen_specforge.py OUT_ROOT TARGET_DIR WORK_DIR [--layouts]
+Usage (cwd = repository root): python -m scripts.producer_fixtures.gen_specforge OUT_ROOT TARGET_DIR WORK_DIR [--layouts]
 
 For each variant: build the draft with SpecForge's own classes (AutoDraftModelConfig.from_file +
 AutoDraftModel.from_config -> LlamaForCausalLMEagle3), install d2t/t2d from
@@ -29,8 +29,7 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common as C  # noqa: E402
+from scripts.producer_fixtures import common as C  # noqa: E402
 
 import specforge  # noqa: E402
 from specforge.algorithms.eagle3.model import OnlineEagle3Model  # noqa: E402

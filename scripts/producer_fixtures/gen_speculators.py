@@ -2,7 +2,7 @@
 
 Usage (cwd = repository root, so the verifier path recorded in config.json is the repo-relative
 data_samples/producers/target):
-    python gen_speculators.py OUT_ROOT TARGET_DIR WORK_DIR [--layouts]
+    python -m scripts.producer_fixtures.gen_speculators OUT_ROOT TARGET_DIR WORK_DIR [--layouts]
 
 For each variant: build the decoder config with speculators.train.cli.create_transformer_layer_config
 (the trainer's own path, from the tiny target's config.json), d2t/t2d with
@@ -26,8 +26,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common as C  # noqa: E402
+from scripts.producer_fixtures import common as C  # noqa: E402
 
 import speculators  # noqa: E402
 from speculators.models.eagle3.core import Eagle3DraftModel  # noqa: E402

@@ -1,7 +1,8 @@
 """TorchSpec fixture (source only, no release on PyPI): run inside a venv with torch and
-transformers==4.57.1, with the TorchSpec source tree (torchspec/ and tools/) on sys.path.
+transformers==4.57.1, with the TorchSpec source tree (torchspec/ and tools/) on PYTHONPATH.
 
-Usage (cwd = repository root): python gen_torchspec.py OUT_ROOT TARGET_DIR WORK_DIR TORCHSPEC_SRC
+Usage (cwd = repository root): python -m scripts.producer_fixtures.gen_torchspec OUT_ROOT TARGET_DIR WORK_DIR TORCHSPEC_SRC
+(with PYTHONPATH=TORCHSPEC_SRC:TORCHSPEC_SRC/tools, as make_producer_fixtures.py sets it)
 
 TORCHSPEC_SRC is a checkout of github.com/lightseekorg/TorchSpec (the commit read is recorded in
 reference.json; make_producer_fixtures.py exports it from a git dir with `git archive`).
@@ -41,13 +42,10 @@ os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common as C  # noqa: E402
+from scripts.producer_fixtures import common as C  # noqa: E402
 
 SRC = sys.argv[4] if len(sys.argv) > 4 else None
-if SRC:
-    sys.path.insert(0, os.path.abspath(SRC))
-    sys.path.insert(0, os.path.join(os.path.abspath(SRC), "tools"))
+# TorchSpec's tree (SRC and SRC/tools) comes on PYTHONPATH, set by scripts/make_producer_fixtures.py
 
 from importlib.metadata import version as _pkg_version  # noqa: E402
 

@@ -4,7 +4,7 @@ config.json (Llama, 8 layers, H 64, vocab 512) and model.safetensors holding onl
 borrows from its target: model.embed_tokens.weight, lm_head.weight, model.norm.weight (bf16).
 speculators reads embed_tokens / lm_head[t2d] / norm from it as the verifier; SpecForge's draft
 checkpoints leave embed_tokens out, and SGLang/the kit take it from here.
-Usage: python make_target.py OUT_DIR
+Usage (cwd = repository root): python -m scripts.producer_fixtures.make_target OUT_DIR
 """
 import os
 import sys
@@ -12,8 +12,7 @@ import sys
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import EPS, HEADS, HT, INTER, KV_HEADS, ROPE_THETA, TARGET_LAYERS, VOCAB, write_json  # noqa: E402
+from scripts.producer_fixtures.common import EPS, HEADS, HT, INTER, KV_HEADS, ROPE_THETA, TARGET_LAYERS, VOCAB, write_json
 
 
 def main(out):
