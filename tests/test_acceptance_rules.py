@@ -1,4 +1,4 @@
-"""The engines' acceptance rules under sampling (helpers/core/acceptance_rules.py), run through the
+"""The engines' acceptance rules under sampling (helpers/engines/acceptance_rules.py), run through the
 loop's own `verify` on a fixed toy chain: per-position acceptance over many seeded trials matches
 the exact expectation within a few standard errors, rules that should agree agree (vLLM's default,
 SGLang's chain, llama.cpp's EAGLE-3: accept the draft's argmax with probability p), rules that should
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.core import acceptance_rules as A
+from helpers.engines import acceptance_rules as A
 from helpers.model.drafter import Proposal
 from helpers.speculate import verify as S
 

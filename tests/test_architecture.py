@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ROOT / "helpers"
 DOC = ROOT / "docs" / "architecture.md"
-PACKAGES = ["core", "io", "model", "acceptance", "measure", "speculate", "serving", "doctor", "plots", "ui", "teach",
+PACKAGES = ["core", "engines", "io", "model", "acceptance", "measure", "speculate", "serving", "doctor", "plots", "ui", "teach",
             "commands"]  # lowest first
 RANK = {p: i for i, p in enumerate(PACKAGES)}
 ROOT_MODULES = {"__init__", "__main__"}

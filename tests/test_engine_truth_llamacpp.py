@@ -82,7 +82,7 @@ def test_every_hf_level_row_agrees_with_the_doctors_prediction(truth):
 
 
 def test_the_run_rows_say_checked_only_at_the_release_run(truth):
-    from helpers.core.engines import engine_at
+    from helpers.engines.registry import engine_at
 
     et, _, predicted = truth
     assert predicted["healthy"]["checked"] and predicted["healthy"]["run_in"] == ["11434"]

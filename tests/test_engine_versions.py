@@ -3,7 +3,7 @@ the doctor's findings changing at the release where an engine started reading a 
 
 The fixtures are the producers' own (data_samples/producers: SpecForge 0.2.0 and speculators 0.9.0
 wrote them); the Kimi-K2.5 MLA draft is its config (tests/fixtures/kimi_k25_mla_draft) beside
-the Kimi-K2.5 mapping. The release numbers are those the table was read in (helpers.core.engine_table).
+the Kimi-K2.5 mapping. The release numbers are those the table was read in (helpers.engines.table).
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from helpers.core import engine_table
-from helpers.core.engine_outcomes import Span
-from helpers.core.engine_table import ENGINE_TABLE
-from helpers.core.engines import ENGINES, engine_at, engines_at
+from helpers.engines import table as engine_table
+from helpers.engines.outcomes import Span
+from helpers.engines.table import ENGINE_TABLE
+from helpers.engines.registry import ENGINES, engine_at, engines_at
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import has_error
 from helpers.doctor.inspection import inspect_path
@@ -224,16 +224,16 @@ def test_report_bundle_shows_the_doctor_at_the_logs_sglang_release(tmp_path):
 
 
 def test_docs_rule_table_is_the_engine_table():
-    from helpers.core.engine_docs import rule_table_markdown
+    from helpers.engines.docs import rule_table_markdown
 
     doc = (ROOT / "docs" / "doctor-findings.md").read_text()
     shown = doc.split("<!-- rule-table: generated -->\n", 1)[1].split("\n<!-- /rule-table -->", 1)[0]
-    assert shown == rule_table_markdown(), "regenerate the table: python -c 'from helpers.core.engine_docs import " \
+    assert shown == rule_table_markdown(), "regenerate the table: python -c 'from helpers.engines.docs import " \
         "rule_table_markdown; print(rule_table_markdown())'"
 
 
 def test_sglang_shifts_deepseek_family_aux_ids_only_when_the_first_is_1_from_0_5_13():
-    from helpers.core.engines import captured_layers
+    from helpers.engines.registry import captured_layers
 
     for target in ("kimi_k2", "deepseek_v3"):
         assert captured_layers("sglang==0.5.12", [2, 30, 58], 61, target) == [3, 31, 59]  # unconditional +1

@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from helpers.core.engine_table import ENGINE_TABLE
-from helpers.core.engines import ENGINES, engine_at, engines_at, key_fate
+from helpers.engines.table import ENGINE_TABLE
+from helpers.engines.registry import ENGINES, engine_at, engines_at, key_fate
 from helpers.doctor.diagnose import diagnose
 
 ROOT = Path(__file__).resolve().parents[1]

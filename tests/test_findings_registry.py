@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from helpers.core import engine_table
+from helpers.engines import table as engine_table
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import Finding
 from helpers.doctor.registry import REGISTRY, cannot_repair, markdown_table, render_docs

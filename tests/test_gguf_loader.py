@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from helpers.core.engines import arriving_layers, aux_max_index, layers_in
+from helpers.engines.registry import arriving_layers, aux_max_index, layers_in
 from helpers.doctor.diagnose import diagnose
 from helpers.io.gguf_files import copy_gguf, stored_d2t, stored_tensor, write_draft_gguf
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, script_module
-from helpers.core.engine_table import ENGINE_TABLE
+from helpers.engines.table import ENGINE_TABLE
 from helpers.doctor.diagnose import diagnose
 
 pytestmark = pytest.mark.slow

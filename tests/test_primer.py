@@ -295,7 +295,7 @@ def test_engines_all_read_offsets_and_agree():
     logits = torch.randn(64, TOY.draft_vocab_size, generator=torch.Generator().manual_seed(0))
     draft = logits.argmax(-1)
     expected = torch.nonzero(m.t2d).flatten()[draft]  # the reference, read from t2d (not from d2t)
-    from helpers.core.engines import ENGINE_KEYS
+    from helpers.engines.registry import ENGINE_KEYS
 
     for engine in ENGINE_KEYS + ("tensorrt-llm",):
         assert torch.equal(primer.engine_propose(logits, m.d2t, engine, TOY.target_vocab_size), expected), engine

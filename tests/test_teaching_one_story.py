@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.core.engine_table import ENGINE_TABLE, QUOTED
+from helpers.engines.table import ENGINE_TABLE, QUOTED
 from helpers.teach import lessons
 from helpers.teach import primer_exercises as ex
 
@@ -77,13 +77,13 @@ def test_every_past_vocab_row_is_the_engine_tables_own():
 
 
 def test_the_setting_split_is_the_engine_tables_and_the_doctor_carries_it(tmp_path):
-    """The split lives in helpers.core.engine_table (Engine.settings): a table without it renders no split, a bad split
+    """The split lives in helpers.engines.table (Engine.settings): a table without it renders no split, a bad split
     is refused by check_table, and the doctor's predicted outcome names the setting its line holds for."""
     from dataclasses import replace
 
-    from helpers.core.engine_outcomes import Serve, s
-    from helpers.core.engine_table import Setting
-    from helpers.core.engines import check_table, engine_at
+    from helpers.engines.outcomes import Serve, s
+    from helpers.engines.table import Setting
+    from helpers.engines.registry import check_table, engine_at
     from helpers.doctor.diagnose import diagnose
 
     sg = ENGINE_TABLE["sglang"]
@@ -193,7 +193,7 @@ def test_each_rate_and_mean_is_defined_where_the_notebook_prints_it(path):
 
 
 def test_the_lessons_exercises_compute_their_answers():
-    from helpers.core.acceptance_rules import exact_chain_acceptance, get_rule  # noqa: F401  (the kit's closed form)
+    from helpers.engines.acceptance_rules import exact_chain_acceptance, get_rule  # noqa: F401  (the kit's closed form)
     from helpers.io.checkpoint import load_mapping
 
     sol = ex.lesson_solutions()

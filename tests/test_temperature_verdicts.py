@@ -111,7 +111,7 @@ def test_the_temperature_figure_draws_each_source_once():
 
 
 def test_the_serving_side_rule_names_agree_with_the_rules_module():
-    from helpers.core.acceptance_rules import rule_for_engine
+    from helpers.engines.acceptance_rules import rule_for_engine
     from helpers.serving.temperature import rule_name
 
     for engine in ("vllm", "vllm==0.32.0", "llamacpp", "llama.cpp", "sglang>=0.5", "tokenspeed", "trtllm"):

@@ -1,6 +1,6 @@
 """vLLM 0.34.0 in the engine table, read from its released wheel (not run), and the findings it needs.
 
-What changed at 0.34.0 (helpers/core/engine_table.py; helpers/doctor/checks_method.py): P-EAGLE drafts are
+What changed at 0.34.0 (helpers/engines/table.py; helpers/doctor/checks_method.py): P-EAGLE drafts are
 refused; `mask_hidden` is always skipped with a warning; `parallel_drafting`, `use_heterogeneous_vocab` and
 `custom_class` are refused as serving options; the aux ids come from the top-level list only (model runner
 V2; the V1 runner that also read eagle_config's list is gone); a target head / embedding stored packed is
@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from helpers.core.engine_table import ENGINE_TABLE
-from helpers.core.engines import aux_layer_ids, engine_at, engines_at
+from helpers.engines.table import ENGINE_TABLE
+from helpers.engines.registry import aux_layer_ids, engine_at, engines_at
 from helpers.doctor.checks_method import PEAGLE_SAYS, packed_layers
 from helpers.doctor.diagnose import diagnose
 

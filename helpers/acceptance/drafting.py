@@ -234,7 +234,7 @@ class Drafting:
             raise ValueError(f"--draft-tokens {n}: a tree of --steps {s} --topk {k} holds at most {most} tokens with "
                              f"the root ({k} + {s - 1} x {k * k} drafted candidates), SGLang cannot pick more")
         if engine is not None and k > 1:
-            from helpers.core.engines import engine_at  # the engine table: read only when an engine is named
+            from helpers.engines.registry import engine_at  # the engine table: read only when an engine is named
 
             if engine_at(engine).value("draft.tree") == "absent":
                 raise ValueError(f"--topk {k}: {engine_at(engine).name} drafts a chain (num_speculative_tokens); "

@@ -149,7 +149,7 @@ def sglang_rate_definition(accept_length: float, rate: float, draft_tokens: int,
 def _rate_has_two_definitions(engines) -> bool:
     """Whether a log of these engines prints an `accept rate` whose definition changed between its
     releases (the engine table's `log.accept_rate` rule), so which one a line uses must be told."""
-    from helpers.core.engines import ENGINE_KEYS, engine_at  # the engine table: read only for a log
+    from helpers.engines.registry import ENGINE_KEYS, engine_at  # the engine table: read only for a log
 
     return any(engine_at(e).value("log.accept_rate") == "two-definitions" for e in engines if e in ENGINE_KEYS)
 
@@ -315,7 +315,7 @@ def _vllm(acc: Acceptance, rows, kind) -> list | None:
 
 def _without_bonus() -> str:
     """'vLLM X.Y.Z': the releases whose log line's mean leaves the bonus token out (the engine table's rule)."""
-    from helpers.core.engines import engine_at  # the engine table: read only for a vLLM log that needs it
+    from helpers.engines.registry import engine_at  # the engine table: read only for a vLLM log that needs it
 
     at = engine_at("vllm")
     sp = at.where("log.mean_bonus", "leaves-out")

@@ -15,7 +15,7 @@ import sys
 
 def engine_help() -> str:
     """--engine's --help, its examples made from the engine table (a release read later changes them there)."""
-    from helpers.core.engines import ENGINE_KEYS, ENGINES, spec_example
+    from helpers.engines.registry import ENGINE_KEYS, ENGINES, spec_example
 
     return (f"the engine the draft is served with, optionally with its release: {', '.join(ENGINE_KEYS)}, "
             f"{spec_example()}, {spec_example(ENGINES[-1], '>=')} (default: all = {' and '.join(ENGINES)}, "
@@ -24,7 +24,7 @@ def engine_help() -> str:
 
 def aux_names() -> str:
     """'sglang or vllm or ...': the engines whose aux-layer convention the kit has read, for --help."""
-    from helpers.core.engines import aux_engines
+    from helpers.engines.registry import aux_engines
 
     return " or ".join(aux_engines())
 
@@ -44,7 +44,7 @@ def out(p, help: str, *, required: bool = False, aliases: tuple[str, ...] = (), 
 
 def engine_value(text: str) -> str:
     """An `--engine` value: an engine name or 'all', with an optional version; kept as given."""
-    from helpers.core.engines import engines_at
+    from helpers.engines.registry import engines_at
 
     try:
         engines_at(text)
@@ -55,7 +55,7 @@ def engine_value(text: str) -> str:
 
 def aux_engine_value(text: str) -> str:
     """An `--engine` value naming one engine whose aux-layer convention the kit has read."""
-    from helpers.core.engines import aux_convention, aux_engines, engines_at
+    from helpers.engines.registry import aux_convention, aux_engines, engines_at
 
     text = engine_value(text)
     (at,) = engines_at(text) if text != "all" else (None,)

@@ -149,7 +149,7 @@ def _with_temperature(d: dict, temperature: float, engine: str | None) -> dict:
     draft's argmax against the labels, so the prediction is greedy (temperature 0, rule 'greedy')
     whatever --temperature asks; at T > 0 the JSON says so (temperature_asked, temperature_note) and
     names the measurement that gives the figure at T (the engine-free loop under the engine's rule)."""
-    from helpers.core.acceptance_rules import rule_for_engine
+    from helpers.engines.acceptance_rules import rule_for_engine
 
     for p in d.get("predicted_accept_length") or []:
         p.update({"temperature": 0.0, "acceptance_rule": "greedy"})

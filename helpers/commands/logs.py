@@ -47,7 +47,7 @@ Sampling: the requests' temperature from the log's request lines (vLLM `Received
 params: SamplingParams(... temperature=T ...)`, written with --enable-log-requests; SGLang
 --log-requests), else unknown; the acceptance rule the engine applies at it; and, where the rows show
 its signature, the engine's own sampled-decoding defect (vLLM's CPU build's sampler: acceptance
-only at position 0; the release range in helpers/serving/engine_defects.py) named with its root cause and fix instead of
+only at position 0; the release range in helpers/engines/defects.py) named with its root cause and fix instead of
 the draft or its wiring (--json: temperature, temperature_source, temperatures, acceptance_rule,
 engine_release, engine_defect).
 Accept length over time (vllm#41838: it decays under prefix caching, a restart recovers it): each

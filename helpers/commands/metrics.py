@@ -44,7 +44,7 @@ Temperature: /metrics and per-request records never state it; a vLLM log does wi
 --enable-log-requests (its SamplingParams lines); --temperature T states it. --json: temperature
 (null: unknown), temperature_source, acceptance_rule (the engine's rule at it, 'greedy' at 0),
 engine_release, engine_defect: where the numbers show an engine's own sampled-decoding defect
-(vLLM's CPU build's sampler: acceptance only at position 0; its releases in helpers/serving/engine_defects.py),
+(vLLM's CPU build's sampler: acceptance only at position 0; its releases in helpers/engines/defects.py),
 {key, culprit, strength, evidence, caveats, conclusion, defect}, else null; the text names it.
 
 Forced acceptance: when the source (a log's start-up lines, vLLM's /server_info JSON) or
@@ -242,8 +242,8 @@ def _save_plot(w, baselines, path) -> None:
 def sampling_of(source, table, acc, temperature: float | None) -> dict:
     """The temperature the figure was measured at (--temperature, else a log's request lines, else
     unknown), the acceptance rule the engine applies at it, and the engine's own sampled-decoding
-    defect where the numbers show its signature (`helpers.serving.engine_defects`)."""
-    from helpers.serving.engine_defects import defect_from_acceptance, engine_of_kind
+    defect where the numbers show its signature (`helpers.engines.defects`)."""
+    from helpers.engines.defects import defect_from_acceptance, engine_of_kind
     from helpers.serving.temperature import Stated, given, rule_name
 
     if temperature is not None and not (temperature >= 0 and temperature == temperature):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from helpers.commands import _options
 from helpers.core import jsontext
-from helpers.core.engines import engine_at
+from helpers.engines.registry import engine_at
 from helpers.core.errors import BadInputError
 from helpers.core.paths import bundled_samples
 
@@ -18,11 +18,11 @@ time, greedy (temperature 0) or sampled at --temperature T (sent in every reques
 request i with S + i; llama.cpp also gets top_k 0, top_p 1, min_p 0 so its target samples plain
 softmax(logits / T), and its answers' generation_settings say what it applied), and measures the
 accept length it achieved on them. JSON temperature, temperature_source, seed, acceptance_rule (the
-rule the engine accepts by at that temperature: helpers/core/acceptance_rules.py; 'greedy' at 0).
+rule the engine accepts by at that temperature: helpers/engines/acceptance_rules.py; 'greedy' at 0).
 
 The engine's own defect: a sampled run whose acceptance stops at position 0 (per position
 [x, 0, 0, ...]), or accepts nothing where the engine-free loop at the same temperature accepts, is
-the CPU sampler defect of vLLM's CPU build (helpers/serving/engine_defects.py: the releases, the root cause
+the CPU sampler defect of vLLM's CPU build (helpers/engines/defects.py: the releases, the root cause
 and the one-function fix); the conclusion names the engine's sampler, not the draft or its wiring (JSON
 engine_defect {key, culprit, strength, evidence, caveats, conclusion, defect}).
 
@@ -254,9 +254,9 @@ MAX_REPEAT = 50
 
 def _defect(args, result):
     """The engine's own sampled-decoding defect, where the probe's numbers show its signature
-    (`helpers.serving.engine_defects`): per position from the answers or the counters, the engine-free
+    (`helpers.engines.defects`): per position from the answers or the counters, the engine-free
     figure at the same temperature as what the draft is known to accept."""
-    from helpers.serving.engine_defects import match_defect
+    from helpers.engines.defects import match_defect
 
     m = result.measured
     reqs = [q.reply for q in m.requests if q.reply.kind]

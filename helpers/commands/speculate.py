@@ -76,7 +76,7 @@ def add_arguments(p) -> None:
     _options.readings(p)
     _options.drafting(p, "drafted")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: speculative sampling")
-    from helpers.core.acceptance_rules import ENGINE_DEFAULT_RULE, LOOP_RULES
+    from helpers.engines.acceptance_rules import ENGINE_DEFAULT_RULE, LOOP_RULES
 
     p.add_argument("--acceptance-rule", choices=LOOP_RULES, default=None, metavar="RULE",
                    help="how drafted tokens are accepted at --temperature > 0 (default: the --engine's own: "

@@ -1,5 +1,6 @@
 """The shared words and plumbing every other package stands on: the terms, the one-line input error,
-output-path checks, devices, torchrun ranks, and the engines as data (a table per engine, rules by release).
+output-path checks, devices and torchrun ranks.
+The engines' facts live one package up, in `helpers.engines`.
 
 Modules (import them by name; this file imports nothing):
 - `terms`
@@ -9,12 +10,6 @@ Modules (import them by name; this file imports nothing):
 - `paths`: where the bundled samples (data_samples/) and the checkout are
 - `devices`
 - `distributed`
-- `engine_outcomes`
-- `engine_table`
-- `engines`
-- `key_names`: how a stored draft tensor name reads (prefix, layer layout, parameter)
-- `engine_docs`
-- `acceptance_rules`: how each engine accepts a drafted token under sampling, by release, with source lines
 """
 
-__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed", "engine_outcomes", "engine_table", "engines", "key_names", "engine_docs", "acceptance_rules"]
+__all__ = ["terms", "errors", "jsontext", "outputs", "paths", "devices", "distributed"]

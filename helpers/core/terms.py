@@ -1,5 +1,5 @@
 """The kit's shared words, each defined once: readings of d2t and size limits (the engines are
-`helpers.core.engines`, from the table in `helpers.core.engine_table`).
+`helpers.engines.registry`, from the table in `helpers.engines.table`).
 
 Imported by every layer; imports nothing.
 """

@@ -6,7 +6,7 @@ from the capture, ids where a release does not look) are `helpers.doctor.checks_
 """
 from __future__ import annotations
 
-from helpers.core.engines import arriving_layers, aux_convention, aux_layer_ids, aux_max_index, captured_layers
+from helpers.engines.registry import arriving_layers, aux_convention, aux_layer_ids, aux_max_index, captured_layers
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config

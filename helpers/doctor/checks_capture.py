@@ -12,7 +12,7 @@ is only a note. The check runs for the engines whose table says so (rule `aux.un
 """
 from __future__ import annotations
 
-from helpers.core.engines import EngineAt, aux_ids, captured_layers
+from helpers.engines.registry import EngineAt, aux_ids, captured_layers
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config

@@ -2,7 +2,7 @@
 
 `check_dflash` replaces the EAGLE-3 key, layout, shape and aux checks for such a draft (its
 `layers.1..N`, top-level `hidden_norm`, five-state `fc` and absent `lm_head` are right for it, not
-bugs). What it checks, on the `dflash.*` rules of `helpers.core.engine_table` (read in vLLM's
+bugs). What it checks, on the `dflash.*` rules of `helpers.engines.table` (read in vLLM's
 wheels, none run; `helpers.model.dflash` says where each was read):
 
 - the layer ids: where vLLM finds them, the +1 it adds to DFlash's 0-based ids, and, with a target
@@ -18,7 +18,7 @@ wheels, none run; `helpers.model.dflash` says where each was read):
 
 Each finding's predicted outcome comes from the engine's outcome table like any other: the
 `dflash.*` effects are rows read (not run) in vLLM's code (`DFLASH_OUTCOMES` in
-`helpers.core.engine_table`), the d2t findings of `helpers.doctor.checks_mapping` share the EAGLE-3
+`helpers.engines.table`), the d2t findings of `helpers.doctor.checks_mapping` share the EAGLE-3
 rows, whose scatter code is the same.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.core.engines import EngineAt
+from helpers.engines.registry import EngineAt
 from helpers.doctor.checks_mapping import check_mapping
 from helpers.doctor.checks_weights import check_finite
 from helpers.doctor.findings import CheckContext, Findings

@@ -24,7 +24,7 @@ def check_target_drift(c: CheckContext, target, samples, *, max_samples: int | N
 
     tgt = load_target(target, device="cpu", dtype=torch.float32)
     draft = load_draft(c.ck, device="cpu", dtype=torch.float32, embed_from=target)
-    from helpers.core.engines import aux_engines
+    from helpers.engines.registry import aux_engines
 
     engine = next((e for e in c.engines if e in aux_engines()), aux_engines()[0])  # one whose capture was read
     d = check_drift(samples, target=tgt, draft=draft, engine=engine, max_samples=max_samples)

@@ -15,7 +15,7 @@ the engine's own in the mutation runs of docs/engine-truth.md).
 """
 from __future__ import annotations
 
-from helpers.core.key_names import parse_key
+from helpers.engines.key_names import parse_key
 from helpers.doctor.findings import CheckContext
 from helpers.model.param_shapes import expected_shapes
 

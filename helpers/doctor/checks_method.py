@@ -1,7 +1,7 @@
 """The doctor's method checks (vLLM): drafts of a drafting method the release does not serve, options it
 no longer has, the method a draft is served with, and a target quantized with packed weights.
 
-Read in vLLM's code, not run (the rules and outcomes are in `helpers.core.engine_table`, looked up at the
+Read in vLLM's code, not run (the rules and outcomes are in `helpers.engines.table`, looked up at the
 release asked about; docs/doctor-findings.md names the files):
 
 Each check asks the release's rule and words its finding by the rule's value; which releases do what
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from helpers.core.engines import EngineAt
+from helpers.engines.registry import EngineAt
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.fit import text_config

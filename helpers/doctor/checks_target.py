@@ -20,7 +20,7 @@ behaviour each rests on was read in the source (docs/doctor-findings.md names fi
 """
 from __future__ import annotations
 
-from helpers.core.engines import ENGINE_NAMES, aux_layer_ids, engine_at
+from helpers.engines.registry import ENGINE_NAMES, aux_layer_ids, engine_at
 from helpers.core.errors import BadInputError
 from helpers.doctor.checks_weights import head_rule_tail
 from helpers.doctor.findings import CheckContext

@@ -6,7 +6,7 @@ norm_before_residual, q_norm/k_norm, attention biases and sliding windows
 EAGLE-3.1's flags and weights are checked against each other: fc_norm weights with no switch (each
 engine's fate for them, and whether the weights are still at their init 1.0, i.e. never trained), and
 fc_norm with norm_before_fc, which normalises twice (`variant-norm-twice`; speculators 0.9.0 refuses it).
-The facts are the release ranges in `helpers.core.engine_table`, looked up at the release the
+The facts are the release ranges in `helpers.engines.table`, looked up at the release the
 doctor was asked about (`CheckContext.at`); every finding names that release (or says it was
 assumed) and, where the behaviour differs by release, from which release it starts or stops.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from helpers.core.engines import EngineAt, draft_family
-from helpers.core.key_names import LAYER_OPTIONAL, parse_key
+from helpers.engines.registry import EngineAt, draft_family
+from helpers.engines.key_names import LAYER_OPTIONAL, parse_key
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.registry import NO_EFFECT
 from helpers.model.config import NEMO_ARCH, modelopt_double_norm

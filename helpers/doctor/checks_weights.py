@@ -14,8 +14,8 @@ import re
 
 import torch
 
-from helpers.core.engines import EngineAt, draft_family, key_fate
-from helpers.core.key_names import LAYER_PARAMS, MLA_LAYER_PARAMS, is_known_param, is_mapping_key, parse_key
+from helpers.engines.registry import EngineAt, draft_family, key_fate
+from helpers.engines.key_names import LAYER_PARAMS, MLA_LAYER_PARAMS, is_known_param, is_mapping_key, parse_key
 from helpers.doctor.checks_variants import variant_of_key
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.findings import fmt_number as _fmt

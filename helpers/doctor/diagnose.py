@@ -28,7 +28,7 @@ and with null as absent), `helpers.doctor.checks_mapping` (vocab sizes, d2t/t2d)
 `helpers.doctor.checks_weights` (keys, shapes, aux layers, NaN/Inf) and `helpers.doctor.checks_variants`
 (what each engine does with the producers' options: fc_norm, input_norm, norm_output,
 norm_before_residual, q_norm/k_norm, attention bias, sliding window), on the rules in
-`helpers.core.engines`, and `helpers.doctor.checks_target` (EAGLE-3 served as EAGLE, borrowed lm_head,
+`helpers.engines.registry`, and `helpers.doctor.checks_target` (EAGLE-3 served as EAGLE, borrowed lm_head,
 aux-id counts and places, and with `target=` the target's embedding and context, compared by
 `helpers.model.fit`); `previous=` adds mapping drift (`helpers.doctor.diff`). The engine files
 and issue threads behind that second wave are in docs/doctor-findings.md. Findings are
@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.core.engines import ENGINES, engines_at, gguf_engines
+from helpers.engines.registry import ENGINES, engines_at, gguf_engines
 from helpers.core.errors import BadInputError
 from helpers.doctor.checks_capture import check_capture
 from helpers.doctor.checks_config import check_config, check_loadable
@@ -142,7 +142,7 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     `to_dict()` is the `doctor --json` object and `report()` the doctor's text).
 
     `engine`: an engine key of the table ('sglang', 'vllm', ...) or 'all', with an optional version
-    ('sglang==X.Y.Z', 'vllm>=X.Y'): the rules of that release apply (`helpers.core.engines.engines_at`; none given:
+    ('sglang==X.Y.Z', 'vllm>=X.Y'): the rules of that release apply (`helpers.engines.registry.engines_at`; none given:
     the newest release read, said in `Findings.versions`). `target_config`: the target's config.json (path or dict),
     for the aux-layer and size checks. `check_weights=False` skips the NaN/Inf scan (the only
     check that reads every weight). `target`: the target's folder (config.json and, when there,

@@ -4,7 +4,7 @@ A `Finding` is one problem (or fact) with a stable code, a severity (error / war
 one line saying what is wrong and one saying how to fix it; its code, severity, effect and engine
 must be what the code's entry in `helpers.doctor.registry` declares (else ValueError). `CheckContext` is what every check
 function receives: the opened checkpoint, the engines asked about (each at the release whose
-rules apply, `helpers.core.engines.EngineAt`), the flat config and the findings so far.
+rules apply, `helpers.engines.registry.EngineAt`), the flat config and the findings so far.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import functools
 
 from dataclasses import dataclass, field, replace
 
-from helpers.core.engine_outcomes import RESULT_WORDS, SERVE_RESULTS
-from helpers.core.engines import EngineAt, engine_at, worst_outcome
+from helpers.engines.outcomes import RESULT_WORDS, SERVE_RESULTS
+from helpers.engines.registry import EngineAt, engine_at, worst_outcome
 from helpers.core.errors import BadInputError
 from helpers.doctor.registry import NO_EFFECT, SEVERITIES, check_finding
 from helpers.io.checkpoint import Checkpoint, read_config

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.core.engines import engines_at, engines_for, gguf_engines
-from helpers.core.key_names import KeyInfo, is_known_param, is_mapping_key, parse_key
+from helpers.engines.registry import engines_at, engines_for, gguf_engines
+from helpers.engines.key_names import KeyInfo, is_known_param, is_mapping_key, parse_key
 from helpers.core.errors import BadInputError
 from helpers.core.outputs import new_output_dir
 from helpers.core.terms import MAX_BUILT_T2D

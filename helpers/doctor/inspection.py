@@ -3,7 +3,7 @@
 `inspect(path)` returns an `Inspection`, a dict (the `inspect --json` object, from
 `inspect_path`) whose `report()` is the text the CLI prints and the dashboard shows;
 `mapping_verdict` is the one word figure captions use. Only the d2t/t2d tensors are read (and
-config.json, for the draft's family: MLA or MHA attention, `helpers.core.engines.draft_family`).
+config.json, for the draft's family: MLA or MHA attention, `helpers.engines.registry.draft_family`).
 
 A block-diffusion draft (DFlash / DSpark / XPress, `helpers.model.dflash`) adds `draft_kind`, its
 0-based `dflash_layer_ids` and `dflash` (what it is, where vLLM reads its ids and the target layers
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.core.engines import draft_family, engines_at
+from helpers.engines.registry import draft_family, engines_at
 from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint, read_config, read_mapping_tensors
 from helpers.io.mapping import VocabMapping

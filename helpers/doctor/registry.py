@@ -2,7 +2,7 @@
 
 An `Entry` says, for one code: the severities it is reported at, the engines it may speak of alone
 (None: any engine checked, or all of them at once), the effect keys it names in the engine outcome
-tables of `helpers.core.engine_table` besides `CODE.SEVERITY` (how `Finding` picks its predicted
+tables of `helpers.engines.table` besides `CODE.SEVERITY` (how `Finding` picks its predicted
 outcome), the general fix, one line of doc text, where the behaviour was read (a public issue or PR,
 or an engine file), and for `d2t-lab fix` what it repairs and what it would need that it cannot supply.
 

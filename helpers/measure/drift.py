@@ -138,7 +138,7 @@ def served_embedding(engine: str) -> str:
     """The embedding an engine gives an EAGLE-3 draft: the target's where the engine table's `embed.borrow`
     says it replaces the draft's (SGLang: `set_embed(embed)` in speculative/eagle_worker_v2.py), else the
     draft's own (the kit's loop too)."""
-    from helpers.core.engines import engine_at
+    from helpers.engines.registry import engine_at
 
     try:
         return "target" if engine_at(engine).value("embed.borrow") == "replaces" else "own"

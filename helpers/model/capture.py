@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from helpers.core.distributed import SINGLE, Ranks, barrier, sum_counts
-from helpers.core.engines import aux_convention, aux_engines
+from helpers.engines.registry import aux_convention, aux_engines
 from helpers.core.errors import BadInputError
 from helpers.io.chat import encode_conversation, prompt_ids, uses_template
 from helpers.io.prompts import Conversation, check_prompts, file_sha256, read_prompts

@@ -15,7 +15,7 @@ k - 1 (k = 0: the embeddings), i.e. the INPUT of layer k. So vLLM adds 1 to a DF
 (`dflash.aux.shift`): DFlash id t is the output of layer t, the input of layer t + 1, the same layer
 z-lab trains on. vLLM's EAGLE-3 ids are used as given (id i: the input of layer i, one layer earlier
 than a DFlash id i); SGLang's EAGLE-3 ids get +1 like DFlash's. Where vLLM looks, first non-empty
-wins (`dflash.aux.from`, `helpers.core.engine_table`): `top` = `eagle_aux_hidden_state_layer_ids`
+wins (`dflash.aux.from`, `helpers.engines.table`): `top` = `eagle_aux_hidden_state_layer_ids`
 (as given; speculators' `aux_hidden_state_layer_ids` lands there), `dflash` =
 `dflash_config.target_layer_ids` (+1), `nested` = `eagle_config.eagle_aux_hidden_state_layer_ids`
 (0.22-0.33 V1 runner: when an `eagle_config` dict exists it replaces the DFlash ids, as given),
@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from helpers.core.engines import engine_at
+from helpers.engines.registry import engine_at
 
 # architectures[0] -> (kind, the model file vLLM builds it with). The kind fixes vLLM's method: dflash
 # and xpress drafts are served with method "dflash", dspark drafts with "dspark" (each registered

@@ -17,7 +17,7 @@ after every verification. Nothing already in the cache is recomputed.
   `--speculative-num-draft-tokens` counts the root), which is always a tree.
 
 With topk 1 and draft_tokens = steps + 1 this is a chain. How a chain picks under sampling is the
-engine's acceptance rule (`helpers.core.acceptance_rules`): vLLM's default, SGLang and llama.cpp's
+engine's acceptance rule (`helpers.engines.acceptance_rules`): vLLM's default, SGLang and llama.cpp's
 EAGLE-3 drafter take the draft's argmax whatever the temperature (`sample=False`: q is then a
 point mass on the drafted token, which `Proposal.q` leaves unstated); the textbook rule, vLLM's
 `draft_sample_method="probabilistic"` and SGLang's rejection sampling draw each depth's token from

@@ -2,7 +2,7 @@
 draft and the MLA layer of a DeepSeek/Kimi-style one), in the layout `torch.nn.Linear` stores ([out, in]).
 
 `expected_shapes(cfg)` maps a canonical name (`midlayer.<param>` for the decoder layer, the plain name at the top
-level, as `helpers.core.key_names.KeyInfo.canonical` writes it) to its shape. A name whose sizes the config does
+level, as `helpers.engines.key_names.KeyInfo.canonical` writes it) to its shape. A name whose sizes the config does
 not give as positive integers is left out: the config checks speak for those. The layer's input is the token
 embedding and the fused state side by side (2 x hidden), which is why q/k/v (MHA) and q_a / q / kv_a (MLA) take
 2 x hidden inputs. The head, the embedding and fc are here too (lm_head [draft vocab, hidden], embed_tokens

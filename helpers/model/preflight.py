@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.core.engines import aux_convention, captured_layers, engine_at
+from helpers.engines.registry import aux_convention, captured_layers, engine_at
 from helpers.core.errors import BadInputError
 from helpers.io.origin import Origin
 from helpers.io.inputs import conflicting, input_path

@@ -12,7 +12,7 @@ hidden state as SpecForge stores it). Forward hooks are used rather than `output
 they keep only the layers asked for, and they do not depend on how a transformers version fills
 that tuple (transformers 5 puts the normed state in its last slot, replacing the last layer's
 output). Which layers an engine captures for a draft config's aux ids is
-`helpers.core.engines.captured_layers` (SGLang adds 1 to configured ids, vLLM uses them as given; both
+`helpers.engines.registry.captured_layers` (SGLang adds 1 to configured ids, vLLM uses them as given; both
 default to layers 2, L//2, L-3): docs/eagle3-facts.md, 'Aux layers'.
 
 `attention_layout` reads the attention type of every decoder layer and the sliding window from a
@@ -41,7 +41,7 @@ from helpers.core.devices import (
     parse_dtype,
     resolve_device,
 )
-from helpers.core.engines import aux_ids, draft_capture, layers_in
+from helpers.engines.registry import aux_ids, draft_capture, layers_in
 from helpers.core.errors import BadInputError, clip
 from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.config_fields import check_target_config

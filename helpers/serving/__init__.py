@@ -13,9 +13,8 @@ Modules (import them by name; this file imports nothing):
 - `probe`: a live server measured with the user's prompts (per request, or /metrics differenced)
 - `probe_verdict`: what `probe` concludes: the target's tokens, engine-free, reproduce; the result
 - `temperature`: the sampling temperature a serving source states (log request lines, answers), or unknown
-- `engine_defects`: engines' own defects as data (vLLM's CPU build's sampled decoding) and their signature
 - `over_time`: accept length per interval (scrapes, log rows, probe repetitions), a baseline and a decay flag
 """
 
 __all__ = ["log_lines", "logs", "startup", "metrics", "records", "bounds", "measured", "probe_client", "probe", "probe_verdict",
-           "temperature", "engine_defects", "over_time"]
+           "temperature", "over_time"]

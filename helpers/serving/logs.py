@@ -56,8 +56,8 @@ class LogTable:
     def sampling(self) -> dict:
         """The temperature the requests were sampled at (or unknown, and why), the acceptance rule the
         engine applies at it, and the engine's own sampled-decoding defect where the rows show its
-        signature (`helpers.serving.engine_defects`)."""
-        from helpers.serving.engine_defects import defect_from_rows
+        signature (`helpers.engines.defects`)."""
+        from helpers.engines.defects import defect_from_rows
         from helpers.serving.temperature import Stated, rule_name
 
         st = self.temperature if self.temperature is not None else Stated(None)

@@ -103,7 +103,7 @@ def serving_temperature(tables, temperature=None) -> tuple[float | None, str]:
 
 
 def _rule(t, tables, kind: str | None = None) -> str | None:
-    from helpers.serving.engine_defects import engine_of_kind
+    from helpers.engines.defects import engine_of_kind
     from helpers.serving.temperature import rule_name
 
     engines = {e for tb in tables for e in tb.engines}
@@ -114,8 +114,8 @@ def _rule(t, tables, kind: str | None = None) -> str | None:
 def serving_sampling(logs=(), *, acceptance=None, table=None, temperature=None, known_accepts=None,
                      known_source: str = "") -> dict:
     """What the serving source says about sampling, for the notebooks and the summary: {temperature,
-    temperature_source, acceptance_rule, engine_defect (`helpers.serving.engine_defects`, or None)}."""
-    from helpers.serving.engine_defects import defect_from_acceptance, defect_from_rows
+    temperature_source, acceptance_rule, engine_defect (`helpers.engines.defects`, or None)}."""
+    from helpers.engines.defects import defect_from_acceptance, defect_from_rows
 
     logs = list(logs or [])
     match, rule = None, None

@@ -137,7 +137,7 @@ def _pm(x, se) -> str:
 
 def conclude(served: float, served_se, engine_free: dict | None, repro, defect=None) -> str:
     """The one conclusion line (module docstring); without an engine-free run, the served figure. A
-    match of an engine's own defect (`helpers.serving.engine_defects.DefectMatch`) decides first: the
+    match of an engine's own defect (`helpers.engines.defects.DefectMatch`) decides first: the
     engine's sampler, not the draft or its wiring."""
     if defect is not None:
         ef = "" if engine_free is None or engine_free.get("accept_length_as_served") is None else \
@@ -185,7 +185,7 @@ class ProbeResult:
     serving_findings: list = field(default_factory=list)  # eagle3-as-eagle (`helpers.commands.logs.algorithm_findings`)
     temperature: float = 0.0  # what the probe sent
     seed: int | None = None
-    engine_defect: object = None  # helpers.serving.engine_defects.DefectMatch, or None
+    engine_defect: object = None  # helpers.engines.defects.DefectMatch, or None
 
     def sampling(self) -> dict:
         """The temperature sent, what the answers say was applied (llama.cpp), the engine's rule at it."""

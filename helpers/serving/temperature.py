@@ -98,7 +98,7 @@ def given(temperature: float | None, how: str) -> Stated:
                   [] if temperature is None else [float(temperature)], 0)
 
 
-# the rule each engine applies by default under sampling, as `helpers.core.acceptance_rules` holds it
+# the rule each engine applies by default under sampling, as `helpers.engines.acceptance_rules` holds it
 # (ENGINE_DEFAULT_RULE, rule_for_engine); repeated here only because that module imports torch at its top
 # and `logs` / `metrics` start without torch. tests/test_temperature_verdicts.py checks the two agree.
 _DEFAULT_RULE = {"vllm": "vllm-greedy-draft", "llamacpp": "llamacpp-eagle3", "sglang": "sglang-target-only"}
@@ -106,7 +106,7 @@ _DEFAULT_RULE = {"vllm": "vllm-greedy-draft", "llamacpp": "llamacpp-eagle3", "sg
 
 def rule_name(temperature: float | None, engine: str | None) -> str | None:
     """What a figure at `temperature` served by `engine` was accepted under: 'greedy' at 0, else the
-    engine's default rule (`helpers.core.acceptance_rules.rule_for_engine`: an engine whose rule is
+    engine's default rule (`helpers.engines.acceptance_rules.rule_for_engine`: an engine whose rule is
     not read gets 'textbook'); None when neither the temperature nor the engine says (with the
     temperature unknown, the rule the engine applies if the requests were sampled)."""
     if temperature is not None and temperature <= 0:

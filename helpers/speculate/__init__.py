@@ -7,11 +7,10 @@ Modules (import them by name; this file imports nothing):
 - `batched`: chains of a batch of prompts verified together (`--batch-size`)
 - `target_cache`
 - `result`
-- `engine_counts`: the same steps as an engine counts them (llama.cpp's drafts, draft tokens, accepted per position)
 - `builder`: the one speculate-run builder every front end calls (default shape, engine honoured)
 - `compare`
 - `ladder`: the evidence ladder (serving vs engine-free vs prediction) every front end concludes with
 - `reproduce`: the engine-free loop under each known misconfiguration, ranked against a serving number
 """
 
-__all__ = ["loop", "verify", "batched", "target_cache", "result", "engine_counts", "compare", "ladder", "reproduce", "builder"]
+__all__ = ["loop", "verify", "batched", "target_cache", "result", "compare", "ladder", "reproduce", "builder"]

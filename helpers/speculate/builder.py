@@ -19,7 +19,7 @@ between runs, as the dashboard does); `build_run(...)` also loads the pair (`loa
 from __future__ import annotations
 
 from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting
-from helpers.core.engines import aux_convention, aux_engines, engines_at
+from helpers.engines.registry import aux_convention, aux_engines, engines_at
 from helpers.core.errors import BadInputError
 from helpers.speculate.result import DEFAULT_ENGINE, SpecSettings
 

@@ -436,7 +436,7 @@ def evidence_ladder(*, serving: Figure | None = None, engine_free: Figure | None
     `engine_free_curve`: the loop at several temperatures under the engine's rule; rung 1 compares
     serving only with the figure at its temperature, or, with the serving temperature unknown, with
     the lowest of them (`engine_free_for`). `engine_defect`: an engine's own defect whose signature
-    the serving figures show (`helpers.serving.engine_defects.DefectMatch.to_dict()`): the verdict is
+    the serving figures show (`helpers.engines.defects.DefectMatch.to_dict()`): the verdict is
     then "the engine's sampler", never a deployment bug of the draft's wiring, and no wiring is named.
     """
     r1, verdict, decided_by, on_prediction = _deployment(serving, engine_free, predicted, prompts_are_traffic,

@@ -10,7 +10,7 @@ One round, with n tokens in the target's KV cache and the root (the last generat
    hidden states (`HiddenStateCapture`);
 3. verification walks from the root: greedy (temperature 0) accepts a child equal to the target's
    argmax; sampling applies the engine's acceptance rule child by child
-   (`helpers.core.acceptance_rules`, chosen by `SpecSettings.rule`: the --engine's default, or
+   (`helpers.engines.acceptance_rules`, chosen by `SpecSettings.rule`: the --engine's default, or
    --acceptance-rule): with a sampled draft accept c with min(1, p(c)/q(c)), else p <- normalised
    max(p - q, 0), q being the draft distribution mapped to target ids through the reading; with an
    argmax draft (vLLM's default, SGLang, llama.cpp's EAGLE-3) q is a point mass, so c is accepted

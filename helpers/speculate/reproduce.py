@@ -14,7 +14,7 @@ all runs). A misconfiguration that cannot happen to this draft (no EAGLE-3.1 nor
 aux ids, an embedding equal to the target's) is listed with the reason and not run.
 
 Each one carries a short static note on which engines make that mistake (the engine files the kit
-read, and the releases where each rule holds, are `helpers.core.engine_table.ENGINE_TABLE`).
+read, and the releases where each rule holds, are `helpers.engines.table.ENGINE_TABLE`).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import contextlib
 import math
 from dataclasses import dataclass, field, replace
 
-from helpers.core.engine_table import ENGINE_TABLE
-from helpers.core.engines import ENGINES, aux_convention, support_starts
+from helpers.engines.table import ENGINE_TABLE
+from helpers.engines.registry import ENGINES, aux_convention, support_starts
 from helpers.speculate.ladder import REPRODUCES_Z
 
 DEFAULT_WINDOW = 8  # the window a full-attention draft is wrongly given

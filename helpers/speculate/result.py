@@ -19,7 +19,7 @@ import numpy as np
 
 from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting
 from helpers.core.terms import check_reading
-from helpers.speculate.engine_counts import EngineCounts
+from helpers.engines.counting import EngineCounts
 from helpers.measure.replay import histogram_stderr
 
 
@@ -49,7 +49,7 @@ class SpecSettings:
     seed: int = 0
     engine: str = DEFAULT_ENGINE
     chat_template: str = "auto"
-    # the acceptance rule under sampling (`helpers.core.acceptance_rules`); None: the engine's default
+    # the acceptance rule under sampling (`helpers.engines.acceptance_rules`); None: the engine's default
     acceptance_rule: str | None = None
     # prompts the loop verifies together, chains and trees (`helpers.speculate.batched`; 1: one at
     # a time). Greedy tokens and every count are the one-at-a-time ones
@@ -65,7 +65,7 @@ class SpecSettings:
     @property
     def rule(self):
         """The `AcceptanceRule` verification follows at temperature > 0: the named one, else the engine's."""
-        from helpers.core.acceptance_rules import rule_for_engine
+        from helpers.engines.acceptance_rules import rule_for_engine
 
         return rule_for_engine(self.engine, self.acceptance_rule)
 
@@ -86,7 +86,7 @@ class SpecSettings:
             raise ValueError("max new tokens must be at least 1")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"batch size must be an integer >= 1, got {self.batch_size!r}")
-        from helpers.core.acceptance_rules import LOOP_RULES
+        from helpers.engines.acceptance_rules import LOOP_RULES
 
         if self.acceptance_rule is not None and self.acceptance_rule not in LOOP_RULES:
             raise ValueError(f"acceptance rule must be one of {', '.join(LOOP_RULES)}, got {self.acceptance_rule!r}")
@@ -143,7 +143,7 @@ class SpecRun:
     engine_counts: EngineCounts | None = None
     # sum over verify steps of the exact P(drafted position j accepted | the step's context), where the
     # rule makes it a closed form (an argmax-drafted chain: prod_{i<=j} of the rule's per-token
-    # acceptance, `helpers.core.acceptance_rules.exact_chain_acceptance`); None otherwise
+    # acceptance, `helpers.engines.acceptance_rules.exact_chain_acceptance`); None otherwise
     expected_per_position: np.ndarray | None = None
     # forwards that actually ran: one batched forward verifies (or prefills, or drafts for) many prompts
     batched_forwards: dict = field(default_factory=lambda: {"target": 0, "draft": 0})

@@ -1,5 +1,5 @@
 """Verification in the engine-free loop: one verify step's walk over the drafted nodes (greedy: the
-target's argmax; sampled: each engine's acceptance rule, `helpers.core.acceptance_rules`), the exact
+target's argmax; sampled: each engine's acceptance rule, `helpers.engines.acceptance_rules`), the exact
 per-position expectation of an argmax-drafted chain, and the target's end-of-sequence ids. Used by
 the one-prompt loop (`helpers.speculate.loop`) and the batched one (`helpers.speculate.batched`)
 alike, so both take the same decisions.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.core.acceptance_rules import RULES, AcceptanceRule, accept_step, token_acceptance
+from helpers.engines.acceptance_rules import RULES, AcceptanceRule, accept_step, token_acceptance
 from helpers.model.drafter import Drafter, Proposal
 from helpers.model.target import Target
 
@@ -72,7 +72,7 @@ def greedy_walk(prop: Proposal, best: list[int]):
 def chain_expectation(prop: Proposal, logits: torch.Tensor, temperature: float, rule: AcceptanceRule) -> list[float]:
     """Exact P(drafted position j accepted) for an argmax-drafted chain given this step's context:
     prod over depths i <= j of the rule's acceptance of token i under the target's p at its parent
-    (`helpers.core.acceptance_rules.token_acceptance`; p(t) for vLLM's default, SGLang, llama.cpp)."""
+    (`helpers.engines.acceptance_rules.token_acceptance`; p(t) for vLLM's default, SGLang, llama.cpp)."""
     probs = torch.softmax(logits[: prop.size - 1].float() / temperature, dim=-1)
     out, run = [], 1.0
     for i in range(1, prop.size):

@@ -2,7 +2,7 @@
 links to 00 instead of repeating them.
 
 - `version_story`: what each engine does, release range by release range, for the mapping and the
-  EAGLE-3.1 / MLA switches, generated from `helpers.core.engine_table` (so it cannot drift from the
+  EAGLE-3.1 / MLA switches, generated from `helpers.engines.table` (so it cannot drift from the
   doctor's rules): every range the table holds, each line naming its engine;
 - `MLA_RULE`, `MLA_LINES`, `mla_lesson`: the family rule "every MLA draft: the same d2t encoding", with
   both engines' MLA d2t lines quoted from their released files;
@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from helpers.core.engine_outcomes import RESULT_WORDS, Serve, Span
-from helpers.core.engine_table import ENGINE_TABLE, QUOTED, Engine
+from helpers.engines.outcomes import RESULT_WORDS, Serve, Span
+from helpers.engines.table import ENGINE_TABLE, QUOTED, Engine
 
 # -- the version story -----------------------------------------------------------------------------------
 # (kind, key, what it is about): the outcomes and rules the notebooks teach, in the table's own keys
@@ -73,7 +73,7 @@ def _value_words(value) -> str:
 
 
 # -- settings: the engine table's `Engine.settings` -------------------------------------------------------------
-# Where the released code splits an outcome row by setting, the table says so (`helpers.core.engine_table.Setting`):
+# Where the released code splits an outcome row by setting, the table says so (`helpers.engines.table.Setting`):
 # which setting its row holds for, and what serving does in each other one. Rows the table does not split hold for
 # every setting as far as the code read says; the story labels them so.
 ANY_SETTING = "any setting (no split in the code read)"
@@ -289,7 +289,7 @@ DEFINITIONS = {
     "draft": "a verify step that carried drafted tokens (vLLM's counter spec_decode_num_drafts, llama.cpp's "
              "drafts); NOT a drafted token. A chain of K drafts K tokens per draft, except in llama.cpp, whose draft "
              "near the end of a request holds at most min(K, tokens left - 1) tokens and whose last step drafts none "
-             "(a plain decode, not a draft: helpers.speculate.engine_counts)",
+             "(a plain decode, not a draft: helpers.engines.counting)",
     "draft tokens": "the tokens drafted, summed over drafts (vLLM's spec_decode_num_draft_tokens, llama.cpp's "
                     "draft_n): K x drafts for a chain of K, fewer in llama.cpp near the end of a request",
     "accept length": "1 + accepted draft tokens / drafts: tokens emitted per verify step that carried a draft, the "
@@ -373,12 +373,12 @@ def step_count(run, max_new_tokens: int) -> str:
 # -- accept length under sampling -------------------------------------------------------------------------------
 SAMPLING_LESSON = (
     "At temperature 0 every engine accepts a drafted token exactly when it is the target's argmax. Under sampling "
-    "(temperature T > 0) each engine follows its acceptance rule (helpers.core.acceptance_rules.RULES, docs/sampling.md; "
+    "(temperature T > 0) each engine follows its acceptance rule (helpers.engines.acceptance_rules.RULES, docs/sampling.md; "
     "the table below): vLLM's default, llama.cpp's EAGLE-3 drafter and SGLang's default all draft the draft's argmax t "
     "and accept it with probability p_T(t), the target's probability of t at the request's temperature; the textbook "
     "rule (vLLM probabilistic, SGLang rejection sampling) accepts with min(1, p/q) against the draft's own q. So for an "
     "argmax-draft rule the conditional rate at position i is p_T(t_i), and the chain's expected accept length is "
-    "1 + p_T(t_0) + p_T(t_0) p_T(t_1) + ... (helpers.core.acceptance_rules.exact_chain_acceptance). "
+    "1 + p_T(t_0) + p_T(t_0) p_T(t_1) + ... (helpers.engines.acceptance_rules.exact_chain_acceptance). "
     "What temperature does to the evidence ladder: a healthy draft's served accept length FALLS as T rises (p_T(t) < 1 "
     "even where t is the argmax), so a served number at T > 0 is compared with the engine-free loop at the same T and "
     "rule (speculate --temperature T --engine E), never with a greedy prediction; a misread mapping stays near 1 at "
@@ -386,10 +386,10 @@ SAMPLING_LESSON = (
 
 
 def sampling_rules():
-    """Each engine's acceptance rule under sampling, from `helpers.core.acceptance_rules.RULES` (pandas)."""
+    """Each engine's acceptance rule under sampling, from `helpers.engines.acceptance_rules.RULES` (pandas)."""
     import pandas as pd
 
-    from helpers.core.acceptance_rules import RULES
+    from helpers.engines.acceptance_rules import RULES
 
     return pd.DataFrame([{"rule": r.name, "engine": r.engine, "release": r.release, "setting": r.setting,
                           "the draft picks": r.draft, "q": r.q, "test": r.test, "EAGLE-3": r.eagle3}
@@ -402,7 +402,7 @@ def chain_under_rule(rule: str, p_at_draft, vocab: int = 8) -> dict:
     token 0 and share the rest (the draft's argmax is token 0 at every position)."""
     import torch
 
-    from helpers.core.acceptance_rules import exact_chain_acceptance, get_rule
+    from helpers.engines.acceptance_rules import exact_chain_acceptance, get_rule
 
     rows = []
     for p in p_at_draft:
@@ -416,7 +416,7 @@ def chain_under_rule(rule: str, p_at_draft, vocab: int = 8) -> dict:
 # -- GGUF: the one place absolute ids are right -------------------------------------------------------------------
 def gguf_lesson() -> str:
     """How llama.cpp stores and reads d2t, from the engine table (`d2t.apply`) and `helpers.io.gguf_files`."""
-    from helpers.core.engines import engine_at
+    from helpers.engines.registry import engine_at
     from helpers.io.gguf_files import CONVERTER, LLAMACPP_CONVENTION
 
     way = engine_at("llamacpp").value("d2t.apply")
@@ -457,7 +457,7 @@ def outcomes_for(copies: dict, engines=("vllm", "sglang", "llamacpp")):
 def setting_notes(findings) -> list[str]:
     """For each engine the doctor predicted an outcome for: when that outcome is a row the engine table splits by
     setting, which setting the doctor's line holds for and what serving does in each other one, from the outcome
-    itself (`helpers.core.engines.EngineAt.outcome`: setting, other_settings). [] when no row is split."""
+    itself (`helpers.engines.registry.EngineAt.outcome`: setting, other_settings). [] when no row is split."""
     names = {a.key: a.label for a in findings.versions}
     lines = []
     for key, o in findings.predicted_outcome().items():

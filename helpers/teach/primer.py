@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.core.engine_table import ENGINE_TABLE, QUOTED
-from helpers.core.engines import ENGINE_KEYS, engine_at, engine_key
+from helpers.engines.table import ENGINE_TABLE, QUOTED
+from helpers.engines.registry import ENGINE_KEYS, engine_at, engine_key
 from helpers.io.mapping import VocabMapping, build_from_frequencies
 
 

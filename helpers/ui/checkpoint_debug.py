@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from helpers.core.engine_table import ENGINE_TABLE
+from helpers.engines.table import ENGINE_TABLE
 from helpers.core.outputs import normal_modes
 from helpers.core.paths import checkout_root
 from helpers.io.checkpoint import (

@@ -115,7 +115,7 @@ def engine(name, v):
         return
     if not isinstance(v, str):
         raise _bad(name, "must be an engine name (sglang, vllm, ...), optionally ==VERSION, or 'all'", v)
-    from helpers.core.engines import engines_at
+    from helpers.engines.registry import engines_at
 
     try:
         engines_at(v)

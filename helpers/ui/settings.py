@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 
 from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting, fill
-from helpers.core.engines import engines_at
+from helpers.engines.registry import engines_at
 from helpers.core.errors import BadInputError
 
 

@@ -33,7 +33,7 @@ def find_targets(root: Path) -> list[Path]:
 class SpeculatePanel:
     def __init__(self, target: str | None = None, prompt: str | None = None, max_new_tokens: int = 32,
                  drafted: int | None = None, engine: str | None = None):
-        from helpers.core.engines import ENGINES, aux_convention
+        from helpers.engines.registry import ENGINES, aux_convention
         from helpers.speculate.builder import spec_drafting, spec_engine
 
         style = {"description_width": "110px"}

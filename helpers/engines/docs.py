@@ -1,10 +1,10 @@
 """The engine table in words: the rule x engine-release table that docs/doctor-findings.md quotes
-("Engine rules by version"), rendered from `helpers.core.engine_table` (its one source; a test
+("Engine rules by version"), rendered from `helpers.engines.table` (its one source; a test
 compares the doc with it).
 """
 from __future__ import annotations
 
-from helpers.core.engine_table import ENGINE_TABLE, RULES, Engine
+from helpers.engines.table import ENGINE_TABLE, RULES, Engine
 
 
 def _cell(e: Engine, rule: str) -> str:

@@ -1,5 +1,5 @@
 """What serving a checkpoint does, per engine and release: the outcome tables the doctor's findings
-point into (`Engine.outcomes` in `helpers.core.engine_table`), and the two types both tables are
+point into (`Engine.outcomes` in `helpers.engines.table`), and the two types both tables are
 made of: `Span` (a value over a release range) and `Serve` (refuses / crashes / serves, with the
 accept length as a class). A row says where it was read or run (docs/engine-truth.md).
 """

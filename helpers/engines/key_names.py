@@ -1,7 +1,7 @@
 """How a stored EAGLE-3 draft tensor name reads: its `model.` prefix, its decoder-layer layout
 (`midlayer.` / `layers.0.`) and its parameter name (`parse_key`), and whether the name is one an
 EAGLE-3 draft has (`is_known_param`; the MHA and MLA layer's parameter names) or a d2t / t2d mapping
-(`is_mapping_key`). What each engine's loader does with a name is `helpers.core.engines.key_fate`.
+(`is_mapping_key`). What each engine's loader does with a name is `helpers.engines.registry.key_fate`.
 Plain names: no tensors are read here.
 """
 from __future__ import annotations

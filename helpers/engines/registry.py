@@ -1,6 +1,6 @@
 """The engines' rules at a version: which engine and release a check is about, and what its loader does.
 
-The facts are data in `helpers.core.engine_table` (one `Engine` per engine, each rule a tuple
+The facts are data in `helpers.engines.table` (one `Engine` per engine, each rule a tuple
 of release ranges). This module answers the questions the doctor, capture and speculate ask:
 `engines_at("sglang==X.Y.Z")` turns an `--engine` value into `EngineAt`s (an engine and the
 release whose rules apply, with a one-line note when that release was assumed or is unknown);
@@ -8,7 +8,7 @@ release whose rules apply, with a one-line note when that release was assumed or
 release where it starts or stops; `key_fate` says what the loader does with one stored tensor
 name; `aux_layer_ids` / `captured_layers` give the aux-layer convention; `draft_family` tells an
 MLA draft from an MHA one. How a key splits into prefix, layout and name is
-`helpers.core.key_names.parse_key`.
+`helpers.engines.key_names.parse_key`.
 Plain data: no tensors are read here.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from helpers.core.engine_outcomes import ACCEPT_CLASSES, SERVE_RESULTS, Serve, Span
-from helpers.core.engine_table import ENGINE_TABLE, QUOTED, RULES, Engine, Quoted
-from helpers.core.key_names import is_known_param, is_mapping_key, parse_key
+from helpers.engines.outcomes import ACCEPT_CLASSES, SERVE_RESULTS, Serve, Span
+from helpers.engines.table import ENGINE_TABLE, QUOTED, RULES, Engine, Quoted
+from helpers.engines.key_names import is_known_param, is_mapping_key, parse_key
 
 ENGINES = tuple(k for k, e in ENGINE_TABLE.items() if e.in_all)  # the engines `--engine all` checks
 ENGINE_KEYS = tuple(ENGINE_TABLE)  # every engine `--engine` can name
@@ -37,7 +37,7 @@ def check_table(table=ENGINE_TABLE) -> None:
     for e in table.values():
         for rule in e.rules:
             if rule not in RULES:
-                raise ValueError(f"{e.key}: rule {rule!r} is not declared in helpers.core.engine_table.RULES")
+                raise ValueError(f"{e.key}: rule {rule!r} is not declared in helpers.engines.table.RULES")
         split = [(f"{what} in setting {st.name!r}", st.spans) for what, sts in e.settings.items() for st in sts
                  if st.spans is not None]
         for what, spans in (*e.rules.items(), *e.outcomes.items(), *split):
@@ -115,7 +115,7 @@ class EngineAt:
         """The behaviour of `rule` at this release (the range holding it); None when the engine's
         table has no such rule. KeyError for a key the table does not declare (a typo)."""
         if rule not in RULES:
-            raise KeyError(f"{rule!r} is not a rule key of helpers.core.engine_table.RULES")
+            raise KeyError(f"{rule!r} is not a rule key of helpers.engines.table.RULES")
         spans = self.engine.rules.get(rule)
         return self._pick(spans) if spans else None
 
@@ -123,7 +123,7 @@ class EngineAt:
         """The first range of `rule` (any release read) where the engine does `value`: its `since` and
         `until` name the releases to quote in a message ('serve with vLLM <until>'); None if it never does."""
         if rule not in RULES:
-            raise KeyError(f"{rule!r} is not a rule key of helpers.core.engine_table.RULES")
+            raise KeyError(f"{rule!r} is not a rule key of helpers.engines.table.RULES")
         return next((sp for sp in self.engine.rules.get(rule, ()) if sp.value == value), None)
 
     def value(self, rule: str, default=None):

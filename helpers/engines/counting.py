@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from helpers.core.engines import engine_at
+from helpers.engines.registry import engine_at
 
 # the table's `count.draft_cap` value -> the definition its counts follow (stated in JSON beside the numbers)
 DEFINITIONS = {

@@ -3,7 +3,7 @@
 An engine (`Engine`) is its names, the releases whose code was read, the files read, and a dict
 of rules. A rule is a tuple of `Span`s: a value that holds from one release (`since`) to another
 (`until`, both inclusive; None = open), with the PR or release note that changed it. Nothing here
-computes: `helpers.core.engines` looks a rule up at a version and turns it into what the doctor,
+computes: `helpers.engines.registry` looks a rule up at a version and turns it into what the doctor,
 capture and speculate need. A new engine is one more `Engine`; a new engine release that changes
 a behaviour is one more `Span` (and its test).
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from helpers.core.engine_outcomes import (
+from helpers.engines.outcomes import (
     ALWAYS,
     DFLASH_OUTCOMES,
     LLAMACPP_OUTCOMES,
@@ -104,7 +104,7 @@ RULES = {
     # others read (qwen2_5_vl, qwen3_vl, qwen3_vl_moe in the releases read) capture as a text target does, the
     # aux ids and default counted on the language model's layers
     "vl.refuses": "vision-language target types without an EAGLE-3 capture",
-    # how its scheduler counts a request's drafts (helpers.speculate.engine_counts)
+    # how its scheduler counts a request's drafts (helpers.engines.counting)
     "count.draft_cap": "a draft's length near the end of a request",
 }
 
@@ -115,7 +115,7 @@ class Setting:
     tensor parallelism, for an id past the target vocab). `name`: the setting in words; `how`: what the code does
     in it, in the code's terms; `spans`: what serving does in it, release by release (`Serve` values, as
     `Engine.outcomes`), or None for the one setting the engine's own `outcomes` row holds for (exactly one per
-    split row: `helpers.core.engines.check_table`)."""
+    split row: `helpers.engines.registry.check_table`)."""
 
     name: str
     how: str
