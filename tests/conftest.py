@@ -113,7 +113,7 @@ def side_file_draft(dst: Path) -> Path:
     read side files; vLLM refuses a speculators config without speculators_config)."""
     import json
 
-    shutil.copytree(Path(__file__).resolve().parents[1] / "data_samples" / "tiny_draft_speculators", dst)
+    shutil.copytree(SAMPLES / "tiny_draft_speculators", dst)
     script_module("make_broken_drafts").side_files(dst)
     cfg = json.loads((dst / "config.json").read_text())
     for k in ("speculators_config", "speculators_version", "auto_map"):

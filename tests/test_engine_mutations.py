@@ -1,7 +1,7 @@
 """The doctor against real engines on copies nobody chose: every mutation of scripts/engine_mutations.py.
 
 data_samples/engine_truth/vllm-0.32.0-mutations.json.gz was made by running every mutated copy of both engine
-pairs' drafts in vLLM's CPU build (`python scripts/engine_truth.py mutate`), and
+pairs' drafts in vLLM's CPU build (`python -m scripts.engine_truth mutate`), and
 data_samples/engine_truth/llamacpp-b11434-mutations.json.gz by converting and serving the Llama pair's copies in
 llama.cpp b11434 (`... mutate --engine llamacpp`). Here, without an engine, every copy is made again and the
 doctor must predict each row (same result, the engine's error naming what the prediction says, the accept class

@@ -1,7 +1,7 @@
 """The doctor's predicted outcome against what real vLLM 0.32.0 did (the engine-truth table).
 
 data_samples/engine_truth/vllm-0.32.0.json was made by running vLLM's CPU build on the bundled
-engine pair's draft and each broken copy (`python scripts/engine_truth.py run`; the live re-run is
+engine pair's draft and each broken copy (`python -m scripts.engine_truth run`; the live re-run is
 tests/test_engine_truth_live.py under `make test-engine`). Here, without the engine, every copy is
 made again from the same script and the doctor (`--engine vllm==0.32.0 --target-config` the
 bundled target) must predict each row: the same start-up result, the engine's own error naming
@@ -70,4 +70,4 @@ def test_docs_show_the_table_as_generated(truth):
     et, data, predicted = truth
     doc = (ROOT / "docs" / "engine-truth.md").read_text()
     assert et.render(data, predicted) in doc
-    assert "python scripts/engine_truth.py run" in doc and "make test-engine" in doc
+    assert "python -m scripts.engine_truth run" in doc and "make test-engine" in doc

@@ -1,7 +1,7 @@
 """The doctor's predicted outcome against what real llama.cpp b11434 did (the llama.cpp engine-truth table).
 
 data_samples/engine_truth/llamacpp-b11434.json was made by running llama.cpp's own converter and
-llama-server on the bundled engine pair's draft and each broken copy (`python scripts/engine_truth.py
+llama-server on the bundled engine pair's draft and each broken copy (`python -m scripts.engine_truth
 run --engine llamacpp`; the live re-run of a handful is tests/test_engine_truth_llamacpp_live.py under
 `make test-engine`). Here, without the engine, every HF-level copy is made again and the doctor
 (`--engine llamacpp==b11434 --target-config` the bundled target) must predict each row: the same result,
@@ -135,4 +135,4 @@ def test_docs_show_the_table_as_generated(truth, gguf_predicted):
             assert line.rsplit(" | ", 2)[0] in doc, line  # cannot be made, the rest must match
         else:
             assert line in doc, line
-    assert "python scripts/engine_truth.py run --engine llamacpp" in doc
+    assert "python -m scripts.engine_truth run --engine llamacpp" in doc

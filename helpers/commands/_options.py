@@ -71,7 +71,11 @@ def engine(p, help: str | None = None) -> None:
 
 
 def aux_engine(p, help: str) -> None:
-    p.add_argument("--engine", type=aux_engine_value, default="sglang", metavar="ENGINE[==VERSION]", help=help)
+    """`--engine` naming one engine whose aux-layer convention the kit has read; `help` gets the default added."""
+    from helpers.engines.registry import DEFAULT_ENGINE
+
+    p.add_argument("--engine", type=aux_engine_value, default=DEFAULT_ENGINE, metavar="ENGINE[==VERSION]",
+                   help=f"{help} (default {DEFAULT_ENGINE})")
 
 
 def target_config(p, help: str = "the target model's config.json (aux layers, sizes)") -> None:

@@ -45,8 +45,7 @@ def add_arguments(p) -> None:
     p.add_argument("--draft", metavar="CKPT", default=None,
                    help="draft checkpoint: checked against the target (vocab, hidden size, embedding); its "
                         "config's aux layer ids are used")
-    _options.aux_engine(p, f"whose aux-layer convention to reproduce: {_options.aux_names()}, optionally ==VERSION "
-                        "(default sglang)")
+    _options.aux_engine(p, f"whose aux-layer convention to reproduce: {_options.aux_names()}, optionally ==VERSION")
     p.add_argument("--aux-layers", metavar="A,B,C", default=None,
                    help="aux layer ids as a draft config states them (overrides the draft's)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="with --regenerate: tokens to generate (default 256)")

@@ -36,7 +36,7 @@ def add_arguments(p) -> None:
     g.add_argument("--states", metavar="DIR", default=None,
                    help="states captured from the served build, as a samples folder with the samples' file names")
     _options.aux_engine(p, "the engine serving the draft: its aux-layer convention, and which embedding the "
-                        "draft reads (default sglang)")
+                        "draft reads")
     p.add_argument("--draft-embedding", choices=("own", "target"), default=None,
                    help="the embedding the served draft reads (default: the target's under sglang, else its own)")
     p.add_argument("--max-samples", type=int, default=None, metavar="N", help="samples compared per split")

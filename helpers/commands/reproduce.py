@@ -34,6 +34,8 @@ Exit 0 when done; 2 with one line on unusable input."""
 
 
 def add_arguments(p) -> None:
+    from helpers.engines.registry import DEFAULT_ENGINE
+
     _options.checkpoint(p, "draft checkpoint folder")
     p.add_argument("--target", metavar="DIR", required=True, help="Hugging Face target folder")
     p.add_argument("--prompts", metavar="FILE", required=True, help="JSONL prompt file (ideally the serving traffic)")
@@ -43,8 +45,9 @@ def add_arguments(p) -> None:
     _options.drafting(p, "drafted")  # default: a chain of 5
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens to generate per prompt (default 48)")
     p.add_argument("--max-prompts", type=int, default=None, help="use at most the first N prompt records")
-    p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang",
-                   help="the engine serving the draft: whose aux-layer convention is the correct one (default sglang)")
+    p.add_argument("--engine", choices=("sglang", "vllm"), default=DEFAULT_ENGINE,
+                   help="the engine serving the draft: whose aux-layer convention is the correct one "
+                        f"(default {DEFAULT_ENGINE})")
     p.add_argument("--window", type=int, default=None,
                    help="the wrong window to emulate for a full-attention draft (default 8 tokens)")
     _options.chat_template(p)

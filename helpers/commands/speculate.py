@@ -89,8 +89,7 @@ def add_arguments(p) -> None:
 
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
                    help=BATCH_HELP)
-    _options.aux_engine(p, f"whose aux-layer convention feeds the draft: {_options.aux_names()}, optionally ==VERSION "
-                        "(default sglang)")
+    _options.aux_engine(p, f"whose aux-layer convention feeds the draft: {_options.aux_names()}, optionally ==VERSION")
     _options.chat_template(p)
     _options.device_dtype(p)
     _options.embed_from(p)

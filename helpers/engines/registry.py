@@ -26,6 +26,9 @@ from helpers.engines.key_names import is_known_param, is_mapping_key, parse_key
 ENGINES = tuple(k for k, e in ENGINE_TABLE.items() if e.in_all)  # the engines `--engine all` checks
 ENGINE_KEYS = tuple(ENGINE_TABLE)  # every engine `--engine` can name
 ENGINE_NAMES = {k: e.name for k, e in ENGINE_TABLE.items()}
+# the engine a run is about when none is named (or `all` is, where one engine must be picked): whose aux-layer
+# convention feeds the draft in speculate, capture and drift, and whose the preflight checks; written here only
+DEFAULT_ENGINE = "sglang"
 
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # draft model types whose attention is MLA
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from helpers.acceptance.drafting import Drafting
 from helpers.acceptance.prediction import Prediction
+from helpers.engines.registry import DEFAULT_ENGINE
 from helpers.io.samples import split_folders
 from helpers.measure.evaluate import evaluate
 from helpers.measure.predict import Scoring
@@ -146,7 +147,7 @@ def served_embedding(engine: str) -> str:
         return "own"
 
 
-def run_drift(checkpoint, samples, drafting: Drafting, *, target=None, states=None, engine: str = "sglang",
+def run_drift(checkpoint, samples, drafting: Drafting, *, target=None, states=None, engine: str = DEFAULT_ENGINE,
               embedding: str | None = None, out=None, max_samples: int | None = None, device=None,
               progress: bool = False) -> DriftPrediction:
     """`d2t-lab drift`: load the draft (and the served `target`, or take the served `states`), compare

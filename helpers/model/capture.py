@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from helpers.core.distributed import SINGLE, Ranks, barrier, sum_counts
-from helpers.engines.registry import aux_convention, aux_engines
+from helpers.engines.registry import DEFAULT_ENGINE, aux_convention, aux_engines
 from helpers.core.errors import BadInputError
 from helpers.io.chat import encode_conversation, prompt_ids, uses_template
 from helpers.io.prompts import Conversation, check_prompts, file_sha256, read_prompts
@@ -54,7 +54,7 @@ class CaptureSettings:
     answer, teacher-forced), the chat template (`chat_template`: auto or none) and the
     records captured (`max_samples`: the first N; None: all)."""
 
-    engine: str = "sglang"
+    engine: str = DEFAULT_ENGINE
     aux_layers: Sequence[int] | None = None
     draft: str | os.PathLike | None = None
     regenerate: bool = False

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from helpers.core.errors import BadInputError
+from helpers.engines.registry import DEFAULT_ENGINE
 from helpers.io.samples import Sample, read_manifests, sample_files, split_folders, write_sample
 from helpers.model.draft import Eagle3Draft
 from helpers.model.target import HiddenStateCapture, Target
@@ -227,7 +228,7 @@ def _spearman_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def check_drift(samples, *, target: Target | None = None, states=None, draft: Eagle3Draft | None = None,
-                served_draft: Eagle3Draft | None = None, engine: str = "sglang", max_samples: int | None = None,
+                served_draft: Eagle3Draft | None = None, engine: str = DEFAULT_ENGINE, max_samples: int | None = None,
                 keep_states: bool = False) -> DriftCheck:
     """Compare the samples' stored states with the served target's (`target`, recaptured on the
     samples' token ids) or with `states` (a samples folder captured from the served build); with a

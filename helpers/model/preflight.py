@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.engines.registry import aux_convention, captured_layers, engine_at
+from helpers.engines.registry import DEFAULT_ENGINE, aux_convention, captured_layers, engine_at
 from helpers.core.errors import BadInputError
 from helpers.io.origin import Origin
 from helpers.io.inputs import conflicting, input_path
@@ -153,7 +153,7 @@ def check_fit(ck, fc_key, target_cfg: dict, shown: str, target_shown: str) -> No
                             + "; ".join(f"{m.field}: {m.detail}" for m in found))
 
 
-def check_aux_layers(layers, *, engine: str = "sglang", ck=None, fc_key=None, target_cfg: dict | None = None,
+def check_aux_layers(layers, *, engine: str = DEFAULT_ENGINE, ck=None, fc_key=None, target_cfg: dict | None = None,
                      flag: str = "--aux-layers") -> tuple[int, ...]:
     """A given aux-layer id list: as many ids as the draft's fc concatenates, inside the target."""
     layers = tuple(int(i) for i in layers)
@@ -194,7 +194,7 @@ class RunInputs:
     samples: str | None = None
     target_head: str | None = None
     aux_layers: Sequence[int] | None = None
-    engine: str = "sglang"
+    engine: str = DEFAULT_ENGINE
 
 
 @dataclass(frozen=True)

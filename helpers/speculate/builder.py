@@ -19,9 +19,9 @@ between runs, as the dashboard does); `build_run(...)` also loads the pair (`loa
 from __future__ import annotations
 
 from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting
-from helpers.engines.registry import aux_convention, aux_engines, engines_at
+from helpers.engines.registry import DEFAULT_ENGINE, aux_convention, aux_engines, engines_at
 from helpers.core.errors import BadInputError
-from helpers.speculate.result import DEFAULT_ENGINE, SpecSettings
+from helpers.speculate.result import SpecSettings
 
 
 def spec_engine(engine: str | None) -> str:

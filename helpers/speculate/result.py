@@ -20,6 +20,7 @@ import numpy as np
 from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting
 from helpers.core.terms import check_reading
 from helpers.engines.counting import EngineCounts
+from helpers.engines.registry import DEFAULT_ENGINE
 from helpers.measure.replay import histogram_stderr
 
 
@@ -29,7 +30,6 @@ DEFINITION = ("accept length = tokens emitted by verify steps / verify steps (co
               "also counts that token); target forwards per token = (prefills + verify steps) / generated tokens")
 
 
-DEFAULT_ENGINE = "sglang"  # whose aux-layer convention feeds the draft when none is named ('all' too)
 DEFAULT_BATCH_SIZE = 16  # prompts verified together by the engine-free loop (chains and trees)
 # the --batch-size help of every command that runs the loop (speculate, reproduce, probe, report)
 BATCH_HELP = (f"prompts the engine-free loop verifies together, chains and trees (default {DEFAULT_BATCH_SIZE}; "

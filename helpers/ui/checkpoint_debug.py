@@ -15,7 +15,7 @@ and reads only what that question needs:
 - `speculate_once`: one engine-free speculative decoding run, its accept length;
 - `accept_fingerprints`: the accept length each reading of d2t predicts from offline step accuracies,
   the fingerprint a running engine's accept length is matched against;
-- `engine_runs_table`: recorded real engine runs (`scripts/record_engine_runs.py`), one row each: did
+- `engine_runs_table`: recorded real engine runs (made by the checkout's record_engine_runs script), one row each: did
   it start, the accept length its log, its `/metrics` page and its answers give, its own error line.
 """
 from __future__ import annotations
@@ -396,25 +396,17 @@ def engine_log_lines(folder, run: str) -> list[str]:
     return start + metrics + error
 
 
-def live_engine_runs(out, runs=("healthy", "d2t-absolute")) -> Path | None:
-    """Run the broken and healthy engine-pair drafts in real vLLM (scripts/record_engine_runs.py, the
-    engine tests' harness) when the engine environment exists (D2T_ENGINE_VENV or .venv-engine); returns the
-    folder of the new recordings, or None when there is no engine environment (the recorded runs are shown
-    instead). Minutes per run on a CPU."""
-    import subprocess
-    import sys
-
+def engine_checkout() -> Path | None:
+    """The checkout whose vLLM engine environment is built (D2T_ENGINE_VENV, else its .venv-engine: `make
+    engine-env`), where notebook 08 records live runs of the engine pair's drafts with the engine tests' harness
+    (`python -m scripts.record_engine_runs`, run from that checkout); None when there is none (no checkout: an
+    installed wheel; or no engine environment): the recorded runs are shown instead. The library itself runs no
+    script."""
     root = checkout_root()  # the engine harness lives in the checkout, not in the wheel
     if root is None:
         return None
     venv = Path(os.environ.get("D2T_ENGINE_VENV", root / ".venv-engine"))
-    script = root / "scripts" / "record_engine_runs.py"
-    if not (venv / ".d2t-engine-installed").exists() or not script.exists():
-        return None
-    out = Path(out)
-    subprocess.run([sys.executable, str(script), "--out", str(out), "--runs", ",".join(runs)], check=True, cwd=root)
-    found = sorted(out.glob("vllm-*"))
-    return found[-1] if found else None
+    return root if (venv / ".d2t-engine-installed").exists() else None
 
 
 # -- the whole method on one draft: the engine pair -----------------------------------------------------------
