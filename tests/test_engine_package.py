@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from helpers.engines.registry import DEFAULT_ENGINE, ENGINE_TABLE, aux_convention, engine_at
+from helpers.engines.registry import DEFAULT_ENGINE, aux_convention, engine_at
+from helpers.engines.table import ENGINE_TABLE
 
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
