@@ -227,6 +227,28 @@ def figure_path(path, what: str = "figure"):
     return p
 
 
+def plot_path(path: str):
+    """Where `--plot PATH` writes (matplotlib adds .png to a name without a suffix), checked."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from helpers.core.errors import BadInputError
+    from helpers.core.outputs import output_file
+
+    p = output_file(path, "plot")  # a folder given as PATH is refused here, before any suffix is added
+    known = FigureCanvasBase.get_supported_filetypes()
+    if not p.suffix:
+        return output_file(p.with_name(p.name + ".png"), "plot")
+    if p.suffix[1:].lower() not in known:
+        raise BadInputError(p, f"unknown plot format {p.suffix!r} (use one of {', '.join('.' + k for k in sorted(known))})")
+    return p
+
+
+# the one line a command that needs the drafting shape prints without one
+NO_SHAPE = ("give the drafting shape: --num-speculative-tokens K (vLLM, a chain of K; or --draft-tokens K "
+            "alone) or --speculative-num-steps S [--speculative-eagle-topk T --speculative-num-draft-tokens N] "
+            "(SGLang; aliases --steps, --topk, --draft-tokens)")
+
+
 SHAPE_TEXT = """\
 Drafting shape, as the engines spell it (copy it from the launch command): vLLM's
 --num-speculative-tokens K (a chain of K drafted tokens), or SGLang's --speculative-num-steps S

@@ -1,7 +1,4 @@
-"""`logs FILE [--json] [--plot OUT.png]`: SGLang / vLLM / llama.cpp speculative-decoding log lines -> table.
-
-`algorithm_findings` is the doctor's `eagle3-as-eagle` for a server's stated algorithm; `probe` and
-`report` use it too."""
+"""`logs FILE [--json] [--plot OUT.png]`: SGLang / vLLM / llama.cpp speculative-decoding log lines -> table."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +6,6 @@ from pathlib import Path
 from helpers.commands import _options
 from helpers.core import jsontext
 from helpers.core.errors import BadInputError
-from helpers.core.outputs import output_file
 
 HELP = "read SGLang 'Decode batch' / vLLM 'SpecDecoding metrics' / llama.cpp 'draft acceptance' lines: accept length over time"
 DESCRIPTION = """\
@@ -82,19 +78,6 @@ def add_arguments(p) -> None:
                  aliases=("--plot",), dest="plot", metavar="OUT.png")
 
 
-def plot_path(path: str) -> Path:
-    """Where `--plot PATH` writes (matplotlib adds .png to a name without a suffix), checked."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    p = output_file(path, "plot")  # a folder given as PATH is refused here, before any suffix is added
-    known = FigureCanvasBase.get_supported_filetypes()
-    if not p.suffix:
-        return output_file(p.with_name(p.name + ".png"), "plot")
-    if p.suffix[1:].lower() not in known:
-        raise BadInputError(p, f"unknown plot format {p.suffix!r} (use one of {', '.join('.' + k for k in sorted(known))})")
-    return p
-
-
 def save_plot(log, path: Path, over=None) -> None:
     """Draw accept length per interval over time (`plot_accept_length_intervals`, as `metrics --watch`)
     and save it with `provenance.save_figure`: the caption line and the metadata name the log file
@@ -157,35 +140,8 @@ def over_time_lines(intervals, baselines, labels: str, baseline: int, limit: int
     return out
 
 
-def algorithm_findings(setup, checkpoint=None, engine: str = "all") -> list[dict]:
-    """The doctor's `eagle3-as-eagle` where `setup` (`helpers.serving.startup.Setup`) says the server
-    ran an EAGLE (1/2) algorithm: with `checkpoint`, the doctor's own finding (`doctor --algorithm
-    eagle`: the draft's fc width decides); without, what the setup shows of the draft
-    (`Setup.wrong_algorithm`). Each: {code, severity, message, fix, algorithm: where it was stated}."""
-    if setup.family != "eagle":
-        return []
-    if not checkpoint:
-        wrong = setup.wrong_algorithm()
-        return [] if wrong is None else [wrong]
-    from helpers.doctor.diagnose import diagnose
-
-    found = [f for f in diagnose(checkpoint, engine, check_weights=False, algorithm="eagle") if f.code == "eagle3-as-eagle"]
-    return [{**f.as_dict(), "algorithm": dict(setup.algorithm)} for f in found[:1]]
-
-
-def finding_lines(findings) -> list[str]:
-    """A finding per line: code, severity, message, where the algorithm was stated, fix."""
-    out = []
-    for f in findings:
-        a = f.get("algorithm") or {}
-        at = "" if not a else f" [algorithm {a['value']!r} at {a.get('where')}" + (
-            f" line {a['line']}]" if a.get("line") is not None else "]")
-        out.append(f"  finding: {f['code']} ({f['severity']}): {f['message']}{at}; fix: {f['fix']}")
-    return out
-
-
 def run(args) -> int:
-    plot = plot_path(args.plot) if args.plot else None
+    plot = _options.plot_path(args.plot) if args.plot else None
     from helpers.serving.logs import read_log  # numpy: imported when the command runs, not for --help
 
     log = read_log(args.file, year=args.year)
@@ -195,6 +151,8 @@ def run(args) -> int:
         else:
             print(log.report() + ("" if plot is None else f" (no plot written to {plot})"))
         return 0
+    from helpers.doctor.served_algorithm import algorithm_findings, finding_lines
+
     findings = algorithm_findings(log.setup, args.checkpoint) if args.checkpoint else None
     if args.baseline is not None and args.baseline < 1:
         raise BadInputError(None, f"--baseline must be at least 1 row, got {args.baseline}")

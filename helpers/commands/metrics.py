@@ -173,9 +173,7 @@ def _watch(args, shape: dict) -> int:
         if str(args.out).lower().endswith(".json"):
             json_out = output_file(args.out, "metrics JSON")
         else:
-            from helpers.commands.logs import plot_path
-
-            plot = plot_path(args.out)
+            plot = _options.plot_path(args.out)
     maximum = _flags_maximum(shape)
     if not args.json:
         print(f"{args.source}: watching, a scrape every {interval:g} s, at most {args.count} scrapes and "

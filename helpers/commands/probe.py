@@ -147,7 +147,6 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from helpers.core.outputs import output_file
-    from helpers.io import remote_access
 
     for flag, value in (("--max-prompts", args.max_prompts), ("--max-new-tokens", args.max_new_tokens),
                         ("--num-speculative-tokens", args.num_speculative_tokens), ("--batch-size", args.batch_size)):
@@ -161,199 +160,39 @@ def run(args) -> int:
     if args.checkpoint and not args.target:
         raise BadInputError(None, "--checkpoint needs --target DIR: the engine-free loop runs the draft with its target")
     out = output_file(args.out, "probe JSON") if args.out else None
-    bundled = args.prompts is None
     prompts = Path(args.prompts) if args.prompts else bundled_samples("--prompts", "prompts.jsonl")
     from helpers.io.inputs import input_path
-    from helpers.io.prompts import read_prompts
 
     input_path(args.log, "log file", kind="file", text=True, flag="--log")
-    checked = None
+    opened = None
     if args.target:  # the door: paths, prompt records, the draft's weights and its fit, before anything loads
         from helpers.model.preflight import Door, RunInputs, preflight
 
-        checked = preflight(RunInputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
-                                      max_prompts=args.max_prompts, embed_from=args.embed_from),
-                            Door(what="probe", need_weights=bool(args.checkpoint)))
-    records = list(read_prompts(prompts, args.max_prompts))
-    if not records:
-        raise BadInputError(prompts, "holds no prompt records")
-    ids = None
-    if args.target:
-        from transformers import AutoTokenizer
-
-        from helpers.io.chat import prompt_ids, uses_template
-
-        tok = AutoTokenizer.from_pretrained(args.target)
-        template = uses_template(tok, args.chat_template)
-        ids = [prompt_ids(tok, r.prompt_messages(), template) for r in records]
-    from helpers.serving.probe import drafting_of, measure
-    from helpers.serving.probe_client import discover
-    from helpers.serving.probe_verdict import ProbeResult, conclude
-
+        opened = preflight(RunInputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
+                                     max_prompts=args.max_prompts, embed_from=args.embed_from),
+                           Door(what="probe", need_weights=bool(args.checkpoint))).opened
+    import functools
     import os
 
-    server = discover(args.url, remote_access.timeout(), api_key=args.api_key or os.environ.get("D2T_API_KEY") or None)
-    model = args.model or (server.models[0] if server.models else None)
-    setup = _setup(server, args)
-    if setup.forced:  # no request is sent, nothing is concluded
-        return _forced(server, model, setup, out, args.json)
-    if model is None and server.needs_model(ids is not None):
-        raise BadInputError(server.url, "lists no model under /v1/models: pass --model NAME")
-    sent = [(r.index, None if ids is None else ids[k], r.prompt_messages()) for k, r in enumerate(records)]
-    measured = measure(server, sent, max_new_tokens=args.max_new_tokens, model=model,
-                       progress=_options.show_progress(args), temperature=args.temperature, seed=args.seed)
-    more = [measure(server, sent, max_new_tokens=args.max_new_tokens, model=model, progress=_options.show_progress(args),
-                    temperature=args.temperature, seed=args.seed) for _ in range(args.repeat - 1)]
-    drafting, drafting_source, notes = drafting_of(server, measured, log=args.log,
-                                                   num_speculative_tokens=given.steps if given and given.is_chain else None)
-    if given is not None and drafting_source not in ("/get_server_info", "num_spec_tokens in the answers"):
-        drafting, drafting_source = given, "the drafting flags"  # the server states none: the flags' shape
-    result = ProbeResult(measured, model, drafting, drafting_source, str(prompts), bundled, args.max_new_tokens,
-                         notes=notes, setup=setup, temperature=args.temperature, seed=args.seed)
-    from helpers.commands.logs import algorithm_findings
+    from helpers.doctor.served_algorithm import algorithm_findings
+    from helpers.serving.probe_run import ProbeInputs, probe
 
-    result.serving_findings = algorithm_findings(setup, args.checkpoint)
-    if ids is None:
-        result.notes.append("the served tokens are not checked: sent as chat messages without --target (pass --target "
-                            "DIR: the prompts then go as the target's token ids and the served text is compared with "
-                            "the target's own greedy output)")
-    else:
-        from helpers.serving.probe_client import served_mismatch
-
-        result.served_mismatch = served_mismatch(server, model, args.target)  # another model's folder: named
-        _compare(args, checked, ids, result)
-        if result.served_mismatch and result.target_check and result.target_check.get("verdict") in ("lossy",
-                                                                                                 "near ties only"):
-            result.target_check["verdict"] = "target mismatch"
-    result.engine_defect = _defect(args, result)
-    result.conclusion = conclude(measured.accept_length, measured.stderr, result.engine_free, result.reproduce,
-                                 result.engine_defect)
-    obj = result.to_dict()
-    text = None if args.json else result.report()
-    if args.repeat > 1:
-        from helpers.serving import over_time
-
-        reps = over_time.from_repetitions([measured] + more)
-        baselines = over_time.flag(reps, 1)
-        obj["repetitions"] = over_time.to_json(reps, baselines)
-        if text is not None:
-            text += "\n" + "\n".join([f"  per repetition ({args.repeat} x {len(sent)} requests, in a row):"]
-                                      + [over_time.line(iv) for iv in reps]
-                                      + over_time.summary_lines(reps, baselines, 1))
+    probed = probe(ProbeInputs(
+        url=args.url, prompts=prompts, bundled=args.prompts is None, max_prompts=args.max_prompts,
+        max_new_tokens=args.max_new_tokens, api_key=args.api_key or os.environ.get("D2T_API_KEY") or None,
+        model=args.model, repeat=args.repeat, temperature=args.temperature, seed=args.seed, target=args.target,
+        checkpoint=args.checkpoint, opened=opened, log=args.log, launch_command=args.launch_command,
+        engine=args.engine, batch_size=args.batch_size, given=given, chat_template=args.chat_template,
+        device=args.device, dtype=args.dtype, embed_from=args.embed_from, progress=_options.show_progress(args),
+        judge=functools.partial(algorithm_findings, checkpoint=args.checkpoint)))
+    obj = probed.to_dict()
     if out is not None:
         try:
             out.write_text(jsontext.dumps(obj, indent=2) + "\n")
         except OSError as e:
             raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
-    print(jsontext.dumps(obj, indent=2) if args.json else text, file=sys.stdout)
+    print(jsontext.dumps(obj, indent=2) if args.json else probed.report(), file=sys.stdout)
     return 0
 
 
 MAX_REPEAT = 50
-
-
-def _defect(args, result):
-    """The engine's own sampled-decoding defect, where the probe's numbers show its signature
-    (`helpers.engines.defects`): per position from the answers or the counters, the engine-free
-    figure at the same temperature as what the draft is known to accept."""
-    from helpers.engines.defects import match_defect
-
-    m = result.measured
-    reqs = [q.reply for q in m.requests if q.reply.kind]
-    c = m.counts() or {}
-    drafts = c.get("drafts") or (sum(r.steps or 0 for r in reqs) or None)
-    drafted = c.get("draft_tokens") or (sum(r.drafted or 0 for r in reqs) or None)
-    accepted = c.get("accepted") if c.get("accepted") is not None else (sum(r.accepted or 0 for r in reqs) if reqs else None)
-    release = None
-    if args.log:
-        from helpers.serving.startup import read_engine_version
-
-        ev = read_engine_version(args.log)
-        release = ev[1] if ev else None
-    ef = result.engine_free or {}
-    return match_defect(per_position=m.per_position, accepted=accepted, drafted=drafted, drafts=drafts,
-                        temperature=args.temperature, engine=m.server.engine, release=release,
-                        known_accepts=ef.get("accept_length_as_served"),
-                        known_source=f"engine-free at T = {args.temperature:g}" if ef else "")
-
-
-def _setup(server, args):
-    """What the server reports about itself, then the start-up log, then the launch command."""
-    setup = server.setup
-    if args.log:
-        from helpers.serving.startup import read_setup
-
-        setup = setup.merge(read_setup(args.log))
-    if args.launch_command:
-        from helpers.serving.startup import setup_from_text
-
-        setup = setup.merge(setup_from_text(args.launch_command, "--launch-command"))
-    return setup
-
-
-def _forced(server, model, setup, out, as_json: bool) -> int:
-    """The one line (or JSON object) for a server whose acceptance is forced."""
-    from helpers.serving.startup import forced_line
-
-    obj = {"url": server.url, "engine": server.engine, "model": model, "forced_acceptance": dict(setup.forced),
-           "speculative_algorithm": {k: v for k, v in setup.to_dict().items() if k != "forced_acceptance"},
-           "requests": [], "accept_length": None, "stderr": None, "conclusion": None, "findings": [],
-           "serving_findings": [], "notes": []}
-    if out is not None:
-        try:
-            out.write_text(jsontext.dumps(obj, indent=2) + "\n")
-        except OSError as e:
-            raise BadInputError(out, f"cannot write: {e.strerror or e}") from None
-    print(jsontext.dumps(obj, indent=2) if as_json else f"probe: {server.url}: {forced_line(setup.forced)}",
-          file=sys.stdout)
-    return 0
-
-
-def _compare(args, checked, ids, result) -> None:
-    """The target's own greedy output and, with --checkpoint, the engine-free loop and `reproduce`."""
-    from helpers.core.devices import parse_dtype
-
-    try:
-        dtype = parse_dtype(args.dtype)
-    except ValueError as e:
-        raise BadInputError(None, f"--dtype: {e}") from None
-    from helpers.model.target import check_speculation_target, load_target
-    from helpers.serving.probe_verdict import check_target, compare_engine_free
-
-    m = result.measured
-    if args.checkpoint:
-        check_speculation_target(args.target)  # a family the loop cannot run: one line, before loading
-    target = load_target(args.target, device=args.device, dtype=dtype)
-    if args.temperature > 0:  # sampled answers are not the target's greedy output by design
-        result.notes.append(f"the served tokens are not compared with the target's greedy output: the requests were "
-                            f"sampled (T = {args.temperature:g})")
-    else:
-        result.target_check = check_target(target, ids, m.requests)
-    if not args.checkpoint:
-        return
-    if result.drafting is None:
-        raise BadInputError(m.server.url, "does not say how it drafts: pass --num-speculative-tokens K (vLLM) or "
-                            "--log FILE (its start-up log) for the engine-free comparison")
-    import torch
-
-    from helpers.model.pair import load_pair
-    from helpers.speculate.loop import speculate
-    from helpers.speculate.reproduce import reproduce
-    from helpers.speculate.result import SpecSettings
-
-    _, draft = load_pair(target, checked.opened or args.checkpoint, device=args.device, dtype=dtype,
-                         embed_from=args.embed_from)
-    engine = args.engine or m.server.convention
-    try:  # checked when made
-        settings = SpecSettings(reading="offset" if draft.d2t is not None else "none", drafting=result.drafting,
-                                max_new_tokens=args.max_new_tokens, engine=engine, chat_template=args.chat_template,
-                                temperature=args.temperature, seed=args.seed or 0, batch_size=args.batch_size)
-    except ValueError as e:
-        raise BadInputError(None, str(e)) from None
-    progress = _options.show_progress(args)
-    with torch.inference_mode():
-        run = speculate(target, draft, ids, settings, progress=progress)
-        result.engine_free = compare_engine_free(run, m.requests, m.server.convention,
-                                                 m.accept_length, m.stderr)
-        result.reproduce = reproduce(target, draft, ids, settings, accept_length=max(1.0, m.accept_length),
-                                     stderr=m.stderr, known={"correct": run}, progress=progress)

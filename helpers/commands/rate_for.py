@@ -37,9 +37,7 @@ def run(args) -> int:
 
     drafting = _options.drafting_from(args, "drafted")
     if drafting is None:
-        from helpers.commands.simulate import NO_SHAPE
-
-        print(f"error: {NO_SHAPE}", file=sys.stderr)
+        print(f"error: {_options.NO_SHAPE}", file=sys.stderr)
         return 2
     typed = {"draft_tokens": args.draft_tokens, "topk": args.topk, "steps": args.steps}
     try:  # the JSON echoes the older flags as typed, else the engines' flags in SGLang's terms

@@ -155,7 +155,7 @@ def check_serving_inputs(args) -> list[str]:
     checkpoint comes back as lines to print."""
     from pathlib import Path
 
-    from helpers.commands.logs import algorithm_findings, finding_lines
+    from helpers.doctor.served_algorithm import algorithm_findings, finding_lines
     from helpers.core.errors import BadInputError
     from helpers.serving.startup import forced_line, read_setup
 

@@ -36,11 +36,6 @@ JSON (--json): ..., sglang{speculative_num_steps, speculative_eagle_topk, specul
 vllm{num_speculative_tokens} (null for a tree): the shape in both engines' terms."""
 
 
-NO_SHAPE = ("give the drafting shape: --num-speculative-tokens K (vLLM, a chain of K; or --draft-tokens K "
-            "alone) or --speculative-num-steps S [--speculative-eagle-topk T --speculative-num-draft-tokens N] "
-            "(SGLang; aliases --steps, --topk, --draft-tokens)")
-
-
 def add_arguments(p) -> None:
     p.add_argument("--accept-rate", required=True, help="per-token acceptance A in [0, 1], or A1,A2,... per position/depth")
     _options.drafting(p, "drafted")
@@ -89,7 +84,7 @@ def run(args) -> int:
     check_sizes(args)
     drafting = _options.drafting_from(args, "drafted")
     if drafting is None:
-        print(f"error: {NO_SHAPE}", file=sys.stderr)
+        print(f"error: {_options.NO_SHAPE}", file=sys.stderr)
         return 2
     try:
         from helpers.acceptance.drafting import simulation

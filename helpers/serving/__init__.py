@@ -12,9 +12,10 @@ Modules (import them by name; this file imports nothing):
 - `probe_client`: `probe`'s HTTP side: what a server is, one request, the answers' shapes
 - `probe`: a live server measured with the user's prompts (per request, or /metrics differenced)
 - `probe_verdict`: what `probe` concludes: the target's tokens, engine-free, reproduce; the result
+- `probe_run`: `probe` from start to conclusion: its inputs, the steps in order, what it hands the command
 - `temperature`: the sampling temperature a serving source states (log request lines, answers), or unknown
 - `over_time`: accept length per interval (scrapes, log rows, probe repetitions), a baseline and a decay flag
 """
 
 __all__ = ["log_lines", "logs", "startup", "metrics", "records", "bounds", "measured", "probe_client", "probe", "probe_verdict",
-           "temperature", "over_time"]
+           "probe_run", "temperature", "over_time"]

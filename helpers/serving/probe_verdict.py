@@ -165,6 +165,26 @@ def conclude(served: float, served_se, engine_free: dict | None, repro, defect=N
             f"nor like any wiring the kit emulates{near}")
 
 
+def engine_defect(result, release: str | None):
+    """The engine's own sampled-decoding defect, where the probe's numbers show its signature
+    (`helpers.engines.defects`): per position from the answers or the counters, the engine-free
+    figure at the same temperature as what the draft is known to accept. `release`: the engine
+    release the start-up log states, or None."""
+    from helpers.engines.defects import match_defect
+
+    m, temperature = result.measured, result.temperature
+    reqs = [q.reply for q in m.requests if q.reply.kind]
+    c = m.counts() or {}
+    drafts = c.get("drafts") or (sum(r.steps or 0 for r in reqs) or None)
+    drafted = c.get("draft_tokens") or (sum(r.drafted or 0 for r in reqs) or None)
+    accepted = c.get("accepted") if c.get("accepted") is not None else (sum(r.accepted or 0 for r in reqs) if reqs else None)
+    ef = result.engine_free or {}
+    return match_defect(per_position=m.per_position, accepted=accepted, drafted=drafted, drafts=drafts,
+                        temperature=temperature, engine=m.server.engine, release=release,
+                        known_accepts=ef.get("accept_length_as_served"),
+                        known_source=f"engine-free at T = {temperature:g}" if ef else "")
+
+
 @dataclass
 class ProbeResult:
     """Everything one probe found (`to_dict` is the --json object, `report` the text)."""
@@ -182,7 +202,7 @@ class ProbeResult:
     conclusion: str = ""
     notes: list[str] = field(default_factory=list)
     setup: object = None  # helpers.serving.startup.Setup: what the server, --log and --launch-command state
-    serving_findings: list = field(default_factory=list)  # eagle3-as-eagle (`helpers.commands.logs.algorithm_findings`)
+    serving_findings: list = field(default_factory=list)  # eagle3-as-eagle (`helpers.doctor.served_algorithm.algorithm_findings`)
     temperature: float = 0.0  # what the probe sent
     seed: int | None = None
     engine_defect: object = None  # helpers.engines.defects.DefectMatch, or None

@@ -288,6 +288,17 @@ def setup_from_text(text: str, where: str) -> Setup:
     return s
 
 
+def stated_setup(server: Setup, log=None, launch_command: str | None = None) -> Setup:
+    """What a server states about itself (`server`), then its start-up log, then the command it was
+    launched with (`probe --log`, `--launch-command`): the first statement of each kind."""
+    setup = server
+    if log:
+        setup = setup.merge(read_setup(log))
+    if launch_command:
+        setup = setup.merge(setup_from_text(launch_command, "--launch-command"))
+    return setup
+
+
 def read_setup(path) -> Setup:
     """What a whole log states about forced acceptance, the algorithm and the draft (`Setup`)."""
     s, numbers = Setup(), iter(range(1, 1 << 62))
