@@ -166,10 +166,10 @@ def run(args) -> int:
     input_path(args.log, "log file", kind="file", text=True, flag="--log")
     opened = None
     if args.target:  # the door: paths, prompt records, the draft's weights and its fit, before anything loads
-        from helpers.model.preflight import Door, RunInputs, preflight
+        from helpers.model.preflight import Door, Inputs, preflight
 
-        opened = preflight(RunInputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
-                                     max_prompts=args.max_prompts, embed_from=args.embed_from),
+        opened = preflight(Inputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
+                                  max_prompts=args.max_prompts, embed_from=args.embed_from),
                            Door(what="probe", need_weights=bool(args.checkpoint))).opened
     import functools
     import os
