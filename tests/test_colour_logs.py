@@ -9,7 +9,7 @@ from helpers.serving.log_lines import ANSI_COLOUR
 from helpers.serving.logs import read_log
 from helpers.ui.checkpoint_debug import engine_log_lines
 
-FIX = Path(__file__).parent / "fixtures" / "serving_2026"
+FIX = Path(__file__).parent / "fixtures" / "serving"
 
 
 def test_a_coloured_vllm_log_reads_as_its_plain_text(tmp_path):

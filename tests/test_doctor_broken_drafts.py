@@ -1,4 +1,4 @@
-"""The doctor's second wave: each new finding on its broken draft, none on the healthy samples.
+"""The doctor on broken drafts: each finding on the broken draft made for it, none on the healthy samples.
 
 The broken drafts come from `scripts/make_broken_drafts.py`, run here into a temporary folder
 (each is a bundled sample with one known bug put in). Also: the target comparison as structured

@@ -1,5 +1,5 @@
-"""The doctor's third wave: 2026 failure modes of the draft checkpoint itself, each with its predicted
-outcome per engine.
+"""The doctor on failure modes of the draft checkpoint itself (public cases of 2026), each with its
+predicted outcome per engine.
 
 - a draft with no lm_head that declares draft_vocab_size (SGLang #27829, nvidia/Kimi-K2.6-Eagle3):
   SGLang keeps a random head (about 1), vLLM shares the target's head;
@@ -9,7 +9,7 @@ outcome per engine.
 - an untrained embed_tokens shipped in the draft (TorchSpec #38), with and without the target;
 - a stale mapping (SpecForge #534), made with SpecForge's own mapping code.
 
-Fixtures: tests/fixtures/wave3/ (SOURCE.md); weights are copies of the bundled engine pairs' drafts
+Fixtures: tests/fixtures/checkpoint_defects/ (SOURCE.md); weights are copies of the bundled engine pairs' drafts
 changed at test time.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from helpers.doctor.registry import NO_EFFECT
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "data_samples"
-WAVE3 = ROOT / "tests" / "fixtures" / "wave3"
+FIXTURES = ROOT / "tests" / "fixtures" / "checkpoint_defects"
 LLAMA, KIMI = SAMPLES / "engine_llama", SAMPLES / "engine_kimi"
 
 
@@ -86,13 +86,13 @@ def _sparse_safetensors(path: Path, shapes: dict) -> None:
 
 @pytest.fixture(scope="module")
 def kimi_k26(tmp_path_factory):
-    """nvidia/Kimi-K2.6-Eagle3 as SGLang #27829 describes it (config: tests/fixtures/wave3), and its sibling
+    """nvidia/Kimi-K2.6-Eagle3 as SGLang #27829 describes it (config: tests/fixtures/checkpoint_defects), and its sibling
     with lm_head (Kimi-K2.5-Thinking-Eagle3: the same config, a head shipped)."""
     out = tmp_path_factory.mktemp("kimi_k26")
     no_head, head = out / "no_head", out / "with_head"
     for d, extra in ((no_head, {}), (head, {"lm_head.weight": [163840, 7168]})):
         d.mkdir()
-        shutil.copy(WAVE3 / "kimi_k26_eagle3" / "config.json", d / "config.json")
+        shutil.copy(FIXTURES / "kimi_k26_eagle3" / "config.json", d / "config.json")
         _sparse_safetensors(d / "model.safetensors", _KIMI_K2_SHAPES | extra)
     return no_head, head
 
@@ -214,7 +214,7 @@ def test_fc_norm_with_norm_before_fc_normalises_twice(tmp_path):
 def test_specforge_config_without_norm_output_is_served_as_trained(tmp_path):
     """SpecForge 0.2.0 writes no norm_output and reads it as True (final norm before lm_head, pre-norm state
     fed back); SGLang and vLLM read it as False (pre-norm state fed back, final norm before lm_head): one forward."""
-    cfg = json.loads((WAVE3 / "specforge" / "config.json").read_text())
+    cfg = json.loads((FIXTURES / "specforge" / "config.json").read_text())
     assert "norm_output" not in cfg and cfg["architectures"] == ["LlamaForCausalLMEagle3"]
 
     def use(extra):
@@ -309,7 +309,7 @@ def test_untrained_table_that_is_the_targets_own(tmp_path):
 @pytest.fixture(scope="module")
 def stale(tmp_path_factory):
     out = tmp_path_factory.mktemp("stale")
-    m = load_file(str(WAVE3 / "specforge" / "mappings.safetensors"))
+    m = load_file(str(FIXTURES / "specforge" / "mappings.safetensors"))
 
     def mapping(tag, head_follows=None):
         def f(t):
@@ -348,7 +348,7 @@ def test_stale_mapping_from_specforge_fires_with_its_outcome(stale):
 
 def test_stale_mapping_moving_most_slots_serves_about_one(tmp_path, stale):
     a, _, _ = stale
-    m = load_file(str(WAVE3 / "specforge" / "mappings.safetensors"))
+    m = load_file(str(FIXTURES / "specforge" / "mappings.safetensors"))
 
     def shifted(t):  # the first kept id dropped, one above the last added: every slot shifts by one
         ids = (m["d2t_a"] + torch.arange(800)).tolist()

@@ -1,4 +1,4 @@
-"""Reliability, fourth round: notebooks' parameters, long runs, the files the kit writes, the words
+"""Edge cases across the kit: notebooks' parameters, long runs, the files the kit writes, the words
 of its messages, UX gaps and the doctor on small targets. Real files, real CLI runs (in-process
 through `run_cli` where a subprocess adds nothing)."""
 from __future__ import annotations

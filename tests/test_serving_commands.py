@@ -1,7 +1,7 @@
-"""Serving commands, 2026 wave: forced acceptance is never evidence, an EAGLE-3 draft run as EAGLE is
+"""Serving commands: forced acceptance is never evidence, an EAGLE-3 draft run as EAGLE is
 flagged, llama.cpp's lines and vLLM's per-request answers read, fork fields are skipped.
 
-Fixtures: tests/fixtures/serving_2026/ (README.md names the engine source file of each format).
+Fixtures: tests/fixtures/serving/ (README.md names the engine source file of each format).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from conftest import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[1]
-F = ROOT / "tests" / "fixtures" / "serving_2026"
+F = ROOT / "tests" / "fixtures" / "serving"
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "probe_vllm_0.32.json").read_text())
 TARGET = ROOT / "data_samples" / "engine_llama" / "target"
 DRAFT = ROOT / "data_samples" / "engine_llama" / "draft"  # an EAGLE-3 draft (fc takes 3 x hidden)
