@@ -97,38 +97,6 @@ def add_arguments(p) -> None:
     _options.json_flag(p)
 
 
-def _f(x, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _report(out: dict) -> str:
-    lines = [f"speculate: {out['checkpoint']} with target {out['target']} on {out['prompts']}"]
-    for r, d in out["readings"].items():
-        s = d["settings"]
-        shape = (f"chain of {s['steps']}" if s["drafting"] == "chain"
-                 else f"tree steps {s['steps']} topk {s['topk']} draft tokens {s['draft_tokens']}")
-        lines.append(f"  {r:8s} accept length {_f(d['mean_accept_length'])} ± {_f(d['stderr'])} over "
-                     f"{d['verify_steps']} verify steps ({shape}, temperature {s['temperature']}, "
-                     f"rule {d.get('acceptance_rule')}); target forwards/token {_f(d['target_forwards_per_token'])}")
-        if d.get("expected_accept_length") is not None:
-            lines.append(f"           exact expectation (the rule's closed form on the contexts met): accept length "
-                         f"{_f(d['expected_accept_length'])}; per position "
-                         + " ".join(_f(x, 2) for x in d["expected_per_position_unconditional"]))
-        lines.append("           per position: unconditional " +
-                     " ".join(_f(x, 2) for x in d["per_position_unconditional"]) + " | conditional " +
-                     " ".join(_f(x, 2) for x in d["per_position_conditional"]))
-        ec = d.get("engine_counts")
-        if ec and ec.get("rule", "loop") != "loop":
-            lines.append(f"           as {ec['engine_name']} counts: accept length {_f(ec['accept_length'])} = 1 + {ec['accepted']} "
-                         f"accepted / {ec['drafts']} drafts ({ec['draft_tokens']} draft tokens; per position "
-                         + " ".join(str(x) for x in ec["accepted_per_position"]) + ")")
-    lines.append(f"  ({next(iter(out['readings'].values()))['accept_length_definition']})")
-    first = next(iter(out["readings"].values()))["prompts"]
-    if first:
-        lines.append(f"  prompt {first[0]['index']}: {first[0]['text'][:120]!r}")
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     from helpers.core.devices import parse_dtype
 
@@ -136,7 +104,7 @@ def run(args) -> int:
         dtype = parse_dtype(args.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
-    from helpers.model.preflight import Door, RunInputs, preflight
+    from helpers.model.preflight import Door, Inputs, preflight
 
     target_dir = Path(args.target) if args.target else bundled_samples("--target", "tiny_target")
     prompts = Path(args.prompts) if args.prompts else bundled_samples("--prompts", "prompts.jsonl")
@@ -149,7 +117,7 @@ def run(args) -> int:
                  chat_template=args.chat_template, acceptance_rule=args.acceptance_rule, batch_size=args.batch_size)
     spec_settings(drafting, engine=args.engine, **knobs)  # checked before any file is touched
     # the door: every path, the prompt records, the draft's weights and its fit, before the target loads
-    checked = preflight(RunInputs(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts),
+    checked = preflight(Inputs(checkpoint=args.checkpoint, target=str(target_dir), prompts=str(prompts),
                                   max_prompts=args.max_prompts, embed_from=args.embed_from, engine=args.engine),
                         Door(what="speculate", need_weights=True))
     import torch
@@ -157,15 +125,18 @@ def run(args) -> int:
     from helpers.core.distributed import finish, from_env, gather_to_main
     from helpers.io.prompts import read_prompts
     from helpers.model.target import check_speculation_target
-    from helpers.speculate.loop import result_json, speculate_readings
+    from helpers.speculate.loop import result_json, result_text, speculate_readings
     from helpers.speculate.result import SpecRun
 
-    check_speculation_target(target_dir)  # a family the loop cannot run: one line, before loading
+    check_speculation_target(target_dir, checked.target_cfg)  # a family the loop cannot run: one line, before loading
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     # the draft's files are opened once: load_pair passes the open Checkpoint on (fit, memory, load, aux ids)
     (target, draft), settings = build_run(checked.opened or args.checkpoint, target_dir, drafting, engine=args.engine,
                                           device=ranks.device(args.device), dtype=dtype, embed_from=args.embed_from,
                                           **knobs)
+    release_note = target.release_note(draft, args.engine)  # the newest release's capture standing in
+    if release_note and ranks.main:
+        print(f"note: {release_note}", file=sys.stderr)
     borrowed = getattr(draft, "embed_borrowed_from", None)
     if borrowed and ranks.main:
         print(f"note: {args.checkpoint} has no embed_tokens; using the target's ({borrowed}), as the engines do",
@@ -187,11 +158,9 @@ def run(args) -> int:
     shards = gather_to_main(runs, ranks)
     if ranks.main:
         runs = {r: SpecRun.merge([shard[r] for shard in shards]) for r in readings}
-        out = result_json(runs, target=str(target_dir), checkpoint=args.checkpoint, prompts=str(prompts))
-        out["embed_from"] = {"path": borrowed or args.embed_from,
-                             "why": "the draft has no embed_tokens: the target's, as the engines do" if borrowed
-                             else "--embed-from" if args.embed_from else None}
-        print(jsontext.dumps(out, indent=2) if args.json else _report(out), file=sys.stdout)
+        out = result_json(runs, target=str(target_dir), checkpoint=args.checkpoint, prompts=str(prompts),
+                          embed_from=args.embed_from, borrowed=borrowed)
+        print(jsontext.dumps(out, indent=2) if args.json else result_text(out), file=sys.stdout)
     finish(ranks)
     return 0
 

@@ -30,6 +30,9 @@ ENGINE_NAMES = {k: e.name for k, e in ENGINE_TABLE.items()}
 # convention feeds the draft in speculate, capture and drift, and whose the preflight checks; written here only
 DEFAULT_ENGINE = "sglang"
 
+# how SGLang and vLLM are told to run an EAGLE-3 draft (not EAGLE 1/2): the fix of the doctor's eagle3-as-eagle,
+# whether the doctor finds it in a checkpoint or a server's log, launch command or answers state it
+EAGLE3_FLAGS = 'SGLang --speculative-algorithm EAGLE3; vLLM speculative_config method "eagle3"'
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # draft model types whose attention is MLA
 
 
@@ -457,6 +460,31 @@ def draft_capture(engine, cfg: dict | None, num_layers: int, target_type: str | 
     against the target's `num_layers` by `layers_in`)."""
     ids = aux_ids(engine, cfg)
     return ids, layers_in(engine, ids, num_layers, target_type)
+
+
+def release_capture_note(engine, cfg: dict | None, num_layers: int, target_type: str | None = None) -> str | None:
+    """One line when `engine` names no release and the releases read feed this draft different target
+    layers (`draft_capture` per release): the newest release's rule then stands in for the release the
+    user serves, and the line says so, with what the other releases feed. None otherwise."""
+    at = engine_at(engine)
+    if not at.assumed or len(at.engine.releases) < 2:
+        return None
+    by_capture: dict[str, list[str]] = {}
+    for release in at.engine.releases:
+        try:
+            got = str(draft_capture(f"{at.key}=={at.engine.tag}{release}", cfg, num_layers, target_type)[1])
+        except ValueError:
+            got = "no start (ids outside the target)"
+        by_capture.setdefault(got, []).append(release)
+    if len(by_capture) < 2:
+        return None
+    t = at.engine.tag
+    mine = next(c for c, rs in by_capture.items() if at.version in rs)
+    others = "; ".join(f"{t}{rs[0]}" + (f" to {t}{rs[-1]}" if len(rs) > 1 else "") + f": {c}"
+                       for c, rs in by_capture.items() if c != mine)
+    return (f"--engine {at.key} names no release, so the rules of {at.label} (the newest read) stand in: they feed "
+            f"this draft the input of target layers {mine}; other releases read feed other layers ({others}); "
+            f"name the release you serve (--engine {at.key}=={t}X.Y.Z)")
 
 
 # -- the draft's family --------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from helpers.core.devices import (
     parse_dtype,
     resolve_device,
 )
-from helpers.engines.registry import aux_ids, draft_capture, layers_in
+from helpers.engines.registry import aux_ids, draft_capture, layers_in, release_capture_note
 from helpers.core.errors import BadInputError, clip
 from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
 from helpers.model.config_fields import check_target_config
@@ -103,13 +103,24 @@ class Target:
     def draft_layers(self, draft, engine: str) -> list[int]:
         """The decoder layers whose input `engine` feeds `draft` (a path, an open `Checkpoint`, a
         loaded draft, or None: the engine's default), from the aux ids it reads in the draft's config."""
-        if isinstance(draft, torch.nn.Module):  # its own Checkpoint (load_draft keeps it), else its folder
-            draft = getattr(draft, "checkpoint", None) or getattr(draft, "source", None)
-        cfg = None if draft is None or (isinstance(draft, str) and not draft) else _checkpoint(draft).config
         try:
-            return draft_capture(engine, cfg, self.num_layers, getattr(self.text_config, "model_type", None))[1]
+            return draft_capture(engine, _draft_config(draft), self.num_layers,
+                                 getattr(self.text_config, "model_type", None))[1]
         except ValueError as e:
             raise BadInputError(self.path, str(e)) from None
+
+    def release_note(self, draft, engine: str) -> str | None:
+        """One line when `engine` names no release and its releases feed `draft` different layers of this
+        target (`helpers.engines.registry.release_capture_note`), else None."""
+        return release_capture_note(engine, _draft_config(draft), self.num_layers,
+                                    getattr(self.text_config, "model_type", None))
+
+
+def _draft_config(draft) -> dict | None:
+    """The config of a draft given as a path, an open `Checkpoint` or a loaded draft (None: none)."""
+    if isinstance(draft, torch.nn.Module):  # its own Checkpoint (load_draft keeps it), else its folder
+        draft = getattr(draft, "checkpoint", None) or getattr(draft, "source", None)
+    return None if draft is None or (isinstance(draft, str) and not draft) else _checkpoint(draft).config
 
 
 def _weights(path: Path):
@@ -388,14 +399,16 @@ def transformers_refusal(cfg: dict) -> str | None:
     return None
 
 
-def check_speculation_target(path) -> None:
-    """Refuse, from config.json alone (before loading), a target the speculate loop cannot run."""
+def check_speculation_target(path, cfg: dict | None = None) -> None:
+    """Refuse, from config.json alone (before loading), a target the speculate loop cannot run.
+    `cfg`: its config.json as the door read and typed it (`Inputs.target_cfg`), else read here."""
     from transformers import AutoConfig
 
     path = Path(path)
     if not (path / "config.json").is_file():
         return  # load_target names the missing folder or file
-    cfg = check_target_config(read_config(path / "config.json"), path / "config.json")
+    if cfg is None:
+        cfg = check_target_config(read_config(path / "config.json"), path / "config.json")
     why = transformers_refusal(cfg)
     if why:
         raise BadInputError(path / "config.json", why)
