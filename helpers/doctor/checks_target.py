@@ -20,7 +20,7 @@ behaviour each rests on was read in the source (docs/doctor-findings.md names fi
 """
 from __future__ import annotations
 
-from helpers.engines.registry import ENGINE_NAMES, aux_layer_ids, engine_at
+from helpers.engines.registry import EAGLE3_FLAGS, ENGINE_NAMES, aux_layer_ids, engine_at
 from helpers.core.errors import BadInputError
 from helpers.doctor.checks_weights import head_rule_tail
 from helpers.doctor.findings import CheckContext
@@ -38,7 +38,6 @@ from helpers.model.fit import (
 )
 
 EMBED_SAMPLE_ROWS = 4096  # rows of each embedding compared (in 16 evenly spaced blocks) beyond this size
-_FLAGS = "SGLang --speculative-algorithm EAGLE3; vLLM speculative_config method \"eagle3\""
 
 
 def _target_hidden(c: CheckContext, target_cfg: dict | None) -> int | None:
@@ -61,7 +60,7 @@ def check_algorithm(c: CheckContext, target_cfg: dict | None, algorithm: str | N
         c.add("eagle3-as-eagle", "error",
               f"{why} but it is served with the EAGLE (1/2) algorithm: the target captures no aux hidden states "
               "and SGLang's EAGLE-3 draft skips fc when the hidden width equals the embedding's; accept length ~1",
-              f"serve with {_FLAGS}", effect="algorithm.eagle-flag")
+              f"serve with {EAGLE3_FLAGS}", effect="algorithm.eagle-flag")
     elif eagle_config(c.ck.config).get("use_aux_hidden_state") is False and (
             honour := [at for at in c.engine_list if at.value("aux.flag_off")]):
         for at in honour:  # the engines whose loader honours the switch (the engine table's aux.flag_off)
@@ -74,7 +73,7 @@ def check_algorithm(c: CheckContext, target_cfg: dict | None, algorithm: str | N
         c.add("eagle3-as-eagle", "error",
               f"{why} but config.json architectures is {non3}, an EAGLE (1/2) class: the engine builds the EAGLE "
               "draft, feeds it no aux hidden states and never applies fc",
-              f"set architectures to [\"LlamaForCausalLMEagle3\"] in config.json and serve with {_FLAGS}")
+              f"set architectures to [\"LlamaForCausalLMEagle3\"] in config.json and serve with {EAGLE3_FLAGS}")
 
 
 # the first vLLM release that serves a draft's own head (rule lm_head.borrow), quoted in lm-head-borrowed

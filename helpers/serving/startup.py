@@ -252,6 +252,8 @@ class Setup:
         better: `helpers.doctor.checks_target.check_algorithm`)."""
         if self.family != "eagle" or self.eagle3 is None:
             return None
+        from helpers.engines.registry import EAGLE3_FLAGS  # the engine table: loaded only when there is a finding
+
         a, e = self.algorithm, self.eagle3
         how = ("SGLang's EAGLE-3 draft then gets no aux hidden states and skips fc (the hidden width equals "
                "the embedding's): accept length ~1 (sglang #21272)" if a["engine"] == "sglang" else
@@ -260,7 +262,7 @@ class Setup:
         return {"code": "eagle3-as-eagle", "severity": "error",
                 "message": f"the server ran speculative algorithm {a['value']!r} ({_at(a)}) with an EAGLE-3 draft "
                            f"({e['evidence']}, {_at(e)}): {how}",
-                "fix": "serve with SGLang --speculative-algorithm EAGLE3; vLLM speculative_config method \"eagle3\"",
+                "fix": f"serve with {EAGLE3_FLAGS}",
                 "algorithm": dict(a), "eagle3": dict(e)}
 
     def to_dict(self) -> dict:
