@@ -33,9 +33,6 @@ DEFAULT_ENGINE = "sglang"
 # how SGLang and vLLM are told to run an EAGLE-3 draft (not EAGLE 1/2): the fix of the doctor's eagle3-as-eagle,
 # whether the doctor finds it in a checkpoint or a server's log, launch command or answers state it
 EAGLE3_FLAGS = 'SGLang --speculative-algorithm EAGLE3; vLLM speculative_config method "eagle3"'
-# how SGLang and vLLM are told to run an EAGLE-3 draft (not EAGLE 1/2): the fix of the doctor's eagle3-as-eagle,
-# whether the doctor finds it in a checkpoint or a server's log, launch command or answers state it
-EAGLE3_FLAGS = 'SGLang --speculative-algorithm EAGLE3; vLLM speculative_config method "eagle3"'
 MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # draft model types whose attention is MLA
 
 
