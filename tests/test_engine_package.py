@@ -99,3 +99,50 @@ def drift(a, engine="{DEFAULT_ENGINE}", lone: str = "{DEFAULT_ENGINE}"):
         "field engine", "parameter engine", "parameter engine", "or fallback", "option default", ".get fallback"]
     assert _assignments(tree, "DEFAULT_ENGINE") == [16]
     assert not default_engine_literals(ast.parse('def f(engine: str = DEFAULT_ENGINE, lone="x"):\n    pass\n'))
+
+
+# -- the MLA model types ----------------------------------------------------------------------------------------------
+FAMILY = {"deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"}
+
+
+def family_literals(tree: ast.Module) -> list[int]:
+    """Lines of a tuple, list or set literal naming two or more DeepSeek-family model types (a second list of them)."""
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Tuple, ast.List, ast.Set))
+            and len({e.value for e in n.elts if isinstance(e, ast.Constant)} & FAMILY) >= 2]
+
+
+def test_the_mla_model_types_are_written_once():
+    from helpers.engines.registry import DEEPSEEK_FAMILY, MLA_DRAFT_TYPES
+
+    sources = _sources()
+    found = {f: lines for f, tree in sources.items() if (lines := family_literals(tree))}
+    assert list(found) == ["engines/registry.py"] and len(found["engines/registry.py"]) == 1, found
+    for name in ("DEEPSEEK_FAMILY", "MLA_DRAFT_TYPES", "MLA_MODEL_TYPES"):
+        where = {f: lines for f, tree in sources.items() if (lines := _assignments(tree, name))}
+        assert where == ({} if name == "MLA_MODEL_TYPES" else {"engines/registry.py": where.get("engines/registry.py")})
+        assert all(len(v) == 1 for v in where.values()), (name, where)
+    assert set(DEEPSEEK_FAMILY) == FAMILY and set(MLA_DRAFT_TYPES) == FAMILY - {"kimi_k25"}
+
+
+def test_the_family_scan_sees_a_second_list():
+    old = ('MLA_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v2", "kimi_k25")\n'
+           'if t in {"deepseek_v3", "kimi_k2"}:\n    pass\nOTHER = ("llama", "deepseek_v3")\n')
+    assert family_literals(ast.parse(old)) == [1, 2]
+
+
+def test_the_two_sets_keep_their_uses():
+    """kimi_k25 is a DeepSeek-family target and a name an MLA draft config may carry, not an MLA draft by name."""
+    import pytest
+
+    from helpers.core.errors import BadInputError
+    from helpers.engines.registry import aux_max_index, draft_family
+    from helpers.model.config import DraftConfig
+
+    assert draft_family({"model_type": "kimi_k2"})["attention"] == "mla"
+    assert draft_family({"model_type": "kimi_k25"})["attention"] == "mha"
+    assert draft_family({"model_type": "kimi_k25", "kv_lora_rank": 512})["attention"] == "mla"
+    assert aux_max_index("vllm", 4, "kimi_k25") == aux_max_index("vllm", 4, "deepseek_v2") == 4
+    assert aux_max_index("vllm", 4, "llama") == 3
+    with pytest.raises(BadInputError, match="expected one of kimi_k2, deepseek_v3, deepseek_v2, kimi_k25"):
+        DraftConfig.from_dict({"model_type": "llama", "kv_lora_rank": 512, "hidden_size": 64,
+                               "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 100})

@@ -33,7 +33,16 @@ DEFAULT_ENGINE = "sglang"
 # how SGLang and vLLM are told to run an EAGLE-3 draft (not EAGLE 1/2): the fix of the doctor's eagle3-as-eagle,
 # whether the doctor finds it in a checkpoint or a server's log, launch command or answers state it
 EAGLE3_FLAGS = 'SGLang --speculative-algorithm EAGLE3; vLLM speculative_config method "eagle3"'
-MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # draft model types whose attention is MLA
+# The DeepSeek family's model types (DeepSeek-V2 / V3, Kimi-K2, Kimi-K2.5) as a config's `model_type` names them:
+# the targets whose rule `aux.max_id.mla` applies (vLLM's models/deepseek_v2.py appends the last layer's output), and
+# the names the kit's own draft loader accepts on an MLA draft config (`helpers.model.config`: a config with
+# kv_lora_rank under any other type is refused). Written here only.
+DEEPSEEK_FAMILY = ("kimi_k2", "deepseek_v3", "deepseek_v2", "kimi_k25")
+# A draft config's model_type that makes the draft MLA by its name alone (`draft_family`; a config with kv_lora_rank
+# is MLA whatever its type): the family less `kimi_k25`, Kimi-K2.5's vision-language wrapper (vLLM's
+# KimiK25ForConditionalGeneration), whose language model's own type is one of these: the engines tell MLA from the
+# text config's type (vLLM's is_deepseek_mla lists kimi_k2, deepseek_v2/v3 and no kimi_k25).
+MLA_DRAFT_TYPES = tuple(t for t in DEEPSEEK_FAMILY if t != "kimi_k25")
 
 
 # -- the table, checked once -------------------------------------------------------------------------
@@ -377,7 +386,7 @@ def aux_ids(engine, cfg: dict | None) -> list[int] | None:
     return aux_layer_ids(cfg, [at])[at.key]
 
 
-DEEPSEEK_TARGETS = ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "glm4_moe_lite")  # aux.shift.deepseek
+DEEPSEEK_TARGETS = (*DEEPSEEK_FAMILY, "glm4_moe_lite")  # aux.shift.deepseek: SGLang adds GLM-4.7-Flash
 
 
 def aux_convention(engine, target_type: str | None = None):
@@ -423,7 +432,7 @@ def aux_max_index(engine, num_layers: int, target_type: str | None = None) -> in
     deepseek_v2.py appends the pre-norm output when end_layer is in the list); L - 1 where the rule was not read."""
     at = engine_at(engine)
     rule = at.value("aux.max_id", "L-1")
-    if target_type in MLA_MODEL_TYPES + ("kimi_k25",) and at.has("aux.max_id.mla"):
+    if target_type in DEEPSEEK_FAMILY and at.has("aux.max_id.mla"):
         rule = at.value("aux.max_id.mla")
     return num_layers if rule == "L" else num_layers - 1
 
@@ -497,6 +506,6 @@ def draft_family(cfg: dict | None) -> dict:
     cfg = cfg or {}
     layer = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else cfg
     mt = layer.get("model_type") if isinstance(layer.get("model_type"), str) else None
-    mla = mt in MLA_MODEL_TYPES or bool(layer.get("kv_lora_rank"))
+    mla = mt in MLA_DRAFT_TYPES or bool(layer.get("kv_lora_rank"))
     arch = [a for a in (cfg.get("architectures") or []) if isinstance(a, str)]
     return {"attention": "mla" if mla else "mha", "model_type": mt, "architectures": arch}

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 import torch
 
 from helpers.core.errors import BadInputError
+from helpers.engines.registry import DEEPSEEK_FAMILY
 from helpers.io.checkpoint import flat_config
 
 ROPE_TYPES = ("default", "linear", "llama3")
 MLA_ROPE_TYPES = ("default", "yarn")
 NEMO_ARCH = "LlamaEagle3DraftModel"  # NeMo Automodel's exported draft config (Llama and MLA drafts alike)
-MLA_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v2", "kimi_k25")
 
 
 @dataclass
@@ -146,9 +146,9 @@ def _mla_fields(cfg: dict, flat: dict, where) -> dict:
     if q_lora is not None and (not isinstance(q_lora, int) or isinstance(q_lora, bool) or q_lora <= 0):
         raise BadInputError(where, f"q_lora_rank is {q_lora!r}, expected a positive integer or null")
     kind = flat.get("model_type")
-    if kind is not None and kind not in MLA_MODEL_TYPES:
+    if kind is not None and kind not in DEEPSEEK_FAMILY:
         raise BadInputError(where, f"sets kv_lora_rank (an MLA draft) but model_type is {kind!r} "
-                            f"(expected one of {', '.join(MLA_MODEL_TYPES)})")
+                            f"(expected one of {', '.join(DEEPSEEK_FAMILY)})")
     if flat.get("norm_before_fc"):
         raise BadInputError(where, "norm_before_fc: true on an MLA draft: neither SGLang's kimi_k25_eagle3 nor "
                             "vLLM's deepseek_eagle3 models it")
