@@ -229,11 +229,50 @@ def speculate_readings(target: Target, draft, records, settings: SpecSettings, r
     return {r: speculate(target, draft, records, replace(settings, reading=r), **kw) for r in readings}
 
 
-def result_json(runs: dict[str, SpecRun], *, target: str, checkpoint: str, prompts: str | None) -> dict:
-    """The command's JSON: inputs, then one entry per reading."""
+def result_json(runs: dict[str, SpecRun], *, target: str, checkpoint: str, prompts: str | None,
+                embed_from: str | None = None, borrowed: str | None = None) -> dict:
+    """The command's JSON: inputs, then one entry per reading, then the embedding the draft ran with
+    (`borrowed`: the target's, where the draft has none; else `embed_from`, --embed-from)."""
     return {"checkpoint": os.fspath(checkpoint), "target": os.fspath(target),
             "prompts": os.fspath(prompts) if prompts else None,
-            "readings": {r: run.to_dict() for r, run in runs.items()}}
+            "readings": {r: run.to_dict() for r, run in runs.items()},
+            "embed_from": {"path": borrowed or embed_from,
+                           "why": "the draft has no embed_tokens: the target's, as the engines do" if borrowed
+                           else "--embed-from" if embed_from else None}}
+
+
+def _fmt(x, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def result_text(out: dict) -> str:
+    """The command's text: per reading the accept length, its exact expectation, per position, and as
+    the engine counts it; the definition; the first prompt's text."""
+    lines = [f"speculate: {out['checkpoint']} with target {out['target']} on {out['prompts']}"]
+    for r, d in out["readings"].items():
+        s = d["settings"]
+        shape = (f"chain of {s['steps']}" if s["drafting"] == "chain"
+                 else f"tree steps {s['steps']} topk {s['topk']} draft tokens {s['draft_tokens']}")
+        lines.append(f"  {r:8s} accept length {_fmt(d['mean_accept_length'])} ± {_fmt(d['stderr'])} over "
+                     f"{d['verify_steps']} verify steps ({shape}, temperature {s['temperature']}, "
+                     f"rule {d.get('acceptance_rule')}); target forwards/token {_fmt(d['target_forwards_per_token'])}")
+        if d.get("expected_accept_length") is not None:
+            lines.append(f"           exact expectation (the rule's closed form on the contexts met): accept length "
+                         f"{_fmt(d['expected_accept_length'])}; per position "
+                         + " ".join(_fmt(x, 2) for x in d["expected_per_position_unconditional"]))
+        lines.append("           per position: unconditional " +
+                     " ".join(_fmt(x, 2) for x in d["per_position_unconditional"]) + " | conditional " +
+                     " ".join(_fmt(x, 2) for x in d["per_position_conditional"]))
+        ec = d.get("engine_counts")
+        if ec and ec.get("rule", "loop") != "loop":
+            lines.append(f"           as {ec['engine_name']} counts: accept length {_fmt(ec['accept_length'])} = 1 + "
+                         f"{ec['accepted']} accepted / {ec['drafts']} drafts ({ec['draft_tokens']} draft tokens; per position "
+                         + " ".join(str(x) for x in ec["accepted_per_position"]) + ")")
+    lines.append(f"  ({next(iter(out['readings'].values()))['accept_length_definition']})")
+    first = next(iter(out["readings"].values()))["prompts"]
+    if first:
+        lines.append(f"  prompt {first[0]['index']}: {first[0]['text'][:120]!r}")
+    return "\n".join(lines)
 
 
 @torch.inference_mode()
