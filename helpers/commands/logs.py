@@ -1,8 +1,6 @@
 """`logs FILE [--json] [--plot OUT.png]`: SGLang / vLLM / llama.cpp speculative-decoding log lines -> table."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from helpers.commands import _options
 from helpers.core import jsontext
 from helpers.core.errors import BadInputError
@@ -78,68 +76,6 @@ def add_arguments(p) -> None:
                  aliases=("--plot",), dest="plot", metavar="OUT.png")
 
 
-def save_plot(log, path: Path, over=None) -> None:
-    """Draw accept length per interval over time (`plot_accept_length_intervals`, as `metrics --watch`)
-    and save it with `provenance.save_figure`: the caption line and the metadata name the log file
-    (path, size, SHA-256); the suffix of `path` picks the format. `over`: (intervals, baselines)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from helpers.plots.provenance import save_figure
-    from helpers.plots.serving import plot_accept_length_intervals
-
-    intervals, baselines = over if over is not None else over_time_of(log)[:2]
-    ax = plot_accept_length_intervals(intervals, baselines=baselines,
-                                      title=f"accept length per interval: {', '.join(log.engines)} log",
-                                      xlabel="time since the first row (s)" if any(
-                                          iv.end_s is not None for iv in intervals) else "row")
-    try:
-        save_figure(ax.figure, path, source=log.path, formats=(path.suffix[1:].lower(),), dpi=120)
-    except OSError as e:
-        raise BadInputError(path, f"cannot write the plot ({e.strerror or e})") from None
-    finally:
-        plt.close(ax.figure)
-
-
-def over_time_of(log, baseline: int | None = None):
-    """(intervals, baselines, what the labels are) of a log's rows (`helpers.serving.over_time`)."""
-    from helpers.serving import over_time
-
-    lines = None
-    if log.path:
-        try:
-            lines = Path(log.path).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            lines = None
-    intervals, labels = over_time.from_log(log, lines)
-    baselines = over_time.flag_by_label(intervals, over_time.BASELINE if baseline is None else baseline)
-    return intervals, baselines, labels
-
-
-def over_time_lines(intervals, baselines, labels: str, baseline: int, limit: int = 40) -> list[str]:
-    """The report's per-interval section: every row (the first and last, and every decayed one, when
-    more than `limit`), then the baseline and the verdict."""
-    from helpers.serving import over_time
-
-    out = [f"  per interval:  {len(intervals)} intervals (one per row); {labels}"]
-    if len(intervals) <= limit:
-        shown = intervals
-    else:
-        keep = {iv.index for iv in intervals[:10] + intervals[-5:]} | {iv.index for iv in intervals
-                                                                       if iv.flag == "decayed" or iv.status == "restart"}
-        shown = [iv for iv in intervals if iv.index in keep][:limit]
-    last = 0
-    for iv in shown:
-        if iv.index > last + 1:
-            out.append(f"    ... {iv.index - last - 1} more (--json: over_time.intervals)")
-        out.append("  " + over_time.line(iv))
-        last = iv.index
-    out += [("  " + x[2:] if x.startswith("  ") else x) for x in over_time.summary_lines(intervals, baselines, baseline)]
-    return out
-
-
 def run(args) -> int:
     plot = _options.plot_path(args.plot) if args.plot else None
     from helpers.serving.logs import read_log  # numpy: imported when the command runs, not for --help
@@ -159,9 +95,17 @@ def run(args) -> int:
     from helpers.serving import over_time
 
     k = over_time.BASELINE if args.baseline is None else args.baseline
-    intervals, baselines, labels = over_time_of(log, k)
+    intervals, baselines, labels = over_time.of_log(log, k)
     if plot is not None:
-        save_plot(log, plot, (intervals, baselines))
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from helpers.plots.serving import save_accept_length_intervals
+
+        save_accept_length_intervals(intervals, plot, baselines=baselines, source=log.path,
+                                     title=f"accept length per interval: {', '.join(log.engines)} log",
+                                     xlabel="time since the first row (s)" if any(
+                                         iv.end_s is not None for iv in intervals) else "row")
     from helpers.acceptance.sources import log_conversion
 
     conv = log_conversion(log.summary())
@@ -186,5 +130,5 @@ def run(args) -> int:
         what = ("accept length / num_draft_tokens" if conv["accept_rate_definition"] == "length/N"
                 else "accepted drafts / (num_draft_tokens - 1)")
         print(f"  accept rate:   this build prints {what}: not a per-token rate, do not give it to simulate")
-    print("\n".join(over_time_lines(intervals, baselines, labels, k)))
+    print("\n".join(over_time.interval_lines(intervals, baselines, labels, k)))
     return 0

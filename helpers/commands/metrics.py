@@ -192,7 +192,13 @@ def _watch(args, shape: dict) -> int:
            **over_time.to_json(w.intervals, baselines), "notes": list(w.notes)}
     _write(json_out, obj)
     if plot is not None and any(iv.status == "ok" for iv in w.intervals):
-        _save_plot(w, baselines, plot)
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from helpers.plots.serving import save_accept_length_intervals
+
+        save_accept_length_intervals(w.intervals, plot, baselines=baselines,
+                                     title=f"accept length per interval: {w.source} ({w.kind})")
     if args.json:
         print(jsontext.dumps(obj, indent=2))
         return 0
@@ -215,26 +221,6 @@ def _flags_maximum(shape: dict):
 
     flags = Drafting.from_flags(shape["steps"], shape["topk"], shape["draft_tokens"], lone="sglang")
     return None if flags is None else bounds.maximum_for(flags.kit())
-
-
-def _save_plot(w, baselines, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from helpers.core.errors import BadInputError
-    from helpers.plots.provenance import save_figure
-    from helpers.plots.serving import plot_accept_length_intervals
-
-    ax = plot_accept_length_intervals(w.intervals, baselines=baselines,
-                                      title=f"accept length per interval: {w.source} ({w.kind})")
-    try:
-        save_figure(ax.figure, path, formats=(path.suffix[1:].lower(),), dpi=120)
-    except OSError as e:
-        raise BadInputError(path, f"cannot write the plot ({e.strerror or e})") from None
-    finally:
-        plt.close(ax.figure)
 
 
 def sampling_of(source, table, acc, temperature: float | None) -> dict:

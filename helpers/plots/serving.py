@@ -101,3 +101,21 @@ def plot_accept_length_intervals(intervals, ax=None, *, baselines=None, title: s
         ax.set_title(title or "accept length per interval", fontsize=9, loc="left")
         ax.legend(loc="best", fontsize=8)
     return ax
+
+
+def save_accept_length_intervals(intervals, path, *, baselines=None, title: str | None = None,
+                                 xlabel: str = "time (s)", source=None) -> None:
+    """`plot_accept_length_intervals` saved with `provenance.save_figure` (the suffix of `path` picks the
+    format; `source`, a log file, is named in the caption and the metadata) and closed: the figure of
+    `logs --plot` and `metrics --watch -o`. A path it cannot write is one line naming it."""
+    import matplotlib.pyplot as plt
+
+    from helpers.plots.provenance import save_figure
+
+    ax = plot_accept_length_intervals(intervals, baselines=baselines, title=title, xlabel=xlabel)
+    try:
+        save_figure(ax.figure, path, source=source, formats=(path.suffix[1:].lower(),), dpi=120)
+    except OSError as e:
+        raise BadInputError(path, f"cannot write the plot ({e.strerror or e})") from None
+    finally:
+        plt.close(ax.figure)

@@ -405,6 +405,42 @@ def flag_by_label(intervals: list[Interval], baseline: int = BASELINE) -> list[d
     return out
 
 
+
+def of_log(log, baseline: int | None = None):
+    """(intervals, baselines, what the labels are) of a `LogTable`'s rows (`from_log`, with the request
+    lines read from its file; `flag_by_label` with `baseline` rows, default `BASELINE`)."""
+    from pathlib import Path
+
+    lines = None
+    if log.path:
+        try:
+            lines = Path(log.path).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            lines = None
+    intervals, labels = from_log(log, lines)
+    baselines = flag_by_label(intervals, BASELINE if baseline is None else baseline)
+    return intervals, baselines, labels
+
+
+def interval_lines(intervals, baselines, labels: str, baseline: int, limit: int = 40) -> list[str]:
+    """`logs`' per-interval section: every row (the first and last, and every decayed one, when
+    more than `limit`), then the baseline and the verdict."""
+    out = [f"  per interval:  {len(intervals)} intervals (one per row); {labels}"]
+    if len(intervals) <= limit:
+        shown = intervals
+    else:
+        keep = {iv.index for iv in intervals[:10] + intervals[-5:]} | {iv.index for iv in intervals
+                                                                       if iv.flag == "decayed" or iv.status == "restart"}
+        shown = [iv for iv in intervals if iv.index in keep][:limit]
+    last = 0
+    for iv in shown:
+        if iv.index > last + 1:
+            out.append(f"    ... {iv.index - last - 1} more (--json: over_time.intervals)")
+        out.append("  " + line(iv))
+        last = iv.index
+    out += [("  " + x[2:] if x.startswith("  ") else x) for x in summary_lines(intervals, baselines, baseline)]
+    return out
+
 # -- probe --repeat: the prompt set sent R times in a row ---------------------------------------------------
 def from_repetitions(measured: list) -> list[Interval]:
     """Each repetition of the prompt set (`helpers.serving.probe.Measured`) -> an Interval: from the
