@@ -5,7 +5,6 @@ Fixtures: tests/fixtures/serving/ (README.md names the engine source file of eac
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from http.server import BaseHTTPRequestHandler
@@ -169,10 +168,9 @@ def test_with_the_checkpoint_the_doctors_own_finding_is_given(cli, tmp_path):
 
 
 def test_the_report_prints_the_finding_before_the_notebooks():
-    from helpers.commands.report import check_serving_inputs
+    from helpers.ui.report import serving_inputs
 
-    args = argparse.Namespace(logs=[str(SGL_EAGLE), str(SGL_PLAIN)], checkpoint=str(DRAFT), engine=None, metrics=None)
-    lines = check_serving_inputs(args)
+    lines = serving_inputs([str(SGL_EAGLE), str(SGL_PLAIN)], None, str(DRAFT))
     assert lines[0] == f"{SGL_EAGLE}:" and "eagle3-as-eagle (error)" in lines[1] and len(lines) == 2
 
 

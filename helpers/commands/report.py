@@ -149,46 +149,17 @@ def drafting_conflict(args, s: RunSettings, by_flags: RunSettings):
     return None
 
 
-def check_serving_inputs(args) -> list[str]:
-    """The --log files and a --metrics file, before any notebook: a forced-acceptance one is refused
-    (BadInputError, one line); the eagle3-as-eagle finding of each log's algorithm against the
-    checkpoint comes back as lines to print."""
-    from pathlib import Path
-
-    from helpers.doctor.served_algorithm import algorithm_findings, finding_lines
-    from helpers.core.errors import BadInputError
-    from helpers.serving.startup import forced_line, read_setup
-
-    lines = []
-    for log in args.logs:
-        if not Path(log).is_file():
-            continue  # the report's own check names a missing path
-        setup = read_setup(log)
-        if setup.forced:
-            raise BadInputError(log, forced_line(setup.forced) + " (drop this --log)")
-        found = algorithm_findings(setup, args.checkpoint, args.engine or "all")
-        if found:
-            lines += [f"{log}:", *finding_lines(found)]
-    if args.metrics and Path(args.metrics).is_file():
-        from helpers.serving.metrics import read_metrics
-
-        table = read_metrics(args.metrics)
-        if table.forced:
-            raise BadInputError(args.metrics, forced_line(table.forced) + " (drop --metrics)")
-    return lines
-
-
 def run(args) -> int:
     output_dir(args.out, "report folder", create=False)  # before any notebook runs; run_report creates it
     import sys
 
-    for line in check_serving_inputs(args):
+    from helpers.ui.report import run_report, serving_inputs  # the notebooks: loaded when a report is made
+
+    for line in serving_inputs(args.logs, args.metrics, args.checkpoint, args.engine or "all"):
         print(line, file=sys.stderr if args.json else sys.stdout)
     settings = settings_from_args(args)
     if settings.sources.get("drafting_conflict"):
         print("warning: " + settings.sources["drafting_conflict"], file=sys.stderr if args.json else sys.stdout)
-    from helpers.ui.report import run_report  # papermill and the notebooks: imported when a report is made
-
     res = run_report(settings, args.out, progress=None if args.json else print)
     if args.json:
         print(jsontext.dumps(res.summary, indent=2, default=str))

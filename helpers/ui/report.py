@@ -191,6 +191,32 @@ def _aux_width(checkpoint: str) -> int | None:
     return 3 * h if isinstance(h, int) and h > 0 else None
 
 
+def serving_inputs(logs, metrics: str | None, checkpoint: str | None, engine: str = "all") -> list[str]:
+    """The --log files and a --metrics file, before any notebook: a forced-acceptance one is refused
+    (BadInputError, one line); the eagle3-as-eagle finding of each log's algorithm against the
+    checkpoint (`helpers.doctor.served_algorithm`) comes back as lines to print."""
+    from helpers.doctor.served_algorithm import algorithm_findings, finding_lines
+    from helpers.serving.startup import forced_line, read_setup
+
+    lines = []
+    for log in logs:
+        if not Path(log).is_file():
+            continue  # the report's own check names a missing path
+        setup = read_setup(log)
+        if setup.forced:
+            raise BadInputError(log, forced_line(setup.forced) + " (drop this --log)")
+        found = algorithm_findings(setup, checkpoint, engine)
+        if found:
+            lines += [f"{log}:", *finding_lines(found)]
+    if metrics and Path(metrics).is_file():
+        from helpers.serving.metrics import read_metrics
+
+        table = read_metrics(metrics)
+        if table.forced:
+            raise BadInputError(metrics, forced_line(table.forced) + " (drop --metrics)")
+    return lines
+
+
 def validate(settings: RunSettings) -> RunSettings:
     """Every input checked and paths made absolute; a bad one raises one `BadInputError` line."""
     from helpers.core.devices import parse_dtype, resolve_device
