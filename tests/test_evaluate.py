@@ -28,8 +28,8 @@ from helpers.core.errors import BadInputError
 from helpers.measure.evaluate import evaluate
 from helpers.measure.predict import draft_predictions
 from helpers.model.target_head import load_target_head
+from conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 V, N = 48, 16  # target vocab, draft vocab
 D = 2 * V  # draft hidden = target hidden: dims [0, V) hold aux codes, [V, 2V) embeddings
@@ -505,3 +505,25 @@ def test_evaluate_settings_is_evaluate_with_the_run_settings():
     b = evaluate(s.checkpoint, s.samples, readings=("offset",), steps=2, max_samples=2, device="cpu",
                  dtype="float32", progress=False).to_dict()
     assert a == b and a["steps"] == 2 and a["splits"]["val"]["samples_scored"] == 2
+
+
+def test_settings_by_name_or_as_objects_never_both(hand):
+    """`evaluate` takes the scoring and loading settings by name (`topk` the old name of `accuracy_topk`),
+    `score` a loaded draft with the `Scoring` object: the same counts either way; a setting neither
+    object declares is refused by name, and `evaluate` takes no `Scoring` object."""
+    from helpers.measure.evaluate import score
+    from helpers.measure.predict import Loading, Scoring, as_model
+
+    by_name = evaluate(hand["embed"], hand["samples"], accuracy_topk=2, steps=2, device="cpu", progress=False)
+    old_name = evaluate(hand["embed"], hand["samples"], topk=2, steps=2, device="cpu", progress=False)
+    model = as_model(hand["embed"], Loading(device="cpu"))
+    objects = score(model, hand["samples"], Scoring(accuracy_topk=2, steps=2, progress=False))
+    assert by_name.to_dict() == old_name.to_dict()
+    for r in ("offset", "absolute"):
+        a, b = by_name.overall.readings[r], objects.overall.readings[r]
+        assert (a.tokens, a.top1, a.topk) == (b.tokens, b.top1, b.topk)
+    assert by_name.topk == 2
+    with pytest.raises(TypeError, match="unexpected keyword argument 'acuracy_topk'"):
+        evaluate(hand["embed"], hand["samples"], acuracy_topk=2)
+    with pytest.raises(TypeError):
+        evaluate(hand["embed"], hand["samples"], Scoring())

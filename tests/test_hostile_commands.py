@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLES
+
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
 DRAFT = SAMPLES / "tiny_draft_sglang"
 TARGET = SAMPLES / "tiny_target"
 PROMPTS = SAMPLES / "prompts.jsonl"
@@ -264,9 +265,9 @@ def test_capture_corrected_rerun_is_never_blocked(corpus, cli):
 
 def test_good_inputs_still_pass_the_door():
     """The door lets through every bundled input the commands' own examples use."""
-    from helpers.model.preflight import Door, RunInputs, preflight
+    from helpers.model.preflight import Door, Inputs, preflight
 
-    c = preflight(RunInputs(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), aux_layers=[1, 3, 4]),
+    c = preflight(Inputs(checkpoint=str(DRAFT), target=str(TARGET), prompts=str(PROMPTS), aux_layers=[1, 3, 4]),
                   Door(need_weights=True))
     assert c.prompt_records == 32 and c.aux_layers == (1, 3, 4) and Path(c.checkpoint).is_absolute()
     bom = Path(c.prompts).read_bytes()

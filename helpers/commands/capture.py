@@ -74,7 +74,7 @@ def run(args) -> int:
     from helpers.core.distributed import finish, from_env
     from helpers.core.outputs import output_dir
     from helpers.model.capture import CaptureSettings, capture
-    from helpers.model.preflight import Door, RunInputs, preflight
+    from helpers.model.preflight import Door, Inputs, preflight
     from helpers.model.target import load_target
 
     try:
@@ -83,7 +83,7 @@ def run(args) -> int:
         raise BadInputError(None, f"--dtype: {e}") from None
     layers = parse_layers(args.aux_layers)
     # the door: prompts, the draft's fit and the aux layers, all before the target loads
-    preflight(RunInputs(checkpoint=args.draft, target=args.target, prompts=args.prompts, max_prompts=args.max_samples,
+    preflight(Inputs(checkpoint=args.draft, target=args.target, prompts=args.prompts, max_prompts=args.max_samples,
                         aux_layers=layers, engine=args.engine),
               Door(what="capture", target_flag="TARGET", need_answer=not args.regenerate))
     output_dir(args.out, "capture folder", create=False)  # not a file, its parents creatable

@@ -50,7 +50,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from helpers.doctor.diagnose import diagnose
     from helpers.doctor.findings import has_error
-    from helpers.model.preflight import Door, RunInputs, preflight
+    from helpers.model.preflight import Door, Inputs, preflight
 
     # the door: every path exists and is what it should be, --target is a target and not a draft,
     # --target and --target-config not both (the fit itself is the doctor's to report, as findings)
@@ -58,7 +58,7 @@ def run(args) -> int:
         from helpers.core.errors import BadInputError
 
         raise BadInputError(None, "--samples needs --target: the drift check runs the target on the samples' tokens")
-    preflight(RunInputs(checkpoint=args.checkpoint, target=args.target, target_config=args.target_config,
+    preflight(Inputs(checkpoint=args.checkpoint, target=args.target, target_config=args.target_config,
                         previous=args.previous, samples=args.samples), Door(what="doctor", target_is_model=False, fit=False))
     if args.previous:  # a draft of another target vocabulary is no earlier checkpoint of this one: refused, exit 2
         from helpers.doctor.diff import refuse_other_target

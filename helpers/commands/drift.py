@@ -49,11 +49,11 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from helpers.core.errors import BadInputError
     from helpers.measure.drift import run_drift
-    from helpers.model.preflight import Door, RunInputs, preflight
+    from helpers.model.preflight import Door, Inputs, preflight
 
     if args.max_samples is not None and args.max_samples < 1:
         raise BadInputError(None, "--max-samples must be at least 1")
-    preflight(RunInputs(checkpoint=args.checkpoint, target=args.target, samples=args.samples),
+    preflight(Inputs(checkpoint=args.checkpoint, target=args.target, samples=args.samples),
               Door(what="drift", fit=False))
     if args.states:
         from helpers.io.inputs import input_path

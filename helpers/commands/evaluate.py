@@ -104,8 +104,8 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import warnings
 
+    from helpers.io.checkpoint import open_checkpoint
     from helpers.measure.evaluate import evaluate
-    from helpers.measure.predict import Loading, Scoring
 
     readings = _options.parse_readings(args.readings)
     if args.steps < 1 or args.topk < 1:  # --topk: --accuracy-topk's older alias
@@ -119,21 +119,21 @@ def run(args) -> int:
     shapes = [_shape(x) for x in args.predict or ()]
     from helpers.model.preflight import check_samples
 
+    opened = open_checkpoint(args.checkpoint)  # once: the samples' check and the loading read it
     # samples captured from another target than the draft's (their capture.json) are refused before scoring
-    check_samples(args.checkpoint, args.samples, draft_config=args.draft_config, target=args.target_head,
+    check_samples(opened, args.samples, draft_config=args.draft_config, target=args.target_head, opened=opened,
                   target_flag="--target-head")
     from helpers.core.distributed import finish, from_env
 
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: this rank's share of the files, counts summed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the result carries its warnings; printed below / in the JSON
-        scoring = Scoring(readings=tuple(readings), steps=args.steps, topk=args.topk, mask_at=args.mask_at,
-                          batch_size=args.batch_size, max_samples=args.max_samples, workers=args.workers,
-                          progress=_options.show_progress(args))
-        loading = Loading(device=ranks.device(args.device), dtype=args.dtype, embed_from=args.embed_from,
-                          draft_config=args.draft_config)
-        r = evaluate(args.checkpoint, args.samples, scoring, loading=loading, target_head=args.target_head,
-                     hidden_normed=args.hidden_normed, ranks=ranks, predict_for=shapes)
+        r = evaluate(opened, args.samples, readings=tuple(readings), steps=args.steps, accuracy_topk=args.topk,
+                     mask_at=args.mask_at, batch_size=args.batch_size, max_samples=args.max_samples,
+                     workers=args.workers, progress=_options.show_progress(args), device=ranks.device(args.device),
+                     dtype=args.dtype, embed_from=args.embed_from, draft_config=args.draft_config,
+                     target_head=args.target_head, hidden_normed=args.hidden_normed, ranks=ranks, predict_for=shapes,
+                     name=str(args.checkpoint))
     if ranks.main:
         d = _with_temperature(r.to_dict(), args.temperature, args.engine)
         text = r.report()

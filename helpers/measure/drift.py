@@ -21,7 +21,7 @@ from helpers.acceptance.drafting import Drafting
 from helpers.acceptance.prediction import Prediction
 from helpers.engines.registry import DEFAULT_ENGINE
 from helpers.io.samples import split_folders
-from helpers.measure.evaluate import evaluate
+from helpers.measure.evaluate import score as score_draft
 from helpers.measure.predict import Scoring
 from helpers.model.drift import DriftCheck
 
@@ -109,11 +109,11 @@ def predict_drift(draft, samples, check: DriftCheck, drafting: Drafting, *, serv
     served states of the samples' own tokens."""
     if not check.served_states:
         raise ValueError("check_drift was run without keep_states=True: no served states to score")
-    scoring = Scoring(readings=("offset",), steps=drafting.steps, topk=max(1, drafting.topk),
+    scoring = Scoring(readings=("offset",), steps=drafting.steps, accuracy_topk=max(1, drafting.topk),
                       max_samples=max_samples, progress=progress, workers=0)
 
     def score(model, folder) -> Prediction:
-        return evaluate(model, folder, scoring).prediction(drafting, "offset")
+        return score_draft(model, folder, scoring).prediction(drafting, "offset")
 
     served_draft = draft if served_draft is None else served_draft
     val = split_folders(samples).get("val")  # a rank table is read on the validation split when there is one

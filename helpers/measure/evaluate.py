@@ -32,7 +32,6 @@ import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import torch
 
 from helpers.acceptance.drafting import Drafting
 from helpers.acceptance.prediction import Prediction, predict
@@ -228,14 +227,16 @@ def _pct(x):
     return None if x is None else round(100.0 * x, 2)
 
 
-def evaluate(checkpoint, samples, scoring: Scoring | None = None, *, loading: Loading | None = None,
-             target_head=None, hidden_normed: str = "auto", ranks=None, predict_for=(), **knobs) -> EvalResult:
-    """Score a draft (path or loaded `Eagle3Draft`) over a samples folder under each reading.
+def evaluate(checkpoint, samples, *, target_head=None, hidden_normed: str = "auto", ranks=None, predict_for=(),
+             name: str | None = None, **settings) -> EvalResult:
+    """Score a draft (path, opened `Checkpoint` or loaded `Eagle3Draft`) over a samples folder under each reading.
 
-    How it scores is one `Scoring` (readings, steps, topk, mask_at, batch_size, max_samples,
-    workers, progress) and how a path is loaded one `Loading` (device, dtype, embed_from,
-    draft_config); their fields may also be given as keywords (`evaluate(ck, samples, steps=3,
-    device="cpu")`), over `scoring` / `loading` when both are given.
+    `settings`: `Scoring`'s fields (readings, steps, accuracy_topk, mask_at, batch_size, max_samples,
+    workers, progress) and `Loading`'s (device, dtype, embed_from, draft_config), by name
+    (`evaluate(ck, samples, steps=3, device="cpu")`); `score` takes the two objects and a loaded
+    draft instead (one form each, never both). `topk` is the old name of `accuracy_topk` (the
+    accuracy's top-k, not a drafting tree's width), still read. `name`: how the result names the checkpoint
+    (default: the path given, else the draft's source).
 
     `samples` may hold `train/` and `val/` subfolders: each is scored (up to `max_samples`
     samples each) and reported side by side, and pooled at the top level. `target_head` (a target
@@ -276,13 +277,26 @@ def evaluate(checkpoint, samples, scoring: Scoring | None = None, *, loading: Lo
     is refused (say which). The result records what was used (`hidden_normed`,
     `hidden_normed_how`). See docs/eagle3-facts.md, 'Offline hidden states'.
     """
-    more_scoring, more_loading = split_knobs(knobs, Scoring, Loading)
-    scoring = replace(scoring or Scoring(), **more_scoring)
-    loading = replace(loading or Loading(), **more_loading)
+    if "topk" in settings:
+        settings["accuracy_topk"] = settings.pop("topk")
+    more_scoring, more_loading = split_knobs(settings, Scoring, Loading)
+    scoring = replace(Scoring(), **more_scoring)
+    scoring = replace(scoring, readings=tuple(scoring.readings))
+    _checked_readings(scoring, samples)
+    _checked_normed(hidden_normed)
+    model = as_model(checkpoint, Loading(**more_loading))
+    name = name or (str(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else None)
+    return score(model, samples, scoring, target_head=target_head, hidden_normed=hidden_normed, ranks=ranks,
+                 predict_for=predict_for, name=name)
+
+
+def score(model, samples, scoring: Scoring, *, target_head=None, hidden_normed: str = "auto", ranks=None,
+          predict_for=(), name: str | None = None) -> EvalResult:
+    """`evaluate` on a loaded draft with its `Scoring` (see `evaluate` for the arguments): the
+    draft is opened and loaded once, by whoever calls (the CLI: at its door, `preflight`'s opened
+    checkpoint). `name`: how the result names the checkpoint (default: the draft's source)."""
     readings = _checked_readings(scoring, samples)
-    if hidden_normed not in HIDDEN_NORMED:
-        raise ValueError(f"hidden_normed={hidden_normed!r}; expected one of {HIDDEN_NORMED}")
-    model = as_model(checkpoint, loading=loading)
+    _checked_normed(hidden_normed)
     dev, dt = model_info(model)
     _, vocab, draft_vocab = draft_sizes(model)
     d2t = draft_d2t(model)
@@ -292,12 +306,14 @@ def evaluate(checkpoint, samples, scoring: Scoring | None = None, *, loading: Lo
         head, how = _head_normed(head, samples, hidden_normed)
     notes = []
     full_vocab = d2t is None and vocab == draft_vocab
-    name = str(getattr(model, "source", None) or checkpoint)
+    source = getattr(model, "source", None)
+    shown = str(source or name or "(loaded draft)")  # the notes name the draft's source first
+    name = name or str(source or "(loaded draft)")  # the result: the path given first
     if full_vocab:
-        notes.append(FULL_VOCAB_NOTE.format(ckpt=name, n=vocab))
+        notes.append(FULL_VOCAB_NOTE.format(ckpt=shown, n=vocab))
         readings = ["offset"]
     elif d2t is None:
-        notes.append(NO_D2T_WARNING.format(ckpt=name))
+        notes.append(NO_D2T_WARNING.format(ckpt=shown))
         warnings.warn(notes[-1], stacklevel=2)
         readings = ["none"]
     scoring = replace(scoring, readings=tuple(readings))
@@ -305,10 +321,9 @@ def evaluate(checkpoint, samples, scoring: Scoring | None = None, *, loading: Lo
     counters = _count_splits(model, samples, scoring, sets, head, ranks or SINGLE)
     overall = counters.pop("all") if "all" in counters else merge_counters(list(counters.values()))
     return EvalResult(
-        checkpoint=str(checkpoint) if not isinstance(checkpoint, torch.nn.Module)
-        else str(getattr(checkpoint, "source", None) or "(loaded draft)"),
+        checkpoint=name,
         samples=str(samples) if isinstance(samples, (str, os.PathLike)) else "(samples)",
-        readings=readings, steps=scoring.steps, topk=scoring.topk, device=str(dev),
+        readings=readings, steps=scoring.steps, topk=scoring.accuracy_topk, device=str(dev),
         dtype=str(dt).removeprefix("torch."),
         overall=overall.scores(), splits={k: c.scores() for k, c in counters.items()},
         warnings=notes, has_d2t=d2t is not None, target_head=None if head is None else head.path,
@@ -346,14 +361,19 @@ def _head_normed(head: TargetHead, samples, hidden_normed: str) -> tuple[TargetH
 def _checked_readings(scoring: Scoring, samples) -> list:
     """The readings to score, each once; a ValueError or BadInputError for a bad argument."""
     check_mask_at(scoring.mask_at)
-    if scoring.steps < 1 or scoring.topk < 1:
-        raise ValueError("steps and topk must be at least 1")
+    if scoring.steps < 1 or scoring.accuracy_topk < 1:
+        raise ValueError("steps and accuracy_topk must be at least 1")
     readings = list(dict.fromkeys(scoring.readings))
     for r in readings:
         check_reading(r)
     if isinstance(samples, (str, os.PathLike)) and not Path(samples).exists():
         raise BadInputError(samples, "no such samples folder")
     return readings
+
+
+def _checked_normed(hidden_normed: str) -> None:
+    if hidden_normed not in HIDDEN_NORMED:
+        raise ValueError(f"hidden_normed={hidden_normed!r}; expected one of {HIDDEN_NORMED}")
 
 
 def _target_head_for(target_head, vocab: int, device, dtype) -> TargetHead | None:
@@ -372,7 +392,7 @@ def _count_splits(model, samples, scoring: Scoring, sets, head: TargetHead | Non
     parts = split_folders(samples) or {"all": samples}
     counters = {}
     for split, folder in parts.items():
-        cnt = ScoreCounter(list(scoring.readings), scoring.steps, *sets, head is not None, scoring.topk)
+        cnt = ScoreCounter(list(scoring.readings), scoring.steps, *sets, head is not None, scoring.accuracy_topk)
         here = replace(scoring, progress=scoring.progress and ranks.main,
                        workers=_workers(folder, scoring.max_samples, scoring.workers))
         for _, out in iter_batches(model, folder, here, head=head, desc=f"scoring {split}",

@@ -39,14 +39,14 @@ MASK_AT = ("label", "position", "specforge", "speculators")  # whose loss_mask d
 class Scoring:
     """How a scoring pass drafts and counts (`evaluate`'s scoring knobs, one object).
 
-    `readings` of d2t scored side by side; `steps` drafted per position, the top-`topk` candidates
-    ranked; `mask_at` whose loss_mask decides what counts (`MASK_AT`); batches of `batch_size`;
+    `readings` of d2t scored side by side; `steps` drafted per position, the top-`accuracy_topk`
+    candidates ranked (the accuracy's top-k, not a drafting tree's width); `mask_at` whose loss_mask decides what counts (`MASK_AT`); batches of `batch_size`;
     at most `max_samples` samples per split; `workers` reader threads (None: decided per folder);
     `progress` bars."""
 
     readings: tuple = READINGS
     steps: int = 1
-    topk: int = 5
+    accuracy_topk: int = 5
     mask_at: str = "label"
     batch_size: int = 8
     max_samples: int | None = None
@@ -99,22 +99,11 @@ def model_info(model) -> tuple[torch.device, torch.dtype]:
     return p.device, p.dtype
 
 
-def _config_get(cfg, *names, default=None):
-    for n in names:
-        v = cfg.get(n) if isinstance(cfg, dict) else getattr(cfg, n, None)
-        if v is not None:
-            return v
-    return default
-
-
 def draft_sizes(model) -> tuple[int, int, int]:
-    """(target hidden size, target vocab size, draft vocab size) of a loaded draft."""
+    """(target hidden size, target vocab size, draft vocab size) of a loaded draft, as its
+    `DraftConfig` normalised them (`helpers.model.config`)."""
     cfg = model.config
-    hidden = _config_get(cfg, "hidden_size")
-    target_hidden = _config_get(cfg, "target_hidden_size", default=hidden)
-    vocab = _config_get(cfg, "vocab_size", "target_vocab_size")
-    draft_vocab = _config_get(cfg, "draft_vocab_size", default=vocab)
-    return int(target_hidden), int(vocab), int(draft_vocab)
+    return int(cfg.target_hidden_size), int(cfg.vocab_size), int(cfg.draft_vocab_size)
 
 
 def draft_d2t(model) -> torch.Tensor | None:
@@ -248,14 +237,14 @@ def check_mask_at(mask_at: str) -> str:
     return mask_at
 
 
-def as_model(checkpoint, device=None, dtype=None, embed_from=None, draft_config=None, *, loading: Loading | None = None):
-    """A loaded draft: `checkpoint` itself when it is one, else `load_draft(checkpoint, ...)` (the
-    loading knobs as arguments, or as one `Loading`)."""
+def as_model(checkpoint, loading: Loading = Loading()):
+    """A loaded draft: `checkpoint` itself when it is one, else `load_draft(checkpoint, ...)` as
+    `loading` says (a path, or a `Checkpoint` already opened at the door)."""
     if isinstance(checkpoint, torch.nn.Module):
         return checkpoint
     from helpers.model.draft import load_draft
 
-    ld = loading or Loading(device, dtype, embed_from, draft_config)
+    ld = loading
     return load_draft(checkpoint, device=ld.device, dtype=parse_dtype(ld.dtype), embed_from=ld.embed_from,
                       draft_config=ld.draft_config)
 
@@ -295,7 +284,7 @@ def cpu_threads(model):
     per 3-step batch of the bundled draft). Large drafts keep torch's thread count.
     """
     device, _ = model_info(model)
-    small = int(_config_get(model.config, "hidden_size", default=0)) < 1024
+    small = int(model.config.hidden_size) < 1024
     before = torch.get_num_threads()
     if device.type == "cpu" and small and before > 1:
         torch.set_num_threads(1)
@@ -309,10 +298,10 @@ def cpu_threads(model):
 def iter_batches(model, samples, scoring: Scoring, *, head=None, desc: str = "drafting", shard=(0, 1)):
     """(batch of samples, `predict_batch`'s output) per batch, each sample checked against the draft.
 
-    `scoring`: steps, readings, topk, mask_at, batch size, sample limit, progress, and `workers`
+    `scoring`: steps, readings, accuracy_topk, mask_at, batch size, sample limit, progress, and `workers`
     threads reading files ahead (pinned memory when the draft is on a GPU; None: none).
     `shard=(rank, world)` keeps every world-th sample file."""
-    steps, readings, topk, batch_size = scoring.steps, list(scoring.readings), scoring.topk, scoring.batch_size
+    steps, readings, topk, batch_size = scoring.steps, list(scoring.readings), scoring.accuracy_topk, scoring.batch_size
     max_samples, workers = scoring.max_samples, scoring.workers or 0
     aux_w_cfg, vocab, _ = draft_sizes(model)
     aux_width = 3 * aux_w_cfg
@@ -366,7 +355,7 @@ def draft_predictions(
     check_reading(reading)
     if reading != "none" and draft_d2t(model) is None:
         raise BadInputError(None, f"the draft has no d2t: only the 'none' reading can be used, not {reading!r}")
-    scoring = Scoring(readings=(reading,), steps=steps, topk=topk, mask_at=check_mask_at(mask_at),
+    scoring = Scoring(readings=(reading,), steps=steps, accuracy_topk=topk, mask_at=check_mask_at(mask_at),
                       batch_size=batch_size, max_samples=max_samples, progress=progress, workers=0)
     for batch, (lengths, preds, labels, mask, tl) in iter_batches(model, samples, scoring, head=target_head,
                                                                    desc=f"drafting ({reading})"):

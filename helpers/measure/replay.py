@@ -17,7 +17,7 @@ import torch
 from helpers.acceptance.chain import chain_expected
 from helpers.core.errors import BadInputError
 from helpers.io.samples import split_folders
-from helpers.measure.predict import as_model, draft_predictions
+from helpers.measure.predict import Loading, as_model, draft_predictions
 
 
 def histogram_mean(counts: np.ndarray) -> float:
@@ -125,7 +125,7 @@ def replay(checkpoint_or_model, samples_dir, steps: int = 4, reading: str = "off
     """
     if int(steps) < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    model = as_model(checkpoint_or_model, device, dtype, embed_from)
+    model = as_model(checkpoint_or_model, Loading(device, dtype, embed_from))
     parts = split_folders(samples_dir) or {"all": samples_dir}
     results = {}
     for split, folder in parts.items():

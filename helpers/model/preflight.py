@@ -1,8 +1,10 @@
 """The door: every input of a run checked before anything heavy loads, cheapest checks first.
 
-`preflight(RunInputs(...), Door(...))` is the one validation layer every front end calls before it
-loads a model or runs a notebook (`RunInputs`: what the user gave; `Door`: what the front end runs
-and how it names its inputs): the CLI commands (`capture`, `speculate`, `doctor`, `diff`,
+`preflight(Inputs(...), Door(...))` is the one validation layer every front end calls before it
+loads a model or runs a notebook (`Inputs`: what the user gave; `Door`: what the front end runs
+and how it names its inputs); it returns the same `Inputs` opened: paths absolute where local, the
+target's config read (`target_cfg`), the prompt records counted, the draft's checkpoint open
+(`opened`) where the door read it. Every later stage takes that object, not the paths again: the CLI commands (`capture`, `speculate`, `doctor`, `diff`,
 `report`), the report's `validate`, the notebooks' `helpers.ui.notebook.setup()` (on the
 parameters cell's values) and the dashboard. It checks, in this order, and stops at the first
 problem with one `BadInputError` line naming the input:
@@ -32,7 +34,7 @@ the `Drafting` value they describe.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from helpers.engines.registry import DEFAULT_ENGINE, aux_convention, captured_layers, engine_at
@@ -43,23 +45,6 @@ from helpers.io.prompts import check_prompts
 from helpers.model.fit import compare_to_target, text_config
 
 EAGLE_AUX = 3  # hidden states an EAGLE-3 draft's fc concatenates
-
-
-@dataclass(frozen=True)
-class Checked:
-    """The inputs as checked: paths (absolute where local) and what was learnt on the way."""
-
-    checkpoint: str | None = None
-    target: str | None = None
-    target_config: str | None = None
-    prompts: str | None = None
-    prompt_records: int | None = None
-    embed_from: str | None = None
-    previous: str | None = None
-    samples: str | None = None
-    target_head: str | None = None
-    aux_layers: tuple[int, ...] | None = None
-    opened: object = None  # the draft's open `Checkpoint` when the door read it (pass it on: no second read)
 
 
 def _abs(p: str | None) -> str | None:
@@ -180,9 +165,10 @@ def check_aux_layers(layers, *, engine: str = DEFAULT_ENGINE, ck=None, fc_key=No
 
 
 @dataclass(frozen=True)
-class RunInputs:
-    """A run's inputs as the user gave them (paths, the prompt count, the aux layers and the engine
-    whose convention reads them); `preflight` returns them as `Checked`."""
+class Inputs:
+    """A run's inputs: as the user gave them (paths, the prompt count, the aux layers and the engine
+    whose convention reads them), and, once `preflight` returns them, opened: paths absolute where
+    local, aux layers checked, and what the door read on the way (`checked` True)."""
 
     checkpoint: str | None = None
     target: str | None = None
@@ -195,6 +181,11 @@ class RunInputs:
     target_head: str | None = None
     aux_layers: Sequence[int] | None = None
     engine: str = DEFAULT_ENGINE
+    # what the door learnt (set by `preflight`; pass them on: nothing is read twice)
+    checked: bool = False
+    prompt_records: int | None = None  # prompt records in `prompts` (up to max_prompts)
+    target_cfg: dict | None = field(default=None, compare=False, repr=False)  # the target's config.json, read once
+    opened: object = field(default=None, compare=False, repr=False)  # the draft's open `Checkpoint` where the door read it
 
 
 @dataclass(frozen=True)
@@ -218,8 +209,8 @@ class Door:
     fit: bool = True
 
 
-def preflight(given: RunInputs, door: Door = Door()) -> Checked:
-    """Check a run's inputs at the door (see the module docstring); returns them checked."""
+def preflight(given: Inputs, door: Door = Door()) -> Inputs:
+    """Check a run's inputs at the door (see the module docstring); returns them opened."""
     target_flag, max_prompts, max_prompts_flag = door.target_flag, given.max_prompts, door.max_prompts_flag
     # 1. flags that contradict each other, counts
     conflicting({target_flag: given.target, "--target-config": given.target_config},
@@ -252,10 +243,10 @@ def preflight(given: RunInputs, door: Door = Door()) -> Checked:
     layers = None
     if given.aux_layers:
         layers = check_aux_layers(given.aux_layers, engine=given.engine, ck=ck, fc_key=fc, target_cfg=tcfg)
-    return Checked(checkpoint=_abs(checkpoint), target=_abs(target), target_config=_abs(target_config),
+    return replace(given, checkpoint=_abs(checkpoint), target=_abs(target), target_config=_abs(target_config),
                    prompts=_abs(prompts), prompt_records=records, embed_from=_abs(embed_from),
                    previous=_abs(previous), samples=_abs(samples), target_head=_abs(target_head), aux_layers=layers,
-                   opened=ck)
+                   checked=True, target_cfg=tcfg, opened=ck)
 
 
 # -- samples against the draft and the target they claim (their capture.json) -------------------------

@@ -98,7 +98,7 @@ def replay_walk(checkpoint_or_model, samples_dir, steps: int = 5, reading: str =
     """
     from helpers.measure.predict import as_model, draft_predictions
 
-    model = as_model(checkpoint_or_model, None, None, None)
+    model = as_model(checkpoint_or_model)
     counts = np.zeros(int(steps) + 2, dtype=np.int64)
     n = 0
     for p in draft_predictions(model, samples_dir, steps=int(steps), reading=reading, topk=1,

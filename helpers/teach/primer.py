@@ -263,7 +263,7 @@ def accept_length_example(checkpoint, samples, *, draft_tokens: int = 3, max_sam
     from helpers.measure.evaluate import evaluate
     from helpers.speculate.compare import predicted_chain
 
-    r = evaluate(checkpoint, samples, readings=("offset", "absolute"), steps=draft_tokens, topk=1,
+    r = evaluate(checkpoint, samples, readings=("offset", "absolute"), steps=draft_tokens, accuracy_topk=1,
                  max_samples=max_samples, progress=False)
     rows = []
     for name, sc in r.overall.readings.items():

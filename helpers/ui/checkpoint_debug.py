@@ -467,7 +467,7 @@ def predicted_per_copy(copies: dict, samples, draft_tokens: int) -> tuple["pd.Da
     for name, path in copies.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a copy without d2t is scored as draft id = target id, with a warning
-            r = evaluate(path, samples, readings=("offset", "absolute", "none"), steps=draft_tokens, topk=1,
+            r = evaluate(path, samples, readings=("offset", "absolute", "none"), steps=draft_tokens, accuracy_topk=1,
                          progress=False)
         results[name] = r
         served = "none" if name == "d2t-missing" else "offset"

@@ -70,13 +70,13 @@ def check_parameters(*, checkpoint=None, target=None, target_config=None, prompt
     """A notebook's inputs at the door. Only string paths are checked (a notebook may hold other
     objects under these names); with a target and prompts (notebook 07) the draft must be whole
     and fit the target."""
-    from helpers.model.preflight import Door, RunInputs, preflight
+    from helpers.model.preflight import Door, Inputs, preflight
 
     def s(x):
         return x if isinstance(x, str) and x.strip() else None
 
     runs_draft = bool(s(target) and s(prompts) and s(checkpoint))
-    preflight(RunInputs(checkpoint=s(checkpoint), target=s(target), target_config=s(target_config), prompts=s(prompts),
+    preflight(Inputs(checkpoint=s(checkpoint), target=s(target), target_config=s(target_config), prompts=s(prompts),
                         embed_from=s(embed_from), target_head=s(target_head),
                         max_prompts=max_prompts if isinstance(max_prompts, int) and s(prompts) else None),
               Door(what="this notebook", target_flag="target", max_prompts_flag="max_prompts",

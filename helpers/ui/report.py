@@ -221,7 +221,7 @@ def validate(settings: RunSettings) -> RunSettings:
     """Every input checked and paths made absolute; a bad one raises one `BadInputError` line."""
     from helpers.core.devices import parse_dtype, resolve_device
     from helpers.doctor.inspection import inspect_path
-    from helpers.model.preflight import Door, RunInputs, preflight
+    from helpers.model.preflight import Door, Inputs, preflight
     from helpers.serving.logs import read_log
 
     s = settings
@@ -239,9 +239,7 @@ def validate(settings: RunSettings) -> RunSettings:
         raise BadInputError(None, f"--temperature must be 0 or more, got {s.temperature}")
     # the door every front end shares: paths, prompt records, the draft's fit to the target (notebook 07
     # runs the draft, so it needs its weights), --target and --target-config not both
-    c = preflight(RunInputs(checkpoint=s.checkpoint, target=s.target, target_config=s.target_config, prompts=s.prompts,
-                            max_prompts=s.max_prompts, embed_from=s.embed_from, samples=s.samples,
-                            target_head=s.target_head),
+    c = preflight(s.inputs(),
                   Door(what="the report's notebook 07", need_weights=bool(s.target), fit=bool(s.target)))
     checkpoint = c.checkpoint
     inspect_path(checkpoint)  # the mapping reads (or the one line says why not)
@@ -257,11 +255,11 @@ def validate(settings: RunSettings) -> RunSettings:
 
         estimate_load_bytes(c.opened or checkpoint, embed_from=paths["embed_from"])
     if paths["target"]:  # what `speculate` checks before and after loading the pair, from the files alone
-        from helpers.model.preflight import check_target_fit, target_config_of
+        from helpers.model.preflight import check_target_fit
         from helpers.model.target import check_speculation_target
 
-        check_speculation_target(paths["target"])
-        check_target_fit(c.opened, paths["target"], target_config_of(paths["target"], None), shown=s.checkpoint)
+        check_speculation_target(paths["target"], c.target_cfg)
+        check_target_fit(c.opened, paths["target"], c.target_cfg, shown=s.checkpoint)
     if paths["samples"]:  # samples captured from another target than the draft's or --target (their capture.json)
         from helpers.model.preflight import check_samples
 

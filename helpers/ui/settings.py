@@ -114,6 +114,14 @@ class RunSettings:
                 out[name] = list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
         return out
 
+    def inputs(self):
+        """The run's inputs as `helpers.model.preflight.preflight` takes them (the paths and the prompt count)."""
+        from helpers.model.preflight import Inputs
+
+        return Inputs(checkpoint=self.checkpoint, target=self.target, target_config=self.target_config,
+                      prompts=self.prompts, max_prompts=self.max_prompts, embed_from=self.embed_from,
+                      samples=self.samples, target_head=self.target_head)
+
     def evaluate_kwargs(self) -> dict:
         """What `helpers.measure.evaluate.evaluate` takes from these settings besides the checkpoint and
         samples (`helpers.measure.evaluate.evaluate_settings` calls it so; the dashboard builds its Run

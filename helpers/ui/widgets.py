@@ -352,10 +352,10 @@ class Dashboard:
             for name in ("checkpoint",) if spec else ("checkpoint", "samples"):
                 if not args[name]:
                     raise BadInputError(None, f"choose a {name} first")
-            from helpers.model.preflight import Door, RunInputs, preflight
+            from helpers.model.preflight import Door, Inputs, preflight
 
             target = self.spec.target.value.strip() or None if spec else None
-            preflight(RunInputs(checkpoint=args["checkpoint"], embed_from=args["embed_from"], target=target,
+            preflight(Inputs(checkpoint=args["checkpoint"], embed_from=args["embed_from"], target=target,
                                 samples=None if spec else args["samples"]),
                       Door(what="the dashboard", target_flag="target", need_weights=True,
                            fit=bool(target)))  # the door, before the draft loads
