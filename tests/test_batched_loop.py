@@ -6,7 +6,6 @@ sampled runs reproduce with their seeds, each prompt's tokens independent of the
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,8 +16,8 @@ from helpers.io.prompts import read_prompts
 from helpers.speculate.builder import build_run, spec_settings
 from helpers.speculate.loop import speculate
 from helpers.speculate.result import SpecSettings
+from conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 # (draft, target, engine): the Kimi draft's aux ids are vLLM's
 PAIRS = {"llama": ("engine_llama/draft", "engine_llama/target", None),
          "kimi": ("engine_kimi/draft", "engine_kimi/target", "vllm"),

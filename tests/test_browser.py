@@ -28,9 +28,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLES
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-SAMPLES = ROOT / "data_samples"
 
 
 NOTEBOOK = "05_live_forward_pass.ipynb"

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import same_up_to_rounding
+from conftest import SAMPLES, same_up_to_rounding
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
 TARGET = SAMPLES / "tiny_target"
 PROMPTS = SAMPLES / "prompts.jsonl"
 

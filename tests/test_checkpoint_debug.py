@@ -15,10 +15,9 @@ from helpers.core.errors import BadInputError
 from helpers.io.checkpoint import load_mapping
 from helpers.ui import checkpoint_debug as debug
 from helpers.teach import checkpoint_exercises as ex
-from conftest import side_file_draft
+from conftest import SAMPLES, side_file_draft
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
 NB08 = ROOT / "notebooks" / "08_debug_a_checkpoint.ipynb"
 
 

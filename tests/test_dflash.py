@@ -23,6 +23,7 @@ from helpers.model.dflash import (
     dflash_draft,
     vllm_aux_ids,
 )
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "dflash"
@@ -121,7 +122,7 @@ def test_recognised_from_config_and_names_and_an_eagle3_draft_is_not():
     assert dflash_draft({"speculators_model_type": "dflash", "aux_hidden_state_layer_ids": [2, 10]}).trained_ids \
         == [1, 9]  # speculators' aux ids are vLLM's (id + 1)
     for sample in ("engine_llama/draft", "tiny_draft_sglang", "tiny_draft_speculators", "kimi_draft_mla"):
-        eagle = json.loads((ROOT / "data_samples" / sample / "config.json").read_text())
+        eagle = json.loads((SAMPLES / sample / "config.json").read_text())
         assert dflash_draft(eagle, ["midlayer.hidden_norm.weight", "fc.weight"]) is None, sample
 
 
@@ -176,7 +177,7 @@ def test_inspect_a_dflash_checkpoint_without_d2t_or_lm_head(tmp_path):
 
 
 def test_inspect_an_eagle3_draft_has_no_draft_kind():
-    r = inspect_path(ROOT / "data_samples" / "tiny_draft_sglang")
+    r = inspect_path(SAMPLES / "tiny_draft_sglang")
     assert r["draft_kind"] is None and r["dflash"] is None and r["dflash_layer_ids"] is None
 
 

@@ -24,9 +24,8 @@ from helpers.doctor.checks_weights import row_chunks as _row_chunks
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import has_error
 from helpers.doctor.fix import fix_checkpoint
-from conftest import side_file_draft
+from conftest import SAMPLES, side_file_draft
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 GOOD_SAMPLE = SAMPLES / "tiny_draft_sglang"
 TARGET_SAMPLE = SAMPLES / "tiny_target"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from helpers.doctor.diagnose import diagnose
-from tests.conftest import run_cli
+from tests.conftest import SAMPLES, run_cli
 
 FIX = Path(__file__).parent / "fixtures" / "llama33_70b"
-ENGINE_PAIR = Path(__file__).parents[1] / "data_samples" / "engine_llama"
+ENGINE_PAIR = SAMPLES / "engine_llama"
 
 
 def _doctor_json(*args) -> tuple[int, dict]:

@@ -16,9 +16,9 @@ from safetensors.torch import load_file
 
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import has_error
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
+
 NEW_CODES = {"eagle3-as-eagle", "lm-head-borrowed", "embed-mismatch", "context-length", "mapping-drift"}
 
 

@@ -25,9 +25,9 @@ from safetensors.torch import load_file, save_file
 
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.registry import NO_EFFECT
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
 FIXTURES = ROOT / "tests" / "fixtures" / "checkpoint_defects"
 LLAMA, KIMI = SAMPLES / "engine_llama", SAMPLES / "engine_kimi"
 

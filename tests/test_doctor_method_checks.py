@@ -23,9 +23,10 @@ from helpers.engines.table import ENGINE_TABLE
 from helpers.engines.registry import aux_layer_ids, engine_at, engines_at
 from helpers.doctor.checks_method import PEAGLE_SAYS, packed_layers
 from helpers.doctor.diagnose import diagnose
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-PAIR = ROOT / "data_samples" / "engine_llama"
+
+PAIR = SAMPLES / "engine_llama"
 DRAFT, TARGET = PAIR / "draft", PAIR / "target" / "config.json"
 
 # SpecForge's public P-EAGLE draft config, quoted whole from sgl-project/SpecForge configs/qwen3-8b-peagle.json

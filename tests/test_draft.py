@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +13,7 @@ from helpers.model.draft import Eagle3Draft, estimate_load_bytes, load_draft
 from helpers.model.config import DraftConfig, rope_inv_freq
 from helpers.core.errors import BadInputError
 from helpers.io.mapping import VocabMapping
-
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
+from conftest import SAMPLES
 
 
 V, VD, H, HT = 64, 24, 32, 48

@@ -6,16 +6,16 @@ Refusals are checked through the CLI: one line on stderr, exit 2, naming the fla
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from helpers.acceptance.chain import chain_expected
 from helpers.acceptance.drafting import Drafting, fill, tree_candidates
 from helpers.acceptance.tree import build_tree
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-DRAFT = ROOT / "data_samples" / "tiny_draft_sglang"
+
+DRAFT = SAMPLES / "tiny_draft_sglang"
 
 
 def test_one_value_for_chains_and_trees_and_every_engines_names():

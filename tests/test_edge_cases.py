@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import SAMPLES, run_cli
 
 ROOT = Path(__file__).parents[1]
-DATA = ROOT / "data_samples"
+DATA = SAMPLES
 
 
 # -- 6. the doctor on small targets ---------------------------------------------------------------------

@@ -10,14 +10,13 @@ engines' terms.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from helpers.acceptance.drafting import Drafting
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
+
 VLLM_METRICS = SAMPLES / "metrics" / "vllm_metrics.txt"
 SGLANG_META = SAMPLES / "metrics" / "sglang_meta_info.jsonl"
 DRAFT = SAMPLES / "tiny_draft_sglang"

@@ -16,11 +16,11 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import ROOT, script_module
+from conftest import ROOT, SAMPLES, script_module
 
-VLLM = ROOT / "data_samples" / "engine_truth" / "vllm-0.32.0-mutations.json.gz"
-LLAMACPP = ROOT / "data_samples" / "engine_truth" / "llamacpp-b11434-mutations.json.gz"
-PAIR = ROOT / "data_samples" / "engine_llama"
+VLLM = SAMPLES / "engine_truth" / "vllm-0.32.0-mutations.json.gz"
+LLAMACPP = SAMPLES / "engine_truth" / "llamacpp-b11434-mutations.json.gz"
+PAIR = SAMPLES / "engine_llama"
 
 
 def _judged(tmp_path_factory, table, spec):
@@ -28,7 +28,7 @@ def _judged(tmp_path_factory, table, spec):
     data = et.read_table(table)
     names = [r["case"] for r in data["rows"] if r["class"] != "healthy"]
     folders = et.make_mutations(tmp_path_factory.mktemp("mutations"), names)
-    folders |= {"healthy": PAIR / "draft", "kimi-healthy": ROOT / "data_samples" / "engine_kimi" / "draft"}
+    folders |= {"healthy": PAIR / "draft", "kimi-healthy": SAMPLES / "engine_kimi" / "draft"}
     folders = {r["case"]: folders[r["case"]] for r in data["rows"]}
     findings: dict = {}
     return et, data, et.doctor_predictions(folders, spec, findings), findings
@@ -112,7 +112,7 @@ def test_every_run_outcome_row_was_exercised_by_an_agreeing_run(vllm_truth, tmp_
     from helpers.engines.table import ENGINE_TABLE
 
     et, data, predicted, findings = vllm_truth
-    hand = json.loads((ROOT / "data_samples" / "engine_truth" / "vllm-0.32.0.json").read_text())
+    hand = json.loads((SAMPLES / "engine_truth" / "vllm-0.32.0.json").read_text())
     hand_findings: dict = {}
     hand_pred = et.doctor_predictions(et.make(tmp_path_factory.mktemp("hand"), [r["case"] for r in hand["rows"]]),
                                       None, hand_findings)

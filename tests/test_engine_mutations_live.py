@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ROOT, script_module
+from conftest import SAMPLES, script_module
 
 pytestmark = pytest.mark.engine
 
-TABLES = ROOT / "data_samples" / "engine_truth"
+TABLES = SAMPLES / "engine_truth"
 
 
 def _one_per_class(table, pairs=("m-", "kimi-m-")) -> list[dict]:

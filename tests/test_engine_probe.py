@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLES
+
 pytestmark = pytest.mark.engine
 
-ROOT = Path(__file__).resolve().parents[1]
-TARGET = ROOT / "data_samples" / "engine_llama" / "target"
-DRAFT = ROOT / "data_samples" / "engine_llama" / "draft"
+
+TARGET = SAMPLES / "engine_llama" / "target"
+DRAFT = SAMPLES / "engine_llama" / "draft"
 _COUNTER = re.compile(r'^vllm:spec_decode_num_(drafts|accepted_tokens)_total\{[^}]*\}\s+([0-9.eE+-]+)\s*$')
 
 

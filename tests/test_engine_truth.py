@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from conftest import ROOT, script_module
+from conftest import ROOT, SAMPLES, script_module
 
-TABLE = ROOT / "data_samples" / "engine_truth" / "vllm-0.32.0.json"
+TABLE = SAMPLES / "engine_truth" / "vllm-0.32.0.json"
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-from conftest import ROOT, script_module
+from conftest import SAMPLES, script_module
 
 pytestmark = pytest.mark.engine
 
-TABLE = json.loads((ROOT / "data_samples" / "engine_truth" / "vllm-0.32.0.json").read_text())
+TABLE = json.loads((SAMPLES / "engine_truth" / "vllm-0.32.0.json").read_text())
 RECORDED = {r["case"]: r for r in TABLE["rows"]}
 
 

@@ -16,9 +16,9 @@ import json
 
 import pytest
 
-from conftest import ROOT, script_module
+from conftest import ROOT, SAMPLES, script_module
 
-TABLE = ROOT / "data_samples" / "engine_truth" / "llamacpp-b11434.json"
+TABLE = SAMPLES / "engine_truth" / "llamacpp-b11434.json"
 # The GGUF rows the doctor is expected to get wrong, each with why (every other GGUF row must agree):
 GGUF_EXPECTED_TO_DISAGREE = {
     "gguf-d2t-off-by-one": "d2t's absolute ids each + 1 are still distinct ids inside the target vocab, which "

@@ -13,11 +13,11 @@ import json
 
 import pytest
 
-from conftest import ROOT, script_module
+from conftest import SAMPLES, script_module
 
 pytestmark = pytest.mark.engine
 
-TABLE = json.loads((ROOT / "data_samples" / "engine_truth" / "llamacpp-b11434.json").read_text())
+TABLE = json.loads((SAMPLES / "engine_truth" / "llamacpp-b11434.json").read_text())
 RECORDED = {r["case"]: r for r in TABLE["rows"]}
 CASES = ["healthy", "d2t-absolute", "d2t-missing", "d2t-zeros", "fc-norm-flag-no-keys", "aux-ids-top-four",
          "kimi-healthy", "gguf-d2t-offsets"]

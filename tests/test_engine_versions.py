@@ -22,10 +22,10 @@ from helpers.engines.registry import ENGINES, engine_at, engines_at
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import has_error
 from helpers.doctor.inspection import inspect_path
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCERS = ROOT / "data_samples" / "producers"
-SAMPLES = ROOT / "data_samples"
+PRODUCERS = SAMPLES / "producers"
 KIMI_MLA_CONFIG = ROOT / "tests" / "fixtures" / "kimi_k25_mla_draft" / "config.json"
 
 

@@ -18,11 +18,12 @@ from safetensors.torch import load_file, save_file
 from helpers.engines.table import ENGINE_TABLE
 from helpers.engines.registry import ENGINES, engine_at, engines_at, key_fate
 from helpers.doctor.diagnose import diagnose
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-PAIR = ROOT / "data_samples" / "engine_llama"
+
+PAIR = SAMPLES / "engine_llama"
 DRAFT, TCFG = PAIR / "draft", PAIR / "target" / "config.json"
-KIMI = ROOT / "data_samples" / "engine_kimi" / "draft"
+KIMI = SAMPLES / "engine_kimi" / "draft"
 # the newest releases read, asked of the table (a release read later changes no test)
 LC_NEWEST, TS_NEWEST = ENGINE_TABLE["llamacpp"].newest, ENGINE_TABLE["tokenspeed"].newest
 
@@ -223,7 +224,7 @@ def test_the_mapping_as_llamacpp_converts_it(tmp_path):
 
 
 def test_eagle31_options_by_engine_and_release(tmp_path):
-    fc_norm = ROOT / "data_samples" / "producers" / "specforge_fc_norm"
+    fc_norm = SAMPLES / "producers" / "specforge_fc_norm"
     llama = _found(fc_norm, "llamacpp", "variant-fc-norm", target=None)
     assert llama and llama[0].severity == "error" and "llama.cpp will not start" in llama[0].message
     assert [f.severity for f in _found(fc_norm, "tokenspeed", "variant-fc-norm", target=None)] == ["info"]

@@ -22,10 +22,11 @@ from helpers.engines import table as engine_table
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import Finding
 from helpers.doctor.registry import REGISTRY, cannot_repair, markdown_table, render_docs
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ROOT / "helpers"
-SAMPLE = ROOT / "data_samples" / "tiny_draft_sglang"
+SAMPLE = SAMPLES / "tiny_draft_sglang"
 CODE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)+$")
 # first arguments of `c.add(...)` that are not a literal: each such call site picks among codes it
 # states as literals nearby (a tuple's first item, a dict's value, a module constant), scanned below

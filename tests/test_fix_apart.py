@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
+from conftest import SAMPLES
 
 
 def _tree(folder: Path) -> dict[str, str]:

@@ -18,9 +18,8 @@ from helpers.doctor.diagnose import diagnose
 from helpers.doctor.findings import has_error
 from helpers.core.errors import BadInputError
 from helpers.doctor.fix import fix_checkpoint, plan_fix
-from conftest import side_file_draft
+from conftest import SAMPLES, side_file_draft
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 pytestmark = pytest.mark.skipif(not (SAMPLES / "tiny_draft_sglang").is_dir(), reason="bundled samples missing")
 

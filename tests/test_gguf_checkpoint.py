@@ -6,7 +6,6 @@ data_samples/engine_llama pair with the kit's writer (no llama.cpp needed).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,9 +25,10 @@ from helpers.io.gguf_files import (
     unpermute_qk,
     write_draft_gguf,
 )
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-PAIR = ROOT / "data_samples" / "engine_llama"
+
+PAIR = SAMPLES / "engine_llama"
 DRAFT = PAIR / "draft"
 
 

@@ -19,9 +19,10 @@ from safetensors.torch import load_file
 from helpers.engines.registry import arriving_layers, aux_max_index, layers_in
 from helpers.doctor.diagnose import diagnose
 from helpers.io.gguf_files import copy_gguf, stored_d2t, stored_tensor, write_draft_gguf
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-PAIR = ROOT / "data_samples" / "engine_llama"
+
+PAIR = SAMPLES / "engine_llama"
 TARGET_CONFIG = PAIR / "target" / "config.json"
 SPEC = "llamacpp==b11434"
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.torch import load_file
 
 from helpers.io.gguf_files import copy_gguf, stored_d2t, write_draft_gguf
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-PAIR = ROOT / "data_samples" / "engine_llama"
+
+PAIR = SAMPLES / "engine_llama"
 
 
 @pytest.fixture(scope="module")

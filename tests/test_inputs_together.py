@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from helpers.core.errors import BadInputError
+from conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 TINY = SAMPLES / "tiny_draft_sglang"
 KIMI_DRAFT = SAMPLES / "kimi_draft_mla"
 LOG = SAMPLES / "logs" / "sglang.log"  # server_args: speculative_num_steps=5, topk=4, num_draft_tokens=16

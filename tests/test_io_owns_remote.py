@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLES
+
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ROOT / "helpers"
-GOOD = ROOT / "data_samples" / "tiny_draft_sglang"
+GOOD = SAMPLES / "tiny_draft_sglang"
 TIME_LIMITS = {"timeout", "within_deadline", "set_timeout", "set_refresh", "TIMEOUT_ENV", "REFRESH_ENV"}
 
 

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import same_up_to_rounding
+from conftest import SAMPLES, same_up_to_rounding
 
 from helpers.acceptance.drafting import Drafting
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
 TARGET, DRAFT, STATES = SAMPLES / "kimi_target", SAMPLES / "kimi_draft_mla", SAMPLES / "kimi_hidden_states"
 PROMPTS = SAMPLES / "prompts.jsonl"
 CHAIN = {"drafting": Drafting(3)}

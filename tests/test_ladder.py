@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from helpers.speculate.ladder import Figure, evidence_ladder, samples_regenerated, z_score
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
+
 DRAFT, TARGET, PROMPTS = SAMPLES / "tiny_draft_sglang", SAMPLES / "tiny_target", SAMPLES / "prompts.jsonl"
 TREE = (5, 4, 16)
 

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
 
 import pytest
 
-from conftest import LoopbackServer
+from conftest import LoopbackServer, SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
+
 REPLAY = json.loads((SAMPLES / "engine_runs" / "llamacpp-b11434" / "replay.json").read_text())
 LOG, INFO_LOG = SAMPLES / "logs" / "llamacpp.log", SAMPLES / "logs" / "llamacpp_info.log"
 METRICS = SAMPLES / "metrics" / "llamacpp_metrics.txt"

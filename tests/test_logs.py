@@ -12,9 +12,9 @@ import pytest
 from helpers.core.errors import BadInputError
 from helpers.serving.log_lines import Garbled, parse_line
 from helpers.serving.logs import parse_lines, read_log
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
 
 LOGS = SAMPLES / "logs"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, start_http_server
@@ -34,9 +33,10 @@ from helpers.serving.metrics import (
     read_metrics,
 )
 from helpers.acceptance.tree import tree_expected
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-SGLANG_LOG = ROOT / "data_samples" / "logs" / "sglang.log"
+
+SGLANG_LOG = SAMPLES / "logs" / "sglang.log"
 
 
 def vllm_registry():
@@ -362,10 +362,10 @@ def test_online_offline_figure(tmp_path):
 
 def test_bundled_metrics_samples_convert_as_worked_by_hand():
     # vLLM: 4000 drafts, 6640 accepted -> 2.66; positions 3000, 2160, 1480 / 4000
-    a = normalise(read_metrics(ROOT / "data_samples" / "metrics" / "vllm_metrics.txt"))
+    a = normalise(read_metrics(SAMPLES / "metrics" / "vllm_metrics.txt"))
     assert a.accept_length == pytest.approx(2.66) and a.per_position_unconditional == pytest.approx([0.75, 0.54, 0.37])
     # SGLang: 285 tokens / 150 verifies = 1.9; pooled histogram [60, 55, 25, 10] -> 90, 35, 10 of 150
-    b = normalise(read_metrics(ROOT / "data_samples" / "metrics" / "sglang_meta_info.jsonl"))
+    b = normalise(read_metrics(SAMPLES / "metrics" / "sglang_meta_info.jsonl"))
     assert b.accept_length == pytest.approx(1.9)
     assert b.per_position_unconditional == pytest.approx([0.6, 35 / 150, 10 / 150])
     assert b.accept_length == pytest.approx(1 + sum(b.per_position_unconditional))
@@ -375,7 +375,7 @@ def test_bundled_metrics_samples_convert_as_worked_by_hand():
 def test_notebook_04_reads_metrics_and_says_not_given_without(tmp_path, run_notebook, notebooks_dir):
     nb = notebooks_dir / "04_accept_length_simulation.ipynb"
     out = tmp_path / "out"
-    metrics = ROOT / "data_samples" / "metrics" / "vllm_metrics.txt"
+    metrics = SAMPLES / "metrics" / "vllm_metrics.txt"
     quick = {"max_samples": 8, "trials": 20_000}  # the sections under test read metrics, not samples
     executed = run_notebook(nb, tmp_path / "a", {"output_dir": str(out), "metrics": str(metrics),
                                                  "speculate_per_position": [0.74, 0.53, 0.36], **quick})

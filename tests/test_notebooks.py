@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import check_executed
+from conftest import SAMPLES, check_executed
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -44,7 +44,7 @@ def _check_02(out, executed):
     verdicts = {p.stem: read_figure_metadata(p)["verdict"] for p in out.glob("readings_*.png")}
     assert verdicts == {"readings_mapping": "offset", "readings_misencoded": "absolute"}
     meta = read_figure_metadata(out / "readings_mapping.png")
-    d2t = NOTEBOOKS.parent / "data_samples" / "kimi_k25_mapping" / "d2t.pt"
+    d2t = SAMPLES / "kimi_k25_mapping" / "d2t.pt"
     assert meta["source_sha256"] == hashlib.sha256(d2t.read_bytes()).hexdigest()
 
 

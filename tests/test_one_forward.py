@@ -19,9 +19,10 @@ from helpers.io.mapping import to_target_ids
 from helpers.model.draft import load_draft
 from helpers.model.drafter import Drafter
 from helpers.model.layer import context_allowed
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCERS = ROOT / "data_samples" / "producers"
+PRODUCERS = SAMPLES / "producers"
 # Model-Optimizer's draft is refused by name (not modelled: tests/test_producer_exports.py)
 FIXTURES = sorted(p.name for p in PRODUCERS.iterdir() if (p / "reference.pt").exists()
                   and json.loads((p / "reference.json").read_text())["producer"] != "nvidia-modelopt")

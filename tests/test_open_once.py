@@ -16,9 +16,10 @@ import pytest
 import helpers.io.checkpoint as checkpoint_mod
 import helpers.io.tensor_files as tensor_files
 from helpers.__main__ import main
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-DRAFT = ROOT / "data_samples" / "tiny_draft_sglang"
+
+DRAFT = SAMPLES / "tiny_draft_sglang"
 
 
 @pytest.fixture

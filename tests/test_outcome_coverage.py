@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, script_module
+from conftest import SAMPLES, script_module
 from helpers.engines.table import ENGINE_TABLE
 from helpers.doctor.diagnose import diagnose
 
@@ -38,7 +38,7 @@ def copies(tmp_path_factory):
         opt = {k: a[a.index(flag) + 1] for flag, k in (("--target", "target"), ("--previous", "previous"),
                                                        ("--algorithm", "algorithm")) if flag in a}
         runs.append(dict(draft=Path(case["draft"]), **opt))
-    runs += [dict(draft=ROOT / "data_samples" / d) for d in BUNDLED]
+    runs += [dict(draft=SAMPLES / d) for d in BUNDLED]
     return runs
 
 

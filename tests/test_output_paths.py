@@ -16,8 +16,8 @@ import pytest
 from helpers.__main__ import main
 from helpers.core.errors import BadInputError
 from helpers.core.outputs import new_output_dir, output_dir, output_file
+from conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 LOG = SAMPLES / "logs" / "sglang.log"
 DRAFT = SAMPLES / "tiny_draft_sglang"
@@ -139,7 +139,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    p = subprocess.Popen([sys.executable, "-m", "helpers", "logs", str(root / "data_samples" / "logs" / "sglang.log"),
+    p = subprocess.Popen([sys.executable, "-m", "helpers", "logs", str(SAMPLES / "logs" / "sglang.log"),
                           "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=os.environ | {"PYTHONPATH": os.fspath(root)})
     p.stdout.read(10)

@@ -8,6 +8,7 @@ import pytest
 
 from helpers.core import paths
 from helpers.core.errors import BadInputError
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,8 +17,8 @@ def test_the_checkout_is_found_and_its_samples_are_the_default(monkeypatch, tmp_
     monkeypatch.delenv(paths.ENV, raising=False)
     monkeypatch.chdir(tmp_path)  # no ./data_samples here
     assert paths.checkout_root() == ROOT
-    assert paths.bundled_samples() == ROOT / "data_samples"
-    assert paths.bundled_samples("--target", "tiny_target") == ROOT / "data_samples" / "tiny_target"
+    assert paths.bundled_samples() == SAMPLES
+    assert paths.bundled_samples("--target", "tiny_target") == SAMPLES / "tiny_target"
 
 
 def test_the_current_folder_comes_before_the_checkout(monkeypatch, tmp_path):
@@ -45,7 +46,7 @@ def test_the_environment_variable_wins_and_is_not_silently_replaced(monkeypatch,
 
 def test_the_command_line_says_where_it_looked(monkeypatch, tmp_path, cli):
     monkeypatch.setenv(paths.ENV, str(tmp_path / "nowhere"))
-    r = cli("speculate", str(ROOT / "data_samples" / "tiny_draft_sglang"), "--max-prompts", "1")
+    r = cli("speculate", str(SAMPLES / "tiny_draft_sglang"), "--max-prompts", "1")
     assert r.returncode == 2 and r.stdout == ""
     assert re.fullmatch(r"error: --target: needs the bundled samples \(tiny_target\).*D2T_LAB_SAMPLES.*\n", r.stderr)
     assert str(tmp_path / "nowhere" / "tiny_target") in r.stderr

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import matplotlib
 
+from conftest import SAMPLES
+
 matplotlib.use("Agg")
 
 import datetime as dt
@@ -31,7 +33,6 @@ from helpers.plots.style import BAD as BAD_COLOUR
 from helpers.plots.style import DPI, set_style, style
 from helpers.plots.tokens import plot_token_view, token_style
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 GOOD = SAMPLES / "kimi_k25_mapping"
 BAD = SAMPLES / "kimi_k25_mapping_absolute"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,9 +29,9 @@ from helpers.acceptance.prediction import ASSUMPTIONS, predict, table_for
 from helpers.measure.predict import Predictions
 from helpers.measure.scores import rank_distribution
 from helpers.speculate.ladder import Figure, SamplesCheck, evidence_ladder, samples_answer_tokens
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
+
 TINY = dict(draft=SAMPLES / "tiny_draft_sglang", target=SAMPLES / "tiny_target", samples=SAMPLES / "tiny_hidden_states")
 KIMI = dict(draft=SAMPLES / "kimi_draft_mla", target=SAMPLES / "kimi_target", samples=SAMPLES / "kimi_hidden_states")
 SHAPES = (Drafting.chain(3), Drafting.chain(5), Drafting.tree(3, 2, 6), Drafting.tree(5, 4, 16))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import check_executed
+from conftest import SAMPLES, check_executed
 from teaching_text import answers_in_prose_above, check_cells, printed, printed_text, prose_numbers
 
 from helpers.teach import primer
@@ -24,7 +24,6 @@ from helpers.teach import primer_exercises as ex
 from helpers.io.checkpoint import load_mapping
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 PRIMER = NOTEBOOKS / "00_offset_encoding_primer.ipynb"
 
 TOY, P = primer.TOY, primer.PRACTICE

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LoopbackServer
+from conftest import LoopbackServer, SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "probe_vllm_0.32.json").read_text())
-TARGET = ROOT / "data_samples" / "engine_llama" / "target"
-DRAFT = ROOT / "data_samples" / "engine_llama" / "draft"
+TARGET = SAMPLES / "engine_llama" / "target"
+DRAFT = SAMPLES / "engine_llama" / "draft"
 
 
 def _recorded() -> dict:
@@ -212,7 +212,7 @@ def test_counters_only_gives_the_recorded_pages_accept_length_and_says_prompts_a
 
 def test_per_request_pooled_equals_the_counters_differenced(cli, tmp_path):
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text((ROOT / "data_samples" / "prompts.jsonl").read_text())
+    prompts.write_text((SAMPLES / "prompts.jsonl").read_text())
     with Engine("replay") as e:
         out = _json(cli("probe", e.url, "--target", TARGET, "--prompts", prompts, "--json", "-o", tmp_path / "o.json"))
     steps = sum(_spec(r)["num_spec_steps"] for r in FIXTURE["responses"])

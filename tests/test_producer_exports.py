@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,8 +20,9 @@ from helpers.doctor.diagnose import diagnose
 from helpers.doctor.inspection import inspect_path
 from helpers.io.checkpoint import load_mapping, open_checkpoint
 from helpers.model.draft import load_draft
+from conftest import SAMPLES
 
-PRODUCERS = Path(__file__).resolve().parents[1] / "data_samples" / "producers"
+PRODUCERS = SAMPLES / "producers"
 
 # name: (producer in reference.json, layer layout, MLA, error codes at the newest releases read (all engines)).
 # NeMo's MLA drafts say model_type deepseek_v3, which vLLM (run: 0.32.0) turns into DeepSeek's MTP model and

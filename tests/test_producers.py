@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,9 +22,10 @@ from helpers.model.config import DraftConfig
 from helpers.core.errors import BadInputError
 from helpers.measure.evaluate import evaluate
 from helpers.measure.predict import MASK_AT, draft_predictions
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-PRODUCERS = ROOT / "data_samples" / "producers"
+
+PRODUCERS = SAMPLES / "producers"
 TARGET = PRODUCERS / "target"
 # Model-Optimizer's and TorchSpec's fixtures are tested in tests/test_producer_exports.py (their exports
 # need more than the fixture folder: ModelOpt's config carries a rope override it did not train with).

@@ -26,8 +26,7 @@ import torch
 
 from helpers.io.checkpoint import find_checkpoints, load_mapping, open_checkpoint
 from helpers.core.errors import BadInputError
-
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
+from conftest import SAMPLES
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, str]]:

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from conftest import side_file_draft
+from conftest import SAMPLES, side_file_draft
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 GOOD = SAMPLES / "tiny_draft_sglang"
 
 

@@ -26,7 +26,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
+from conftest import SAMPLES
+
 GOOD = SAMPLES / "tiny_draft_sglang"
 METRICS = ("# TYPE sglang:spec_accept_length gauge\n"
            'sglang:spec_accept_length{model_name="m"} 2.5\n')

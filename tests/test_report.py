@@ -2,11 +2,11 @@
 in tests/test_wheel.py, from an installed wheel)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
+from conftest import SAMPLES
+
 
 
 

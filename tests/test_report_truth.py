@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLES
+
 pytestmark = pytest.mark.slow
 
 MAX_SAMPLES = "6"
 MAX_PROMPTS = "4"
-SAMPLE_LOG = Path(__file__).resolve().parents[1] / "data_samples" / "logs" / "sglang.log"
+SAMPLE_LOG = SAMPLES / "logs" / "sglang.log"
 
 
 def _copy_samples(src: Path, dst: Path, per_split: int = 6) -> Path:

@@ -16,11 +16,12 @@ from helpers.speculate.builder import build_run, spec_drafting, spec_engine, spe
 from helpers.acceptance.drafting import DEFAULT_DRAFTING
 from helpers.speculate.result import SpecSettings
 from helpers.ui.settings import RunSettings
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = ROOT / "data_samples" / "tiny_target"
-DRAFT = ROOT / "data_samples" / "tiny_draft_sglang"
-PROMPTS = ROOT / "data_samples" / "prompts.jsonl"
+TARGET = SAMPLES / "tiny_target"
+DRAFT = SAMPLES / "tiny_draft_sglang"
+PROMPTS = SAMPLES / "prompts.jsonl"
 NB07 = ROOT / "notebooks" / "07_speculative_decoding.ipynb"
 
 
@@ -113,7 +114,7 @@ def test_notebook_07_builds_its_run_with_the_builder():
 def test_dashboard_default_shape_and_engine_choice():
     from helpers.ui.widgets import Dashboard
 
-    dash = Dashboard(root=ROOT / "data_samples", checkpoint=DRAFT, mode="speculate", target=TARGET)
+    dash = Dashboard(root=SAMPLES, checkpoint=DRAFT, mode="speculate", target=TARGET)
     assert dash.spec.settings() == spec_settings(max_new_tokens=dash.spec.max_new_tokens.value)
     assert dash.steps.value == DEFAULT_DRAFTING.steps and dash.steps.layout.display == "none"  # the same default, hidden
     dash.spec.engine.value = "vllm"
@@ -129,8 +130,8 @@ def test_dashboard_engine_choice_changes_the_run(target):
     the draft different target layers (on this tiny pair the decoded tokens happen to agree)."""
     from helpers.ui.widgets import Dashboard
 
-    draft = ROOT / "data_samples" / "tiny_draft_speculators"
-    dash = Dashboard(ROOT / "data_samples", RunSettings(embed_from=str(TARGET), max_new_tokens=12, device="cpu",
+    draft = SAMPLES / "tiny_draft_speculators"
+    dash = Dashboard(SAMPLES, RunSettings(embed_from=str(TARGET), max_new_tokens=12, device="cpu",
                                                         dtype="float32"), checkpoint=draft, mode="speculate", target=TARGET)
     runs = {}
     for engine in ("sglang", "vllm"):

@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import gzip
 import io
-from pathlib import Path
 
 import pytest
 import torch
 
 from helpers.core.errors import BadInputError
 from helpers.io.samples import iter_samples, load_sample, sample_files
+from conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 HID = 8
 
@@ -181,7 +180,7 @@ def test_reading_ahead_gives_the_same_samples_in_order(tmp_path, processes):
     from helpers.core.errors import BadInputError
     from helpers.io.samples import iter_samples, stream_samples
 
-    src = Path(__file__).resolve().parents[1] / "data_samples" / "tiny_hidden_states" / "val"
+    src = SAMPLES / "tiny_hidden_states" / "val"
     plain = list(iter_samples(src))
     for shard in ((0, 1), (1, 3)):
         got = list(stream_samples(src, shard=shard, workers=2, ahead=5, processes=processes))

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LoopbackServer
+from conftest import LoopbackServer, SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 F = ROOT / "tests" / "fixtures" / "serving"
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "probe_vllm_0.32.json").read_text())
-TARGET = ROOT / "data_samples" / "engine_llama" / "target"
-DRAFT = ROOT / "data_samples" / "engine_llama" / "draft"  # an EAGLE-3 draft (fc takes 3 x hidden)
+TARGET = SAMPLES / "engine_llama" / "target"
+DRAFT = SAMPLES / "engine_llama" / "draft"  # an EAGLE-3 draft (fc takes 3 x hidden)
 
 SGL_FORCED = F / "sglang_0.5.23_simulated.log"
 SGL_EAGLE = F / "sglang_0.5.23_eagle_flag.log"
@@ -90,7 +90,7 @@ def test_a_setting_at_its_default_or_named_in_an_engine_error_is_not_forced(cli,
      """"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}'""", "rejection_sample_method=synthetic"),
 ])
 def test_metrics_page_with_a_forcing_launch_command(cli, command, setting):
-    page = ROOT / "data_samples" / "metrics" / "vllm_metrics.txt"
+    page = SAMPLES / "metrics" / "vllm_metrics.txt"
     text = _one_line(cli("metrics", page, "--launch-command", command))
     assert setting in text and "(--launch-command)" in text and "no conclusion" in text
     out = _json(cli("metrics", page, "--launch-command", command, "--json"))

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LoopbackServer
+from conftest import LoopbackServer, SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "probe_vllm_0.32.json").read_text())
-TARGET = ROOT / "data_samples" / "engine_llama" / "target"
+TARGET = SAMPLES / "engine_llama" / "target"
 
 
 def _page(drafts, draft_tokens, accepted, per_pos, model="target", prefix="vllm") -> str:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,9 @@ from helpers.serving.startup import drafting_from_line
 from helpers.speculate.builder import spec_drafting
 from helpers.acceptance.drafting import DEFAULT_DRAFTING
 from helpers.ui.settings import RunSettings, default_source, note_defaults, resolve_drafting
+from conftest import SAMPLES
 
-LOGS = Path(__file__).resolve().parents[1] / "data_samples" / "logs"
+LOGS = SAMPLES / "logs"
 
 
 def test_start_up_lines_of_both_engines():

@@ -29,9 +29,9 @@ from helpers.acceptance.chain import (
     simulate_chain_loop,
 )
 from helpers.acceptance.throughput import throughput_model
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
 
 RATES = [0.05, 0.3, 0.6, 0.85, 0.97]
 KS = [1, 3, 7, 16]

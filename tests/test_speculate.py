@@ -8,7 +8,6 @@ replay on captured states of the same prompts; misread tables measure 1.0; a top
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,11 +20,12 @@ from helpers.model.draft import load_draft
 from helpers.io.prompts import read_prompts
 from helpers.speculate.compare import predicted_per_position, replay_walk
 from helpers.model.target import load_target
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-TARGET = ROOT / "data_samples" / "tiny_target"
-DRAFT = ROOT / "data_samples" / "tiny_draft_sglang"
-PROMPTS = ROOT / "data_samples" / "prompts.jsonl"
+
+TARGET = SAMPLES / "tiny_target"
+DRAFT = SAMPLES / "tiny_draft_sglang"
+PROMPTS = SAMPLES / "prompts.jsonl"
 CHAIN = {"drafting": Drafting(5)}
 TREE = {"drafting": Drafting(3, 4, 8)}
 CHI2_19_AT_0_001 = 43.82  # chi-square critical value, 19 degrees of freedom, p = 0.001
@@ -382,7 +382,7 @@ def test_dashboard_speculate_mode_streams_the_token_view(models):
     from helpers.ui.settings import RunSettings
     from helpers.ui.widgets import Dashboard
 
-    dash = Dashboard(ROOT / "data_samples", RunSettings(steps=3, max_new_tokens=16, device="cpu", dtype="float32"),
+    dash = Dashboard(SAMPLES, RunSettings(steps=3, max_new_tokens=16, device="cpu", dtype="float32"),
                      checkpoint=DRAFT, mode="speculate", target=TARGET)
     assert dash.samples.layout.display == "none" and dash.spec.controls.layout.display is None
     assert dash.checkpoint.layout.display is None and dash.root.layout.display is None  # only samples hidden

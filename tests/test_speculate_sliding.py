@@ -11,7 +11,6 @@ random accepted paths and comparing each verify row with the model's own forward
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,10 +27,11 @@ from helpers.model.target import (
     speculation_refusal,
 )
 from helpers.speculate.target_cache import TargetCache
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "data_samples" / "tiny_target"
-DRAFT = ROOT / "data_samples" / "tiny_draft_sglang"
+
+TINY = SAMPLES / "tiny_target"
+DRAFT = SAMPLES / "tiny_draft_sglang"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "vocab.json")
 FAMILIES = ("mistral", "gpt_oss", "gemma2", "gemma3")
 PROMPT = [1, 17, 240, 9, 1000]  # shorter than the window: the window is crossed while speculating

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
+from conftest import SAMPLES
+
+
 TARGET = SAMPLES / "tiny_target"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 

@@ -11,11 +11,10 @@ import json
 import pytest
 import torch
 
-from conftest import ROOT, run_cli, script_module
+from conftest import SAMPLES, run_cli, script_module
 from helpers.model.drift import check_drift
 from helpers.model.target import load_target
 
-SAMPLES = ROOT / "data_samples"
 DRAFT, TARGET, STATES = SAMPLES / "tiny_draft_sglang", SAMPLES / "tiny_target", SAMPLES / "tiny_hidden_states"
 
 
@@ -100,7 +99,7 @@ def test_drift_command_json(drifted):
 def test_predicted_loss_is_the_loss_the_loop_measures(drifted):
     """Recorded (2026-12-07, CPU): int2 target predicted 3.52 -> 1.21 (loss 2.31), loop 3.54 -> 1.21 (2.33);
     rotated predicted loss ~2.5, loop 3.54 -> 1.00 (2.54). Within 15 % each."""
-    prompts = ROOT / "data_samples" / "prompts" / "val.jsonl"  # the val samples' own prompts
+    prompts = SAMPLES / "prompts" / "val.jsonl"  # the val samples' own prompts
     shared = drifted / "draft_target_embedding"  # SGLang gives the draft the target's embedding
 
     def loop(target):

@@ -20,11 +20,11 @@ import pytest
 from helpers.engines.table import ENGINE_TABLE, QUOTED
 from helpers.teach import lessons
 from helpers.teach import primer_exercises as ex
+from conftest import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 NB00 = ROOT / "notebooks" / "00_offset_encoding_primer.ipynb"
 NB08 = ROOT / "notebooks" / "08_debug_a_checkpoint.ipynb"
-SAMPLES = ROOT / "data_samples"
 
 
 def _cells(path, kind=None):

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLES
+
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "data_samples"
 pytestmark = pytest.mark.slow
 ENV = os.environ | {"PYTHONPATH": os.fspath(ROOT), "OMP_NUM_THREADS": "1"}
 

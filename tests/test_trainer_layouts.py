@@ -26,14 +26,14 @@ from helpers.measure.predict import _labels_and_mask
 from helpers.io.pt_files import pt_kind
 from helpers.io.samples import iter_samples
 from helpers.model.target_head import detect_hidden_normed, load_target_head
+from conftest import SAMPLES
 
-ROOT = Path(__file__).resolve().parents[1] / "data_samples"
-LAY = ROOT / "producers" / "layouts"
-TARGET = ROOT / "producers" / "target"
+LAY = SAMPLES / "producers" / "layouts"
+TARGET = SAMPLES / "producers" / "target"
 SF_STEP = LAY / "specforge_trainer" / "tiny-step1"
 SPEC_D2T = LAY / "speculators_trainer_d2t" / "0"
 SPEC_NO = LAY / "speculators_trainer_no_d2t" / "0"
-REF = ROOT / "producers" / "specforge_control" / "reference.pt"
+REF = SAMPLES / "producers" / "specforge_control" / "reference.pt"
 
 pytestmark = pytest.mark.skipif(not LAY.exists(), reason="producer layouts not bundled")
 
@@ -205,8 +205,8 @@ def test_evaluate_needs_a_config_for_a_training_checkpoint(layout_samples, capsy
 
 
 # -- the target head: hidden_normed ---------------------------------------------------------------------
-TINY_TARGET = ROOT / "tiny_target"
-TINY_VAL = ROOT / "tiny_hidden_states" / "val"
+TINY_TARGET = SAMPLES / "tiny_target"
+TINY_VAL = SAMPLES / "tiny_hidden_states" / "val"
 
 
 def _agreement(head, samples):
@@ -243,9 +243,9 @@ def test_auto_detects_states_before_the_norm(tmp_path):
 @pytest.mark.skipif(not TINY_VAL.exists(), reason="bundled samples not generated")
 def test_evaluate_says_which_hidden_normed_it_used():
     kw = dict(readings=("offset",), device="cpu", progress=False, max_samples=8, target_head=TINY_TARGET)
-    auto = evaluate(ROOT / "tiny_draft_sglang", TINY_VAL, **kw)
-    yes = evaluate(ROOT / "tiny_draft_sglang", TINY_VAL, hidden_normed="yes", **kw)
-    no = evaluate(ROOT / "tiny_draft_sglang", TINY_VAL, hidden_normed="no", **kw)
+    auto = evaluate(SAMPLES / "tiny_draft_sglang", TINY_VAL, **kw)
+    yes = evaluate(SAMPLES / "tiny_draft_sglang", TINY_VAL, hidden_normed="yes", **kw)
+    no = evaluate(SAMPLES / "tiny_draft_sglang", TINY_VAL, hidden_normed="no", **kw)
     assert auto.hidden_normed == "yes" and auto.hidden_normed_how.startswith("auto:")
     assert yes.hidden_normed_how == "stated" and no.hidden_normed == "no"
     a, y, n = (r.overall.readings["offset"].target_top1 for r in (auto, yes, no))
@@ -277,10 +277,10 @@ def test_specforge_mask_on_the_bundled_samples(capsys):
     # 50-token samples, loss_mask on the last 24: SpecForge counts 24 positions per sample at
     # every step (2 more than 'position' at step 0, which drops the last two)
     kw = dict(readings=("offset",), device="cpu", progress=False, max_samples=4, steps=2)
-    sf = evaluate(ROOT / "tiny_draft_sglang", TINY_VAL, mask_at="specforge", **kw)
-    po = evaluate(ROOT / "tiny_draft_sglang", TINY_VAL, mask_at="position", **kw)
+    sf = evaluate(SAMPLES / "tiny_draft_sglang", TINY_VAL, mask_at="specforge", **kw)
+    po = evaluate(SAMPLES / "tiny_draft_sglang", TINY_VAL, mask_at="position", **kw)
     assert sf.overall.tokens == 4 * 24 and po.overall.tokens == 4 * 22
-    code, out, _ = run_cli(["evaluate", str(ROOT / "tiny_draft_sglang"), "--samples", str(TINY_VAL),
+    code, out, _ = run_cli(["evaluate", str(SAMPLES / "tiny_draft_sglang"), "--samples", str(TINY_VAL),
                             "--max-samples", "2", "--mask-at", "specforge", "--target-head", str(TINY_TARGET),
                             "--hidden-normed", "auto", "--readings", "offset", "--json"], capsys)
     d = json.loads(out)

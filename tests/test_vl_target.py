@@ -9,11 +9,10 @@ import json
 import pytest
 import torch
 
-from conftest import ROOT, run_cli, script_module
+from conftest import SAMPLES, run_cli, script_module
 from helpers.io.samples import load_sample, sample_files
 from helpers.model.target import HiddenStateCapture, load_target
 
-SAMPLES = ROOT / "data_samples"
 DRAFT, TARGET = SAMPLES / "tiny_draft_sglang", SAMPLES / "tiny_target"
 VAL_PROMPTS = SAMPLES / "prompts" / "val.jsonl"
 

@@ -6,7 +6,6 @@ the `Output` widget's `outputs` (what the browser renders). Runs on the bundled 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +15,8 @@ from helpers.io.samples import load_sample, sample_files
 from helpers.acceptance.drafting import DEFAULT_DRAFTING
 from helpers.ui.settings import RunSettings
 from helpers.ui.widgets import Dashboard, available_devices, find_sample_folders
+from conftest import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "data_samples"
 
 CKPT = SAMPLES / "tiny_draft_sglang"
 HS = SAMPLES / "tiny_hidden_states"
