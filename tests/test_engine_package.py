@@ -146,3 +146,87 @@ def test_the_two_sets_keep_their_uses():
     with pytest.raises(BadInputError, match="expected one of kimi_k2, deepseek_v3, deepseek_v2, kimi_k25"):
         DraftConfig.from_dict({"model_type": "llama", "kv_lora_rank": 512, "hidden_size": 64,
                                "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 100})
+
+
+# -- each engine's counting, one module (issue 47) ------------------------------------------------------------------
+# one run's counts: 10 verify steps with a draft of 3, 17 tokens accepted, 8 / 6 / 3 of them at positions 0 / 1 / 2
+DRAFTS, DRAFT_TOKENS, PER_POS = 10, 30, [8, 6, 3]
+HISTOGRAM = [2, 2, 3, 3]  # steps that accepted exactly 0, 1, 2, 3: the same counts as an answer's histogram
+
+
+def _counters(prefix: str) -> str:
+    labels = 'engine="0",model_name="m"'
+    out = [f"{prefix}spec_decode_num_drafts_total{{{labels}}} {DRAFTS}.0",
+           f"{prefix}spec_decode_num_draft_tokens_total{{{labels}}} {DRAFT_TOKENS}.0",
+           f"{prefix}spec_decode_num_accepted_tokens_total{{{labels}}} {sum(PER_POS)}.0"]
+    out += [f'{prefix}spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{j}"}} {n}.0'
+            for j, n in enumerate(PER_POS)]
+    return "\n".join(out) + "\n"
+
+
+def test_the_readers_and_engine_counts_give_one_accept_length(tmp_path):
+    """The same counts read from a vLLM per-request stats row, vLLM's and llama.cpp's /metrics, a vLLM answer's
+    histogram and a vLLM log line give the accept length EngineCounts gives for the same sums."""
+    import json
+
+    import numpy as np
+
+    from helpers.acceptance.sources import normalise
+    from helpers.engines import counting
+    from helpers.serving.metrics import MetricsTable, from_log, parse_prometheus, parse_records
+    from helpers.serving.probe_client import openai_reply, request_row
+
+    counts = counting.EngineCounts("vllm", 3, drafts=DRAFTS, draft_tokens=DRAFT_TOKENS,
+                                   accepted_per_position=np.array(PER_POS))
+    want = counts.accept_length
+    assert want == counting.accept_length(sum(PER_POS), DRAFTS) and abs(want - 2.7) < 1e-12
+    assert counting.histogram_accepted(HISTOGRAM) == sum(PER_POS) and counting.histogram_per_position(HISTOGRAM) == PER_POS
+
+    stats = {"request_id": "r1", "num_drafts": DRAFTS, "num_draft_tokens": DRAFT_TOKENS,
+             "num_accepted_tokens": sum(PER_POS), "num_accepted_tokens_per_pos": PER_POS}
+    answer = {"choices": [{"text": "x"}], "usage": {"completion_tokens": 28},
+              "metrics": {"speculative_decoding": {"acceptance_histogram": HISTOGRAM, "num_spec_steps": DRAFTS,
+                                                   "num_accepted_draft_tokens": sum(PER_POS),
+                                                   "num_draft_tokens": DRAFT_TOKENS, "num_spec_tokens": 3}}}
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 01-05 11:00:10 [loggers.py:123] SpecDecoding metrics: Mean acceptance length: 2.70, "
+                   "Accepted throughput: 1.70 tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 17 tokens, "
+                   "Drafted: 30 tokens, Per-position acceptance rate: 0.800, 0.600, 0.300, "
+                   "Avg Draft acceptance rate: 56.7%\n")
+    tables = {
+        "vllm per-request stats": parse_records([json.dumps(stats)]),
+        "vllm /metrics": parse_prometheus(_counters(counting.VLLM_PREFIX)),
+        "llama.cpp /metrics": parse_prometheus(_counters(counting.LLAMACPP_PREFIX)),
+        "vllm answer": MetricsTable("<probe>", "vllm-requests", [request_row(openai_reply(answer, "http://x"), 0)]),
+        "vllm log": from_log(log),
+    }
+    got = {name: normalise(t) for name, t in tables.items()}
+    assert {name: a.accept_length for name, a in got.items()} == dict.fromkeys(tables, want)
+    for name in ("vllm per-request stats", "vllm /metrics", "llama.cpp /metrics", "vllm answer", "vllm log"):
+        assert got[name].per_position_unconditional == [n / DRAFTS for n in PER_POS], name
+    # llama.cpp counts through EngineCounts by its own rule, the same formula
+    assert counting.EngineCounts("llamacpp", 3, drafts=DRAFTS, draft_tokens=DRAFT_TOKENS,
+                                 accepted_per_position=np.array(PER_POS)).accept_length == want
+    # SGLang's meta_info: tokens per verify step, its own formula from the same module
+    meta = {"meta_info": {"completion_tokens": 27, "spec_verify_ct": DRAFTS}}
+    assert normalise(parse_records([json.dumps(meta)])).accept_length == counting.sglang_accept_length(27, DRAFTS) == 2.7
+
+
+def test_the_readers_take_the_names_from_the_counting_module():
+    """No serving reader spells an engine's count names itself: they are `helpers.engines.counting`'s."""
+    from helpers.engines import counting
+
+    names = {*counting.SPEC_DECODE_COUNTERS, counting.SPEC_DECODE_PER_POS, *counting.VLLM_REQUEST_STATS,
+             counting.VLLM_ANSWER_HISTOGRAM, counting.VLLM_ANSWER_STEPS, counting.VLLM_ANSWER_ACCEPTED,
+             counting.VLLM_ANSWER_SPEC_TOKENS, counting.SGLANG_VERIFY, *counting.SGLANG_ACCEPTED,
+             *counting.SGLANG_PROPOSED, *counting.SGLANG_HISTOGRAM, counting.LLAMACPP_DRAFTED,
+             counting.LLAMACPP_ACCEPTED}
+    prefixed = {p + n for p in (counting.VLLM_PREFIX, counting.LLAMACPP_PREFIX) for n in
+                (*counting.SPEC_DECODE_COUNTERS, counting.SPEC_DECODE_PER_POS)}
+    found = {}
+    for f in ("records", "metrics", "probe_client", "log_lines", "bounds"):
+        tree = ast.parse((HELPERS / "serving" / f"{f}.py").read_text())
+        hits = [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names | prefixed]
+        if hits:
+            found[f] = hits
+    assert not found, found

@@ -30,6 +30,7 @@ import numpy as np
 
 from helpers.acceptance.drafting import Drafting, fill
 from helpers.core.errors import BadInputError
+from helpers.engines.counting import accept_length, sglang_accept_length
 
 DEFINITIONS = {
     "vllm-prometheus": "vLLM counters: accept length = 1 + accepted / drafts (bonus counted); per-position "
@@ -301,7 +302,7 @@ def _vllm(acc: Acceptance, rows, kind) -> list | None:
     if not drafts:
         acc.notes.append("no drafts counted (the drafts counter is 0): no accept length")
         return None
-    acc.accept_length = 1.0 + accepted / drafts
+    acc.accept_length = accept_length(accepted, drafts)
     if tokens:
         acc.source_rate = accepted / tokens
     pos = [r["accepted_per_pos"] for r in rows if r.get("accepted_per_pos")]
@@ -347,7 +348,7 @@ def _vllm_log(acc: Acceptance, rows) -> list | None:
         return None
     drafts = sum(r["drafts"] for r in counted)
     accepted = sum(r["accepted"] for r in counted)
-    acc.accept_length = 1.0 + accepted / drafts
+    acc.accept_length = accept_length(accepted, drafts)
     acc.source_rate = accepted / sum(r["draft_tokens"] for r in counted)
     with_pos = [r for r in counted if r.get("per_position")]
     widths = {len(r["per_position"]) for r in with_pos}
@@ -380,7 +381,7 @@ def _llamacpp_log(acc: Acceptance, rows) -> list | None:
         return None
     drafts = sum(r["drafts"] for r in counted)
     accepted = sum(r["accepted"] for r in counted)
-    acc.accept_length = 1.0 + accepted / drafts
+    acc.accept_length = accept_length(accepted, drafts)
     acc.source_rate = accepted / sum(r["draft_tokens"] for r in counted)
     with_pos = [r for r in counted if r.get("per_position")]
     widths = {len(r["per_position"]) for r in with_pos}
@@ -417,7 +418,7 @@ def _sglang_requests(acc: Acceptance, rows) -> list | None:
     comp, nc = _sum(rows, "completion_tokens")
     verify, nv = _sum(rows, "verify_ct")
     if comp is not None and verify and nc == nv == len(rows):
-        acc.accept_length = comp / verify
+        acc.accept_length = sglang_accept_length(comp, verify)
     else:
         lengths = [r["accept_length"] for r in rows if r.get("accept_length") is not None]
         if lengths:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 
 from helpers.acceptance.montecarlo import MAX_DRAFT_TOKENS
+from helpers.engines.counting import accept_length, histogram_accepted, sglang_accept_length
 
 SLACK = 0.005  # engines print accept lengths and rates with two decimals
 PLAUSIBLE = MAX_DRAFT_TOKENS + 1  # the most one verify step can emit under any drafting worth running
@@ -119,7 +120,7 @@ def problems(row: dict, maximum: int | None = None) -> list[tuple[str, object, s
     if acc is not None and drafted is not None and acc > drafted:
         out.append(("accepted", acc, f"accepted {acc:g} is more than the {drafted:g} drafted tokens"))
     if acc is not None and drafts and not row.get("variable"):
-        why = _length(1 + acc / drafts, maximum, f"1 + accepted / drafts = 1 + {acc:g} / {drafts:g} =")
+        why = _length(accept_length(acc, drafts), maximum, f"1 + accepted / drafts = 1 + {acc:g} / {drafts:g} =")
         if why:
             out.append(("accepted", acc, why))
     for key in ("per_position", "accepted_per_pos"):
@@ -132,9 +133,9 @@ def problems(row: dict, maximum: int | None = None) -> list[tuple[str, object, s
         if steps is not None and sum(hist) != steps:
             out.append(("histogram", hist, f"the record's verify steps ({steps:g}) are not its own acceptance "
                                           f"histogram's ({sum(hist):g} = sum of the histogram): the two counts disagree"))
-        elif acc is not None and sum(j * h for j, h in enumerate(hist)) != acc:
+        elif acc is not None and histogram_accepted(hist) != acc:
             out.append(("histogram", hist, f"the record's accepted tokens ({acc:g}) are not its own acceptance "
-                                          f"histogram's ({sum(j * h for j, h in enumerate(hist)):g} = sum j h[j]): the "
+                                          f"histogram's ({histogram_accepted(hist):g} = sum j h[j]): the "
                                           "two counts disagree"))
     comp = row.get("completion_tokens")
     if comp is not None and drafts and row.get("verify_ct") is None and comp < drafts and not row.get("variable"):
@@ -151,11 +152,11 @@ def problems(row: dict, maximum: int | None = None) -> list[tuple[str, object, s
     if comp is not None and verify:
         if comp < verify:
             out.append(("completion_tokens", comp, f"completion_tokens {comp:g} over spec_verify_ct {verify:g} is "
-                                                   f"{comp / verify:.3g} tokens per verify step, below 1 (each step "
+                                                   f"{sglang_accept_length(comp, verify):.3g} tokens per verify step, below 1 (each step "
                                                    "emits at least one)"))
         elif comp > verify * (maximum or PLAUSIBLE) + 1:  # + 1: the token prefill emits before any verify step
             out.append(("completion_tokens", comp, f"completion_tokens {comp:g} over spec_verify_ct {verify:g} is "
-                                                   f"{comp / verify:.3g} tokens per verify step, above "
+                                                   f"{sglang_accept_length(comp, verify):.3g} tokens per verify step, above "
                                                    f"{maximum or PLAUSIBLE:g}, the most one step emits under "
                                                    + ("this drafting" if maximum else "any drafting an engine runs")))
     return out

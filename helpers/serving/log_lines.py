@@ -75,6 +75,8 @@ from __future__ import annotations
 import datetime as _dt
 import re
 
+from helpers.engines.counting import accept_length, drafts_from
+
 COLUMNS = [
     "line", "time", "seconds", "engine", "format", "accept_length", "accept_rate", "throughput",
     "running_req", "queue_req", "tokens", "token_usage", "cuda_graph", "accepted", "drafted",
@@ -288,10 +290,10 @@ def _vllm_drafts(row: dict) -> None:
             raise Garbled(f"Per-position acceptance rate sums to {gain:.3f}, not Mean acceptance length - 1 = "
                           f"{mean - 1:.3f} (a list cut short?)")
     fixed = drafted // k if k and drafted % k == 0 else None
-    if fixed and (mean is None or abs(1 + accepted / fixed - mean) <= 0.0051):
+    if fixed and (mean is None or abs(accept_length(accepted, fixed) - mean) <= 0.0051):
         row["drafts"] = fixed
     elif mean is not None and mean > 1 and accepted > 0:
-        row["drafts"], row["variable"] = accepted / (mean - 1.0), True
+        row["drafts"], row["variable"] = drafts_from(accepted, mean), True
     elif fixed:
         row["drafts"] = fixed
 
@@ -345,7 +347,8 @@ def _llamacpp_steps(row: dict) -> None:
     if acc == 0 or mean <= 1.0:
         return
     lo, hi = acc / (mean - 1 + 0.005), (acc / (mean - 1 - 0.005) if mean - 1 > 0.005 else float("inf"))
-    steps = [s for s in range(max(1, int(lo)), int(min(hi, lo + 1000)) + 1) if abs(1 + acc / s - mean) <= 0.005 + 1e-9]
+    steps = [s for s in range(max(1, int(lo)), int(min(hi, lo + 1000)) + 1)
+             if abs(accept_length(acc, s) - mean) <= 0.005 + 1e-9]
     if per:
         # each rate is a count at that position / steps, printed with 3 decimals; the counts are whole
         # and fall from position to position, at most `acc` in all
@@ -360,7 +363,7 @@ def _llamacpp_steps(row: dict) -> None:
     if len(steps) == 1:
         row["drafts"], row["steps_exact"] = steps[0], True
     else:
-        row["drafts"] = acc / (mean - 1.0)
+        row["drafts"] = drafts_from(acc, mean)
 
 
 def _vllm_stats(body: str) -> dict:

@@ -1,6 +1,7 @@
 """Serving and training acceptance figures -> one table shape, from every place users read them.
 
-Sources (field names checked against the projects' source; versions in docs/serving-metrics.md):
+Sources (field names checked against the projects' source; versions in docs/serving-metrics.md; each
+engine's names for its counts, and the accept length they make, are `helpers.engines.counting`'s):
 
 - vLLM Prometheus exposition (`/metrics`, a saved text or a live URL): counters
   `vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens`,
@@ -56,20 +57,22 @@ from pathlib import Path
 
 from helpers.acceptance.drafting import SGLANG_NAMES
 from helpers.core.errors import BadInputError, clip
+from helpers.engines.counting import (
+    LLAMACPP_PREFIX,
+    SGLANG_PREFIX,
+    SPEC_DECODE,
+    SPEC_DECODE_COUNTERS,
+    SPEC_DECODE_PER_POS,
+    VLLM_PREFIX,
+)
 from helpers.serving import bounds
 from helpers.serving.records import _row, read_records
 from helpers.serving.startup import setup_from_server
 
-VLLM_COUNTERS = {
-    "vllm:spec_decode_num_drafts": "drafts",
-    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "accepted",
-}
-VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-# llama.cpp's counters carry the same names under its prefix (tools/server/server-task.cpp `to_metrics`)
-COUNTER_PREFIXES = {"vllm:": "vllm-prometheus", "llamacpp:": "llamacpp-prometheus"}
+# the counters (names in `helpers.engines.counting`): vLLM's, and llama.cpp's, the same names under its prefix
+COUNTER_PREFIXES = {VLLM_PREFIX: "vllm-prometheus", LLAMACPP_PREFIX: "llamacpp-prometheus"}
 COUNTED_KINDS = tuple(COUNTER_PREFIXES.values())  # the kinds whose scrapes are differenced
-SGLANG_GAUGES = {"sglang:spec_accept_length": "accept_length", "sglang:spec_accept_rate": "accept_rate"}
+SGLANG_GAUGES = {SGLANG_PREFIX + "spec_accept_length": "accept_length", SGLANG_PREFIX + "spec_accept_rate": "accept_rate"}
 
 
 @dataclass
@@ -141,19 +144,19 @@ def parse_prometheus(text: str, source: str = "<text>", model: str | None = None
             if len(got) != 1:
                 raise ValueError("not one sample")
             s = got[0]
-            if not math.isfinite(s.value) or (s.name.startswith(("vllm:spec_decode", "llamacpp:spec_decode",
-                                                                 "sglang:spec_")) and s.value < 0):
+            counts = (VLLM_PREFIX + SPEC_DECODE, LLAMACPP_PREFIX + SPEC_DECODE, SGLANG_PREFIX + "spec_")
+            if not math.isfinite(s.value) or (s.name.startswith(counts) and s.value < 0):
                 raise ValueError(f"value {s.value!r}")
         except Exception as e:  # the parser raises ValueError, IndexError, ... on a cut line
             garbled.append((n, clip(f"{clip(line.strip(), 80)!r}: {type(e).__name__}: {e}", 200)))
             continue
         samples.append(s)
-    sgl = [s for s in samples if s.name.startswith("sglang:spec_accept")]
+    sgl = [s for s in samples if s.name.startswith(SGLANG_PREFIX + "spec_accept")]
     for prefix, kind in COUNTER_PREFIXES.items():
-        counted = [s for s in samples if s.name.startswith(prefix + "spec_decode")]
+        counted = [s for s in samples if s.name.startswith(prefix + SPEC_DECODE)]
         if counted:
             rounded = [n for n, line in enumerate(text.splitlines(), start=1)
-                       if line.startswith(prefix + "spec_decode") and "e+" in line.rsplit(" ", 1)[-1].lower()]
+                       if line.startswith(prefix + SPEC_DECODE) and "e+" in line.rsplit(" ", 1)[-1].lower()]
             counted, note = _one_model(counted, model)
             table = _counters_prom(counted, source, lines, garbled, len(samples) - len(counted) - len(sgl), prefix, kind)
             if note:
@@ -206,12 +209,12 @@ def _base(name: str) -> str:
     return name
 
 
-def _counters_prom(samples, source, lines, garbled, unrecognised, prefix="vllm:",
+def _counters_prom(samples, source, lines, garbled, unrecognised, prefix=VLLM_PREFIX,
                    kind="vllm-prometheus") -> MetricsTable:
     """vLLM's (or, `prefix` "llamacpp:", llama.cpp's) spec_decode counters -> one row, summed over the
     other labels."""
-    names = {prefix + name.split(":", 1)[1]: key for name, key in VLLM_COUNTERS.items()}
-    per_pos_name = prefix + VLLM_PER_POS.split(":", 1)[1]
+    names = {prefix + name: key for name, key in SPEC_DECODE_COUNTERS.items()}
+    per_pos_name = prefix + SPEC_DECODE_PER_POS
     sums, per_pos, engines = {}, {}, set()
     for s in samples:
         base = _base(s.name)
@@ -420,7 +423,7 @@ def parse_text(text: str, source: str) -> MetricsTable:
         if isinstance(data, dict) and not any(k in text for k in ("acc_", "simulated_acc_len")):
             return parse_records([text.replace("\n", " ")], source)
         return parse_records(text.splitlines(), source)
-    if "vllm:" in text or "sglang:" in text or "llamacpp:" in text or "# TYPE" in text:
+    if any(p in text for p in (VLLM_PREFIX, SGLANG_PREFIX, LLAMACPP_PREFIX)) or "# TYPE" in text:
         return parse_prometheus(text, source)
     return parse_records(text.splitlines(), source)
 

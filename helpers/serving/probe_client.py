@@ -41,6 +41,21 @@ from urllib.parse import urlsplit, urlunsplit
 from urllib.request import Request, urlopen
 
 from helpers.core.errors import BadInputError, clip
+from helpers.engines.counting import (
+    LLAMACPP_ACCEPTED,
+    LLAMACPP_DRAFTED,
+    LLAMACPP_PREFIX,
+    SGLANG_PREFIX,
+    SGLANG_TOKENS,
+    VLLM_ANSWER_ACCEPTED,
+    VLLM_ANSWER_DRAFT_TOKENS,
+    VLLM_ANSWER_HISTOGRAM,
+    VLLM_ANSWER_SPEC_TOKENS,
+    VLLM_ANSWER_STEPS,
+    VLLM_PREFIX,
+    histogram_accepted,
+    histogram_per_position,
+)
 from helpers.io import remote_access
 from helpers.serving import bounds
 from helpers.serving.records import _row, read_records
@@ -258,11 +273,11 @@ def discover(url: str, timeout: float, api_key: str | None = None) -> Server:
                                 "e.g. http://HOST:PORT")
     metrics_text = metrics or ""
     completion = None
-    if props is not None or "llamacpp:" in metrics_text or "llamacpp" in owners:
+    if props is not None or LLAMACPP_PREFIX in metrics_text or "llamacpp" in owners:
         engine, completion = "llamacpp", "/completion"
-    elif vllm_info is None and (info is not None or "sglang:" in metrics_text or "sglang" in owners):
+    elif vllm_info is None and (info is not None or SGLANG_PREFIX in metrics_text or "sglang" in owners):
         engine = "sglang"
-    elif vllm_info is not None or "vllm:" in metrics_text or "vllm" in owners:
+    elif vllm_info is not None or VLLM_PREFIX in metrics_text or "vllm" in owners:
         engine = "vllm"
     else:
         engine = "openai"
@@ -358,8 +373,8 @@ def _llamacpp_timings(reply: Reply, obj: dict, url: str) -> None:
     if not isinstance(t, dict):
         return
     reply.kind = "llamacpp"
-    reply.drafted = _int(t.get("draft_n", 0), "timings.draft_n", url)
-    reply.accepted = _int(t.get("draft_n_accepted", 0), "timings.draft_n_accepted", url)
+    reply.drafted = _int(t.get(LLAMACPP_DRAFTED, 0), f"timings.{LLAMACPP_DRAFTED}", url)
+    reply.accepted = _int(t.get(LLAMACPP_ACCEPTED, 0), f"timings.{LLAMACPP_ACCEPTED}", url)
     _check_bounds(reply, url, "timings")
 
 
@@ -390,17 +405,17 @@ def openai_reply(obj: dict, url: str) -> Reply:
     metrics = obj.get("metrics")
     spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
     if isinstance(spec, dict):
-        hist = spec.get("acceptance_histogram")
+        hist = spec.get(VLLM_ANSWER_HISTOGRAM)
         if not isinstance(hist, list):
-            raise BadInputError(url, f"metrics.speculative_decoding.acceptance_histogram = {hist!r}: not a list")
-        hist = [_int(h, "acceptance_histogram", url) for h in hist]
-        steps = _int(spec.get("num_spec_steps"), "num_spec_steps", url)
-        accepted = _int(spec.get("num_accepted_draft_tokens"), "num_accepted_draft_tokens", url)
+            raise BadInputError(url, f"metrics.speculative_decoding.{VLLM_ANSWER_HISTOGRAM} = {hist!r}: not a list")
+        hist = [_int(h, VLLM_ANSWER_HISTOGRAM, url) for h in hist]
+        steps = _int(spec.get(VLLM_ANSWER_STEPS), VLLM_ANSWER_STEPS, url)
+        accepted = _int(spec.get(VLLM_ANSWER_ACCEPTED), VLLM_ANSWER_ACCEPTED, url)
         reply.kind, reply.histogram = "vllm", hist
         reply.steps = sum(hist) if steps is None else steps
-        reply.accepted = sum(j * h for j, h in enumerate(hist)) if accepted is None else accepted
-        reply.drafted = _int(spec.get("num_draft_tokens"), "num_draft_tokens", url)
-        reply.num_spec_tokens = _int(spec.get("num_spec_tokens"), "num_spec_tokens", url)
+        reply.accepted = histogram_accepted(hist) if accepted is None else accepted
+        reply.drafted = _int(spec.get(VLLM_ANSWER_DRAFT_TOKENS), VLLM_ANSWER_DRAFT_TOKENS, url)
+        reply.num_spec_tokens = _int(spec.get(VLLM_ANSWER_SPEC_TOKENS), VLLM_ANSWER_SPEC_TOKENS, url)
         _check_bounds(reply, url, "metrics.speculative_decoding")
     return reply
 
@@ -425,7 +440,7 @@ def sglang_reply(obj: dict, url: str) -> Reply:
     meta = obj["meta_info"]
     ids = obj.get("output_ids")
     reply = Reply([int(t) for t in ids] if isinstance(ids, list) else None, obj.get("text") or "",
-                  _int(meta.get("completion_tokens"), "meta_info.completion_tokens", url),
+                  _int(meta.get(SGLANG_TOKENS), f"meta_info.{SGLANG_TOKENS}", url),
                   (meta.get("finish_reason") or {}).get("type") if isinstance(meta.get("finish_reason"), dict)
                   else meta.get("finish_reason"))
     row = got["rows"][0] if got["rows"] else None
@@ -446,6 +461,6 @@ def request_row(reply: Reply, index: int) -> dict:
         return _row("request", index, accepted=reply.accepted, draft_tokens=reply.drafted)
     per_pos = None
     if reply.histogram:  # position j is reached by the steps that accepted more than j
-        per_pos = [sum(reply.histogram[j + 1:]) for j in range(len(reply.histogram) - 1)]
+        per_pos = histogram_per_position(reply.histogram)
     return _row("request", index, drafts=reply.steps, accepted=reply.accepted, draft_tokens=reply.drafted,
                 accepted_per_pos=per_pos, histogram=reply.histogram, completion_tokens=reply.completion_tokens)

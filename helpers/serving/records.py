@@ -1,6 +1,6 @@
 """Per-request JSONL and SpecForge training logs -> `helpers.serving.metrics.MetricsTable` rows.
 
-SGLang responses' `meta_info` (field names of several releases, listed in `_SGL_*`), vLLM's
+SGLang responses' `meta_info` (field names of several releases, `helpers.engines.counting`'s `SGLANG_*`), vLLM's
 per-request figures as its answers carry them (0.32+ `--per-request-spec-decode-metrics`:
 `metrics.speculative_decoding` = {acceptance_histogram, num_spec_steps, num_accepted_draft_tokens,
 num_draft_tokens, num_spec_tokens, ...}, `vllm/entrypoints/generate/base/protocol.py`
@@ -17,6 +17,22 @@ import json
 import math
 import re
 
+from helpers.engines.counting import (
+    SGLANG_ACCEPTED,
+    SGLANG_HISTOGRAM,
+    SGLANG_PROPOSED,
+    SGLANG_TOKENS,
+    SGLANG_VERIFY,
+    VLLM_ANSWER_ACCEPTED,
+    VLLM_ANSWER_DRAFT_TOKENS,
+    VLLM_ANSWER_HISTOGRAM,
+    VLLM_ANSWER_STEPS,
+    VLLM_REQUEST_DRAFTS,
+    VLLM_REQUEST_STATS,
+    histogram_accepted,
+    histogram_per_position,
+)
+
 # a row: kind, label, and whichever of these the source has (None elsewhere); `helpers.serving.metrics` uses it too
 ROW_KEYS = ("drafts", "draft_tokens", "accepted", "accepted_per_pos", "accept_length", "accept_rate",
             "completion_tokens", "verify_ct", "histogram", "per_position", "acc", "simulated_acc_len")
@@ -27,13 +43,6 @@ def _row(kind: str, label, **values) -> dict:
     row.update({k: values.get(k) for k in ROW_KEYS})
     return row
 
-
-# meta_info names across SGLang versions: (accepted draft tokens, proposed draft tokens, histogram)
-_SGL_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num", "spec_accepted_tokens")
-_SGL_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
-_SGL_HIST = ("spec_correct_drafts_histogram", "spec_accept_histogram")
-_VLLM_REQ = {"num_drafts": "drafts", "num_draft_tokens": "draft_tokens", "num_accepted_tokens": "accepted",
-             "num_accepted_tokens_per_pos": "accepted_per_pos"}
 
 
 def _first(d: dict, names):
@@ -55,21 +64,21 @@ def _vllm_answer_row(spec: dict, label) -> dict:
     """vLLM's `metrics.speculative_decoding` -> a vllm-requests row: drafts = verify steps (the
     histogram's sum when `num_spec_steps` is absent), accepted = sum j * histogram[j], position j
     reached by the steps that accepted more than j drafts."""
-    hist = spec.get("acceptance_histogram")
+    hist = spec.get(VLLM_ANSWER_HISTOGRAM)
     if not isinstance(hist, list) or not hist:
-        raise ValueError(f"acceptance_histogram {hist!r} is not a list of counts")
-    hist = [_number(h, "acceptance_histogram", whole=True) for h in hist]
-    steps = spec.get("num_spec_steps")
-    steps = sum(hist) if steps is None else _number(steps, "num_spec_steps", whole=True)
-    accepted = spec.get("num_accepted_draft_tokens")
-    accepted = sum(j * h for j, h in enumerate(hist)) if accepted is None else _number(
-        accepted, "num_accepted_draft_tokens", whole=True)
+        raise ValueError(f"{VLLM_ANSWER_HISTOGRAM} {hist!r} is not a list of counts")
+    hist = [_number(h, VLLM_ANSWER_HISTOGRAM, whole=True) for h in hist]
+    steps = spec.get(VLLM_ANSWER_STEPS)
+    steps = sum(hist) if steps is None else _number(steps, VLLM_ANSWER_STEPS, whole=True)
+    accepted = spec.get(VLLM_ANSWER_ACCEPTED)
+    accepted = histogram_accepted(hist) if accepted is None else _number(accepted, VLLM_ANSWER_ACCEPTED, whole=True)
     if steps != sum(hist):
-        raise ValueError(f"num_spec_steps = {steps} but the acceptance_histogram counts {sum(hist)} verify steps")
-    tokens = spec.get("num_draft_tokens")
+        raise ValueError(f"{VLLM_ANSWER_STEPS} = {steps} but the {VLLM_ANSWER_HISTOGRAM} counts {sum(hist)} "
+                         "verify steps")
+    tokens = spec.get(VLLM_ANSWER_DRAFT_TOKENS)
     return _row("request", label, drafts=steps, accepted=accepted,
-                draft_tokens=None if tokens is None else _number(tokens, "num_draft_tokens", whole=True),
-                accepted_per_pos=[sum(hist[j + 1:]) for j in range(len(hist) - 1)], histogram=hist)
+                draft_tokens=None if tokens is None else _number(tokens, VLLM_ANSWER_DRAFT_TOKENS, whole=True),
+                accepted_per_pos=histogram_per_position(hist), histogram=hist)
 
 
 def _request_row(obj: dict, n: int) -> dict | None:
@@ -77,7 +86,7 @@ def _request_row(obj: dict, n: int) -> dict | None:
     if isinstance(obj, dict):  # a vLLM answer saved whole, or its speculative_decoding object alone
         metrics = obj.get("metrics")
         spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-        if spec is None and "acceptance_histogram" in obj and "num_spec_steps" in obj:
+        if spec is None and VLLM_ANSWER_HISTOGRAM in obj and VLLM_ANSWER_STEPS in obj:
             spec = obj
         if isinstance(spec, dict):
             row = _vllm_answer_row(spec, obj.get("id", n))
@@ -89,15 +98,15 @@ def _request_row(obj: dict, n: int) -> dict | None:
     meta = obj.get("meta_info", obj) if isinstance(obj, dict) else None
     if not isinstance(meta, dict):
         return None
-    if "spec_verify_ct" in meta:
-        verify = _number(meta["spec_verify_ct"], "spec_verify_ct", whole=True)
-        comp = meta.get("completion_tokens")
-        acc, prop, hist = _first(meta, _SGL_ACCEPTED), _first(meta, _SGL_PROPOSED), _first(meta, _SGL_HIST)
+    if SGLANG_VERIFY in meta:
+        verify = _number(meta[SGLANG_VERIFY], SGLANG_VERIFY, whole=True)
+        comp = meta.get(SGLANG_TOKENS)
+        acc, prop, hist = _first(meta, SGLANG_ACCEPTED), _first(meta, SGLANG_PROPOSED), _first(meta, SGLANG_HISTOGRAM)
         if hist is not None and (not isinstance(hist, list) or not hist):
             raise ValueError(f"histogram {hist!r} is not a list of counts")
         return _row("request", meta.get("id", n),
                     verify_ct=verify,
-                    completion_tokens=None if comp is None else _number(comp, "completion_tokens", whole=True),
+                    completion_tokens=None if comp is None else _number(comp, SGLANG_TOKENS, whole=True),
                     accept_length=None if meta.get("spec_accept_length") is None
                     else _number(meta["spec_accept_length"], "spec_accept_length"),
                     accept_rate=None if meta.get("spec_accept_rate") is None
@@ -105,9 +114,9 @@ def _request_row(obj: dict, n: int) -> dict | None:
                     accepted=None if acc is None else _number(acc, "accepted drafts", whole=True),
                     draft_tokens=None if prop is None else _number(prop, "proposed drafts", whole=True),
                     histogram=None if hist is None else [_number(h, "histogram", whole=True) for h in hist])
-    if "num_drafts" in meta:  # a dump without num_accepted_tokens still reads (its accept length is then missing)
+    if VLLM_REQUEST_DRAFTS in meta:  # a dump without num_accepted_tokens still reads (its accept length is then missing)
         vals = {}
-        for name, key in _VLLM_REQ.items():
+        for name, key in VLLM_REQUEST_STATS.items():
             if name in meta:
                 v = meta[name]
                 vals[key] = [_number(x, name, whole=True) for x in v] if isinstance(v, list) else _number(v, name, whole=True)
