@@ -11,7 +11,11 @@ Where a new fact goes:
 - a new outcome (what serving a checkpoint does): a row in the engine's `*_OUTCOMES` in `outcomes.py`;
 - a new acceptance rule (how a drafted token is accepted under sampling): an `AcceptanceRule` in
   `RULES` in `acceptance_rules.py`, with the source lines read;
-- an engine's own bug: an `EngineDefect` in `defects.py`.
+- how a new engine (or release) counts a speculative run: its names for the counts, and the accept length they
+  make, in `counting.py` (the serving readers take them from there); a count that changes by release, a rule of
+  the table (`count.draft_cap`);
+- an engine's own bug: an `EngineDefect` in `defects.py`;
+- the default engine, `DEFAULT_ENGINE`, and the DeepSeek family's model types: `registry.py`.
 
 Modules (import them by name; this file imports nothing):
 - `outcomes`: what serving a checkpoint does per engine and release; `Span` and `Serve`
