@@ -34,10 +34,12 @@ llamacpp` states the accept length the engine prints for the same tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from helpers.engines.registry import engine_at
+if TYPE_CHECKING:
+    import numpy as np
+# numpy and the engine table are imported where used: the serving readers (and so `logs` / `metrics`) take their
+# names from here and start without them
 
 # -- each engine's names for its counts --------------------------------------------------------------------------
 VLLM_PREFIX, LLAMACPP_PREFIX, SGLANG_PREFIX = "vllm:", "llamacpp:", "sglang:"  # their /metrics series' prefixes
@@ -106,6 +108,8 @@ DEFINITIONS = {
 def _rule(engine: str) -> tuple[str, str, str]:
     """(table key, name, count.draft_cap value or 'loop') of an --engine value."""
     try:
+        from helpers.engines.registry import engine_at
+
         at = engine_at(str(engine))
     except ValueError:  # an engine the table does not know counts as the loop does
         return str(engine), str(engine), "loop"
@@ -125,6 +129,8 @@ class EngineCounts:
 
     def __post_init__(self):
         if self.accepted_per_position is None:
+            import numpy as np
+
             self.accepted_per_position = np.zeros(self.steps, np.int64)
 
     @property
