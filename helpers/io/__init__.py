@@ -10,6 +10,7 @@ Modules (import them by name; this file imports nothing):
 - `origin`
 - `inputs`
 - `gguf_files`
+- `layout`
 - `checkpoint`
 - `samples`
 - `prompts`
@@ -17,4 +18,4 @@ Modules (import them by name; this file imports nothing):
 - `mapping`
 """
 
-__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "origin", "inputs", "gguf_files", "checkpoint", "samples", "prompts", "chat", "mapping"]
+__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "origin", "inputs", "gguf_files", "layout", "checkpoint", "samples", "prompts", "chat", "mapping"]

@@ -8,17 +8,20 @@ under `draft_state_dict`; per-rank `training_state_rank*.pt` hold only optimizer
 A `.pt` is weights or a mapping by its content (`pt_kind`), never by its name: optimizer states,
 per-rank files and other foreign `.pt` files go to `Checkpoint.ignored`. No d2t with a draft
 vocab equal to the target vocab (speculators writes none then) is the identity mapping.
-`open_checkpoint` works out which files a path holds and reads no tensor data (a `.pt` is
-unpickled, weights_only, with its storages memory-mapped); `read_mapping_tensors` / `load_mapping` then read only d2t and t2d. The
-file readers themselves (`torch_load`, `load_npy`, safetensors headers, the lazy `TensorStore`)
-live in `helpers.io.tensor_files` and are re-exported here.
+`open_checkpoint` takes what each file of a path is from `helpers.io.layout.layout_of` (decided
+once, by name) and opens those files, reading no tensor data (a `.pt` is unpickled, weights_only,
+with its storages memory-mapped; the folder's other `.pt` files are told apart by content,
+`helpers.io.pt_files.pt_roles`, only when the weights leave something to find; a draft GGUF is
+opened by `helpers.io.gguf_files.open_gguf`); `read_mapping_tensors` / `load_mapping` /
+`stored_mapping` then read only d2t and t2d, from the open checkpoint. The file readers themselves
+(`torch_load`, `load_npy`, safetensors headers, the lazy `TensorStore`) live in
+`helpers.io.tensor_files`.
 Every problem with a file becomes one `BadInputError` naming the file.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,20 +30,17 @@ import torch
 from helpers.core.errors import BadInputError
 from helpers.core.terms import MAX_VOCAB
 from helpers.io import remote
-from helpers.io.gguf_files import LLAMACPP_CONVENTION, find_draft_gguf, is_gguf, open_gguf
+from helpers.io.gguf_files import LLAMACPP_CONVENTION, open_gguf
+from helpers.io.layout import NPY_NAME, layout_of
 from helpers.io.mapping import VocabMapping
-from helpers.io.pt_files import MAPPING_NAMES, follow_latest, pt_kind, scan_pts
+from helpers.io.pt_files import follow_latest, pt_roles, refuse_foreign_pt
 from helpers.io.tensor_files import (
     TensorStore,
     check_readable_file,
     read_mapping_file,
     short_message,
     torch_load,
-    unwrap_state_dict,
 )
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_NPY_NAME = re.compile(r"^(d2t|t2d)(?:[-_](\d+))?\.npy$")
 
 
 # -- configs ---------------------------------------------------------------------------------------
@@ -179,83 +179,6 @@ def key_layout(keys) -> str:
     return "mixed" if mid and lay else "midlayer" if mid else "layers.0" if lay else "none"
 
 
-def _mapping_side_files(folder: Path) -> dict[str, Path]:
-    """The mapping files a folder holds BY NAME: d2t/t2d .npy (any size suffix) and d2t.pt / t2d.pt."""
-    found: dict[str, Path] = {}
-    for p in sorted(folder.iterdir()):
-        m = _NPY_NAME.match(p.name)
-        if m:
-            found.setdefault(m.group(1), p)
-        elif p.name in ("d2t.pt", "t2d.pt", "d2t.pth", "t2d.pth"):
-            found.setdefault(p.stem, p)
-    return found
-
-
-def _mapping_name(path: Path) -> str | None:
-    """'d2t' or 't2d' for a file named as a mapping file (`d2t*.npy`, `d2t.pt`, `t2d.bin`, ...), else None."""
-    m = _NPY_NAME.match(path.name)
-    if m:
-        return m.group(1)
-    if path.stem in ("d2t", "t2d") and path.suffix in WEIGHT_SUFFIXES and path.suffix != ".safetensors":
-        return path.stem
-    return None
-
-
-def _refuse_foreign_pt(path: Path, obj) -> None:
-    """A `.pt` given as the checkpoint holding an optimizer or a per-rank state: one line."""
-    kind, what = pt_kind(obj)
-    if kind in ("optimizer", "rank"):
-        raise BadInputError(path, f"holds {what}: not draft weights or a d2t mapping")
-
-
-def _add_pt_files(ck: Checkpoint, folder: Path, side: dict[str, Path]) -> None:
-    """Weights and the mapping from the folder's .pt files, by content; the rest go to `ck.ignored`.
-
-    Only when needed: weights when the folder has no safetensors / .bin, a mapping when neither the
-    weights nor a d2t file named as such hold d2t. Foreign files (optimizer states, per-rank
-    training states, unreadable or refused pickles) never become the weights or the mapping.
-    """
-    need_weights = not ck.tensors.keys()
-    if not need_weights and (ck.tensors.find("d2t") is not None or "d2t" in side):
-        return
-    scanned = scan_pts(folder, set(side.values()))
-    used: set[Path] = set()
-    if need_weights:
-        owner: dict[str, Path] = {}
-        for p, kind, _, obj in scanned:
-            if kind != "weights":
-                continue
-            for k, v in unwrap_state_dict(obj).items():
-                if isinstance(v, torch.Tensor) and str(k) in owner:
-                    raise BadInputError(folder, f"tensor {k!r} is in both {owner[str(k)].name} and {p.name}")
-                if isinstance(v, torch.Tensor):
-                    owner[str(k)] = p
-            ck.tensors.add_torch(p, obj)
-            used.add(p)
-    if ck.tensors.find("d2t") is None and "d2t" not in side:
-        maps = [p for p, kind, _, _ in scanned if kind == "mapping"]
-        if len(maps) > 1:
-            named = [p for p in maps if p.name in MAPPING_NAMES]
-            if len(named) != 1:
-                raise BadInputError(
-                    folder, f"holds {len(maps)} mapping files ({', '.join(p.name for p in maps)}): point at the one to use"
-                )
-            maps = named
-        if maps:
-            ck.mapping_files["dict"] = maps[0]
-            used.add(maps[0])
-    for p, kind, what, obj in scanned:
-        if p not in used:
-            ck.ignored[str(p)] = what if kind != "unreadable" else f"unreadable: {what}"
-    if not ck.tensors.keys() and not ck.mapping_files and not side:
-        others = [(p, kind, what, obj) for p, kind, what, obj in scanned]
-        if len(others) == 1:
-            p, kind, what, obj = others[0]
-            if kind == "unreadable":
-                raise obj
-            raise BadInputError(p, f"is not a mapping dict {{'d2t', 't2d'}} nor draft weights: it holds {what}")
-
-
 def open_checkpoint(path: str | os.PathLike, *, fetch_whole: bool = False) -> Checkpoint:
     """Open a checkpoint folder or a single weights / mapping file, reading no tensor data yet.
 
@@ -290,76 +213,41 @@ def _open_local(path: str | os.PathLike, stand_in: remote.StandIn | None, tip: s
             raise BadInputError(path, "is a broken or looping symbolic link")
         raise BadInputError(shown if shown is not None else path,
                             "no such file or folder" + (f" (not a local path nor a URL; {tip})" if tip else ""))
+    files = layout_of(path, is_dir)  # what each file is, decided once; then each is opened
     ck = Checkpoint(path=path, tensors=TensorStore(stand_in), stand_in=stand_in)
-    gguf_file = _draft_gguf(path, is_dir)
-    if gguf_file is not None:
-        return _open_gguf(ck, gguf_file)
-    if is_dir:
-        try:
-            entries = list(path.iterdir())
-        except OSError as e:
-            raise BadInputError(path, f"folder cannot be listed ({e.strerror or e})") from None
-        if not entries:
-            raise BadInputError(path, "is an empty folder")
-        if (path / "config.json").exists():
-            ck.config_path = path / "config.json"
-            ck.config = _read_config_file(ck.config_path)
-        ck.tensors.add_folder(path)
-        side = _mapping_side_files(path)
-        ck.mapping_files = dict(side)
-        _add_pt_files(ck, path, side)
-        if not ck.tensors.keys() and not ck.mapping_files:
-            latest = follow_latest(path) if ck.config is None else None
-            if latest is not None:  # a SpecForge trainer output folder: its latest save, as its exporter does
-                return _open_local(latest, stand_in)
-            subs = [p.name for p in find_checkpoints(path, max_depth=1) if p != path]
-            ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
-            raise BadInputError(
-                path,
-                "holds no checkpoint: no model.safetensors, pytorch_model.bin, d2t/t2d (.pt/.npy), "
-                "mapping .pt or training_state.pt with draft weights"
-                + (f" (ignored {ign})" if ign else "")
-                + (f"; it holds checkpoint folders {', '.join(subs[:8])}: point at one" if subs else ""),
-            )
+    if files.gguf is not None:  # a llama.cpp draft GGUF: its metadata as the config, its tensors under HF names
+        config, _ = open_gguf(files.gguf, ck.tensors)
+        ck.path = files.gguf
+        ck.config, ck.config_path = config, files.gguf
+        ck.format, ck.d2t_convention = "gguf", LLAMACPP_CONVENTION
         return ck
-    # a single file: a mapping file named as such (with its partner beside it), else weights
-    name, key = path.name, _mapping_name(path)
-    if name == "config.json":
-        raise BadInputError(path, "is a config, not a checkpoint: point at its folder")
-    if path.suffix == ".npy" and key is None:
-        raise BadInputError(path, "a .npy mapping file must be named d2t*.npy or t2d*.npy")
-    if key is None and not name.endswith(".index.json") and path.suffix not in WEIGHT_SUFFIXES:
-        raise BadInputError(path, f"unrecognised file type {path.suffix or '(no suffix)'}")
-    if key is not None:
-        ck.mapping_files = {k: v for k, v in _mapping_side_files(path.parent).items() if k in ("d2t", "t2d")}
-        ck.mapping_files[key] = path
-    else:
-        ck.tensors.add_file(path, check=_refuse_foreign_pt)
-    cfg = path.parent / "config.json"
-    if cfg.exists():
-        ck.config_path, ck.config = cfg, _read_config_file(cfg)
-    return ck
-
-
-def _draft_gguf(path: Path, is_dir: bool) -> Path | None:
-    """The draft GGUF a path names: the file itself, or the one .gguf of a folder without HF weights."""
-    if not is_dir:
-        return path if path.suffix.lower() == ".gguf" or (path.suffix == "" and is_gguf(path)) else None
-    try:
-        names = [p.name for p in path.iterdir()]
-    except OSError:
-        return None
-    if any(n.endswith(WEIGHT_SUFFIXES) or n.endswith(".index.json") or _NPY_NAME.match(n) for n in names):
-        return None
-    return find_draft_gguf(path)
-
-
-def _open_gguf(ck: Checkpoint, file: Path) -> Checkpoint:
-    """A llama.cpp draft GGUF as a checkpoint: its metadata as the config, its tensors under HF names."""
-    config, _ = open_gguf(file, ck.tensors)
-    ck.path = file
-    ck.config, ck.config_path = config, file
-    ck.format, ck.d2t_convention = "gguf", LLAMACPP_CONVENTION
+    ck.mapping_files = dict(files.mapping_files)
+    if is_dir and files.config is not None:  # a folder's config is read first, a single file's after its weights
+        ck.config_path, ck.config = files.config, _read_config_file(files.config)
+    ck.tensors.add_files(files.weights, check=None if is_dir else refuse_foreign_pt, beside=files.beside)
+    need_weights = is_dir and not ck.tensors.keys()
+    if need_weights or is_dir and ck.tensors.find("d2t") is None and "d2t" not in files.mapping_files:
+        pts = pt_roles(path, files.mapping_files, need_weights=need_weights)  # a folder's other .pt files, by content
+        for p, obj in pts.weights:
+            ck.tensors.add_torch(p, obj)
+        if pts.mapping is not None:
+            ck.mapping_files["dict"] = pts.mapping
+        ck.ignored.update(pts.ignored)
+    if is_dir and not ck.tensors.keys() and not ck.mapping_files:
+        latest = follow_latest(path) if ck.config is None else None
+        if latest is not None:  # a SpecForge trainer output folder: its latest save, as its exporter does
+            return _open_local(latest, stand_in)
+        subs = [p.name for p in find_checkpoints(path, max_depth=1) if p != path]
+        ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
+        raise BadInputError(
+            path,
+            "holds no checkpoint: no model.safetensors, pytorch_model.bin, d2t/t2d (.pt/.npy), "
+            "mapping .pt or training_state.pt with draft weights"
+            + (f" (ignored {ign})" if ign else "")
+            + (f"; it holds checkpoint folders {', '.join(subs[:8])}: point at one" if subs else ""),
+        )
+    if not is_dir and files.config is not None:
+        ck.config_path, ck.config = files.config, _read_config_file(files.config)
     return ck
 
 
@@ -395,18 +283,31 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
     """Read `d2t`/`t2d` (only those tensors) and the vocab sizes from wherever they are kept."""
     ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     d2t, t2d, used = read_mapping_tensors(ck)
+    if d2t is not None:
+        return _checked_mapping(ck, d2t, t2d, used)
+    vocab_sizes(ck.config, ck.config_path)  # a size field that is no positive integer is refused first
+    full = full_vocab_size(ck)
+    if full is not None:  # speculators writes no d2t when the draft keeps the full target vocab
+        return VocabMapping(torch.zeros(full, dtype=torch.int64), t2d, target_vocab_size=full,
+                            sources=used or [ck.shown(ck.config_path)])
+    ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
+    raise BadInputError(
+        ck.path, "has no d2t tensor (looked in the weights and for d2t/t2d .pt/.npy files and mapping .pt dicts)"
+        + (f"; ignored {ign}" if ign else ""),
+    )
+
+
+def stored_mapping(ck: Checkpoint) -> VocabMapping | None:
+    """The mapping an open checkpoint stores (d2t and t2d read once, checked as `load_mapping` checks
+    them), or None when it stores no d2t."""
+    d2t, t2d, used = read_mapping_tensors(ck)
+    return None if d2t is None else _checked_mapping(ck, d2t, t2d, used)
+
+
+def _checked_mapping(ck: Checkpoint, d2t, t2d, used: list[str]) -> VocabMapping:
+    """A stored d2t / t2d as a `VocabMapping`, refused where they contradict each other or the config."""
     draft_cfg, target_cfg = vocab_sizes(ck.config, ck.config_path)
-    if d2t is None:
-        full = full_vocab_size(ck)
-        if full is not None:  # speculators writes no d2t when the draft keeps the full target vocab
-            return VocabMapping(torch.zeros(full, dtype=torch.int64), t2d, target_vocab_size=full,
-                                sources=used or [ck.shown(ck.config_path)])
-        ign = "; ".join(f"{Path(k).name}: {v}" for k, v in ck.ignored.items())
-        raise BadInputError(
-            ck.path, "has no d2t tensor (looked in the weights and for d2t/t2d .pt/.npy files and mapping .pt dicts)"
-            + (f"; ignored {ign}" if ign else ""),
-        )
-    where = used[0] if used else ck.shown(ck.path)
+    where = used[0]  # the file d2t came from
     if (
         target_cfg is None and isinstance(d2t, torch.Tensor) and isinstance(t2d, torch.Tensor)
         and d2t.dim() == 1 and t2d.dim() == 1 and d2t.numel() and not d2t.dtype.is_floating_point
@@ -455,7 +356,7 @@ def find_checkpoints(root: str | os.PathLike, max_depth: int = 3) -> list[Path]:
         if (
             "config.json" in names
             or any(n.endswith(".safetensors") or n.endswith(".index.json") or n == "pytorch_model.bin" for n in names)
-            or any(_NPY_NAME.match(n) for n in names)
+            or any(NPY_NAME.match(n) for n in names)
             or {"d2t.pt", "t2d.pt", "training_state.pt"} & names
             or any(n.endswith(".gguf") for n in names)
         ):

@@ -14,10 +14,11 @@ checkpoint it came from:
 - `d2t` as ABSOLUTE target ids (`d2t + arange(N)`, I64): what llama.cpp reads. Every HF checkpoint and
   every other engine keep offsets (target = i + d2t[i]); in a GGUF, offsets are the bug.
 
-`is_gguf` / `find_draft_gguf` recognise one; `open_gguf` reads its metadata into an HF-style config
-(`draft_config_of`) and registers its tensors under HF names in a `TensorStore`, lazily (memory-mapped by
-`gguf.GGUFReader`, q/k un-permuted, quantized types dequantized when read); `helpers.io.checkpoint.
-open_checkpoint` turns that into a `Checkpoint` with `format == "gguf"` and `d2t_convention == "absolute"`.
+`is_gguf` / `find_draft_gguf` / `draft_gguf` recognise one (asked by `helpers.io.layout` where names cannot
+tell); `open_gguf` reads its metadata into an HF-style config (`draft_config_of`) and registers its tensors
+under HF names in a `TensorStore`, lazily (memory-mapped by `gguf.GGUFReader`, q/k un-permuted, quantized
+types dequantized when read); `helpers.io.checkpoint.open_checkpoint` calls it once and turns that into a
+`Checkpoint` with `format == "gguf"` and `d2t_convention == "absolute"`.
 `write_draft_gguf` writes a draft GGUF from HF-layout tensors and a config exactly as the converter
 names, permutes and stores them; `copy_gguf` copies one with some tensors replaced (what `fix` uses).
 Every problem with a file is one `BadInputError` naming it.
@@ -25,6 +26,7 @@ Every problem with a file is one `BadInputError` naming it.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +124,15 @@ def find_draft_gguf(folder: str | os.PathLike) -> Path | None:
         return drafts[0]
     raise BadInputError(folder, f"holds {len(drafts) or len(ggufs)} {'EAGLE-3 ' if drafts else ''}GGUF files "
                         f"({', '.join(p.name for p in (drafts or ggufs))}): point at the one to use")
+
+
+def draft_gguf(path: str | os.PathLike) -> Path | None:
+    """The draft GGUF a local path is or holds: the file itself when it is a GGUF (`is_gguf`), the
+    one draft GGUF of a folder (`find_draft_gguf`), else None."""
+    p = Path(path)
+    if p.is_dir():
+        return find_draft_gguf(p)
+    return p if is_gguf(p) else None
 
 
 def _architecture(path: Path) -> str | None:
@@ -264,8 +275,7 @@ def open_gguf(path: str | os.PathLike, store: TensorStore | None = None) -> tupl
         perm = (heads, heads) if t.name == "blk.0.attn_q.weight" else (heads, kv) if t.name == "blk.0.attn_k.weight" \
             else None
         shape = tuple(int(x) for x in reversed([int(n) for n in t.shape]))
-        store.add_lazy(path, GGUF_TO_HF[t.name], shape, _dtype_of(t),
-                       lambda t=t, perm=perm: _read_tensor(t, path, perm))
+        store.add_lazy(path, GGUF_TO_HF[t.name], shape, _dtype_of(t), partial(_read_tensor, t, path, perm))
     return cfg, store
 
 

@@ -3,17 +3,21 @@
 Trainers leave many `.pt` files beside a draft: SpecForge's `training_state.pt` (weights under
 `draft_state_dict`) and per-rank `training_state_rank<r>.pt`, speculators'
 `optimizer_state_dict.pt`, vocab-mapping caches. `pt_kind` tells them apart, `scan_pts` reads a
-folder's, and `follow_latest` finds SpecForge's `<run_id>-latest` step. Every file is loaded
-with `weights_only=True` (`helpers.io.tensor_files.torch_load`).
+folder's, `pt_roles` decides which of them are a checkpoint's weights or its mapping (the rest are
+ignored, each with why), `refuse_foreign_pt` refuses one given as the checkpoint, and
+`follow_latest` finds SpecForge's `<run_id>-latest` step. Which files a checkpoint holds by name is
+`helpers.io.layout`'s. Every file is loaded with `weights_only=True`
+(`helpers.io.tensor_files.torch_load`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from helpers.core.errors import BadInputError
-from helpers.io.tensor_files import torch_load, unwrap_state_dict
+from helpers.io.tensor_files import find_key, torch_load, unwrap_state_dict
 
 MAPPING_NAMES = ("cache.pt", "vocab_mapping.pt")  # tie-breakers only: the content decides
 
@@ -76,6 +80,72 @@ def scan_pts(folder: Path, skip: set[Path]) -> list[tuple[Path, str, str, object
         kind, what = pt_kind(obj)
         out.append((p, kind, what, obj))
     return out
+
+
+def refuse_foreign_pt(path: Path, obj) -> None:
+    """A `.pt` given as the checkpoint holding an optimizer or a per-rank state: one line."""
+    kind, what = pt_kind(obj)
+    if kind in ("optimizer", "rank"):
+        raise BadInputError(path, f"holds {what}: not draft weights or a d2t mapping")
+
+
+@dataclass
+class PtRoles:
+    """What a folder's `.pt` files are to its checkpoint, by content."""
+
+    weights: list[tuple[Path, object]] = field(default_factory=list)  # (file, its content): the draft's weights
+    mapping: Path | None = None  # the mapping dict {"d2t", "t2d"} to read
+    ignored: dict[str, str] = field(default_factory=dict)  # file -> why it was not used
+
+
+def pt_roles(folder: Path, side: dict[str, Path], *, need_weights: bool) -> PtRoles:
+    """Weights and the mapping from a folder's .pt files (those not in `side`, its d2t/t2d files by
+    name), by content; the rest ignored.
+
+    `need_weights`: the folder's other weights files hold no tensor (the .pt weights are then read);
+    a mapping dict is picked when neither those weights nor a d2t file named as such hold d2t.
+    Foreign files (optimizer states, per-rank training states, unreadable or refused pickles) never
+    become the weights or the mapping; a folder whose only file is one is refused, naming it.
+    """
+    scanned = scan_pts(folder, set(side.values()))
+    roles = PtRoles()
+    used: set[Path] = set()
+    if need_weights:
+        owner: dict[str, Path] = {}
+        for p, kind, _, obj in scanned:
+            if kind != "weights":
+                continue
+            for k, v in unwrap_state_dict(obj).items():
+                if isinstance(v, torch.Tensor) and str(k) in owner:
+                    raise BadInputError(folder, f"tensor {k!r} is in both {owner[str(k)].name} and {p.name}")
+                if isinstance(v, torch.Tensor):
+                    owner[str(k)] = p
+            roles.weights.append((p, obj))
+            used.add(p)
+        has_d2t = find_key(owner, "d2t") is not None
+    else:
+        has_d2t = False  # asked only when the weights hold no d2t
+    if not has_d2t and "d2t" not in side:
+        maps = [p for p, kind, _, _ in scanned if kind == "mapping"]
+        if len(maps) > 1:
+            named = [p for p in maps if p.name in MAPPING_NAMES]
+            if len(named) != 1:
+                raise BadInputError(
+                    folder, f"holds {len(maps)} mapping files ({', '.join(p.name for p in maps)}): point at the one to use"
+                )
+            maps = named
+        if maps:
+            roles.mapping = maps[0]
+            used.add(maps[0])
+    for p, kind, what, obj in scanned:
+        if p not in used:
+            roles.ignored[str(p)] = what if kind != "unreadable" else f"unreadable: {what}"
+    if need_weights and not roles.weights and roles.mapping is None and not side and len(scanned) == 1:
+        p, kind, what, obj = scanned[0]
+        if kind == "unreadable":
+            raise obj
+        raise BadInputError(p, f"is not a mapping dict {{'d2t', 't2d'}} nor draft weights: it holds {what}")
+    return roles
 
 
 def follow_latest(folder: Path) -> Path | None:

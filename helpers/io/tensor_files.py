@@ -5,8 +5,8 @@
 one file each; `TensorStore` holds the tensors of one checkpoint by name, reading a tensor only
 when asked for it. `check_readable_file` refuses what would block or mislead before anything is
 opened (FIFOs, devices, folders, empty or unreadable files). Every problem with a file becomes
-one `BadInputError` naming the file. Finding checkpoints and their configs is
-`helpers.io.checkpoint`'s job; this module knows nothing about EAGLE-3.
+one `BadInputError` naming the file. Which files a checkpoint holds is `helpers.io.layout`'s
+decision, opening them `helpers.io.checkpoint`'s; this module knows nothing about EAGLE-3.
 """
 from __future__ import annotations
 
@@ -169,24 +169,16 @@ class TensorStore:
             self._spans[k] = spans[k]
         self.files.append(path)
 
-    def add_folder(self, folder: Path) -> None:
-        """Add a checkpoint folder's weights: its sharded index, else model.safetensors, else every
-        .safetensors, else pytorch_model.bin, else every .bin."""
-        names = {p.name: p for p in folder.iterdir()}
-        files = sorted(p for p in names.values() if p.suffix == ".bin")
-        for pick in (["model.safetensors.index.json"], ["pytorch_model.bin.index.json"], ["model.safetensors"],
-                     sorted(n for n, p in names.items() if p.suffix == ".safetensors"), ["pytorch_model.bin"]):
-            if pick and all(n in names for n in pick):
-                files = [names[n] for n in pick]
-                break
+    def add_files(self, files: list[Path], check=None, beside: list[Path] = ()) -> None:
+        """Add weights files in order (`add_file`); `beside`: single-file weights lying beside the sharded
+        index `files[0]`, noted in `unread` when the index does not name them (a stray single-file
+        export, an older save)."""
         for f in files:
-            self.add_file(f)
-        if files and files[0].name.endswith(".index.json"):
-            # weights files beside the index that it does not name (a stray single-file export, an older save)
-            for n in ("model.safetensors", "pytorch_model.bin"):
-                if n in names and names[n] not in self.files:
-                    self.unread[names[n]] = (f"a single-file checkpoint beside the sharded index {files[0].name}: "
-                                             "the index's shards were read, this file was not")
+            self.add_file(f, check)
+        for p in beside:
+            if p not in self.files:
+                self.unread[p] = (f"a single-file checkpoint beside the sharded index {files[0].name}: "
+                                  "the index's shards were read, this file was not")
 
     def add_file(self, f: Path, check=None) -> None:
         """Add one weights file: a sharded index, a safetensors file, or a torch file (`check(f, obj)`:
@@ -374,10 +366,15 @@ class TensorStore:
 
     def find(self, short: str) -> str | None:
         """The key named `short`, or ending in `.short` (for prefixed exports)."""
-        if short in self._where:
-            return short
-        hits = [k for k in self._where if k.endswith("." + short)]
-        return hits[0] if len(hits) == 1 else None
+        return find_key(self._where, short)
+
+
+def find_key(names, short: str) -> str | None:
+    """The name `short` among `names`, or the one name ending in `.short` (for prefixed exports)."""
+    if short in names:
+        return short
+    hits = [k for k in names if k.endswith("." + short)]
+    return hits[0] if len(hits) == 1 else None
 
 
 _ST_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,

@@ -45,10 +45,9 @@ from helpers.core.terms import READINGS
 from helpers.io.origin import Origin
 from helpers.io.checkpoint import (
     Checkpoint,
-    load_mapping,
     open_checkpoint,
     read_config,
-    read_mapping_tensors,
+    stored_mapping,
 )
 from helpers.io.mapping import VocabMapping, to_target_ids
 from helpers.model.config import DraftConfig
@@ -298,15 +297,12 @@ def load_draft(path, device=None, dtype=None, embed_from=None, draft_config=None
         state.update({name: torch.ones(expected_shapes(cfg)[name], device=device, dtype=dtype) for name in ones})
         model.load_state_dict(state, assign=True, strict=True)
         model.eval()
-        d2t, _, _ = read_mapping_tensors(ck)
-        mapping = None
-        if d2t is not None:
-            mapping = load_mapping(ck)
-            if mapping.draft_vocab_size != cfg.draft_vocab_size:
-                raise BadInputError(
-                    mapping.sources[0] if mapping.sources else ck.path,
-                    f"d2t has {mapping.draft_vocab_size:,} entries but lm_head has {cfg.draft_vocab_size:,} rows",
-                )
+        mapping = stored_mapping(ck)
+        if mapping is not None and mapping.draft_vocab_size != cfg.draft_vocab_size:
+            raise BadInputError(
+                mapping.sources[0] if mapping.sources else ck.path,
+                f"d2t has {mapping.draft_vocab_size:,} entries but lm_head has {cfg.draft_vocab_size:,} rows",
+            )
     finally:
         ck.tensors.release()
     model.set_mapping(mapping)
