@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from helpers.acceptance.sources import normalise
 from helpers.core.errors import BadInputError
+from helpers.engines.counting import accept_length, sglang_accept_length
 from helpers.serving.metrics import COUNTED_KINDS, MetricsTable, difference, parse_prometheus
 from helpers.serving.probe_client import Reply, Server, call, request_row, send
 
@@ -60,8 +61,8 @@ class Request:
         if r.kind is None or not r.steps:  # llama.cpp's answers: no verify steps
             return None
         if r.kind == "sglang":
-            return None if r.completion_tokens is None else r.completion_tokens / r.steps
-        return 1.0 + r.accepted / r.steps
+            return None if r.completion_tokens is None else sglang_accept_length(r.completion_tokens, r.steps)
+        return accept_length(r.accepted, r.steps)
 
     def to_dict(self) -> dict:
         r = self.reply
