@@ -77,7 +77,8 @@ def test_new_findings_absent_on_healthy_samples(draft, target):
 
 
 def test_target_comparison_is_structured_and_names_the_scale():
-    from helpers.io.checkpoint import open_checkpoint, read_config
+    from helpers.io.checkpoint import open_checkpoint
+    from helpers.io.configs import read_config
     from helpers.model.fit import compare_to_target
 
     draft, target = open_checkpoint(SAMPLES / "tiny_draft_sglang"), open_checkpoint(SAMPLES / "tiny_target")

@@ -73,13 +73,8 @@ from helpers.doctor.checks_weights import (
 )
 from helpers.doctor.findings import CheckContext, Findings, has_error
 from helpers.doctor.registry import NO_EFFECT
-from helpers.io.checkpoint import (
-    Checkpoint,
-    flat_config,
-    open_checkpoint,
-    read_config,
-    read_mapping_tensors,
-)
+from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_mapping_tensors
+from helpers.io.configs import flat_config, read_config
 from helpers.model.config_fields import draft_problems, target_problems, without_problems
 from helpers.model.dflash import dflash_draft
 from helpers.model.target import transformers_refusal

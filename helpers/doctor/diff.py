@@ -25,7 +25,8 @@ import torch
 from helpers.core.errors import BadInputError
 from helpers.doctor.findings import CheckContext
 from helpers.doctor.findings import fmt_number as _fmt
-from helpers.io.checkpoint import Checkpoint, flat_config, load_mapping, open_checkpoint
+from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint
+from helpers.io.configs import flat_config
 
 AGREE = 0.9  # cosine similarity above which two lm_head rows count as the same row
 DRIFT_MOST = 0.5  # share of draft slots naming another token from which drift is predicted at accept length ~1

@@ -16,7 +16,8 @@ from helpers.engines.outcomes import RESULT_WORDS, SERVE_RESULTS
 from helpers.engines.registry import EngineAt, engine_at, worst_outcome
 from helpers.core.errors import BadInputError
 from helpers.doctor.registry import NO_EFFECT, SEVERITIES, check_finding
-from helpers.io.checkpoint import Checkpoint, read_config
+from helpers.io.checkpoint import Checkpoint
+from helpers.io.configs import read_config
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,8 @@ from helpers.core.terms import MAX_BUILT_T2D
 from helpers.doctor.diagnose import diagnose
 from helpers.doctor.fix_plan import FixPlan, FixResult
 from helpers.io.origin import Origin
-from helpers.io.checkpoint import (
-    Checkpoint,
-    flat_config,
-    open_checkpoint,
-    read_config,
-    read_mapping_tensors,
-)
+from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_mapping_tensors
+from helpers.io.configs import flat_config, read_config
 from helpers.io.gguf_files import converter_command, copy_gguf
 from helpers.io.mapping import VocabMapping, absolute_to_offsets
 from helpers.io.tensor_files import TensorStore

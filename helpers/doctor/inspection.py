@@ -20,7 +20,8 @@ import torch
 
 from helpers.engines.registry import draft_family, engines_at
 from helpers.core.errors import BadInputError
-from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint, read_config, read_mapping_tensors
+from helpers.io.checkpoint import Checkpoint, load_mapping, open_checkpoint, read_mapping_tensors
+from helpers.io.configs import read_config
 from helpers.io.mapping import VocabMapping
 from helpers.model.config_fields import check_draft_config
 from helpers.model.dflash import capture_per_engine, dflash_draft

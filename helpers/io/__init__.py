@@ -11,6 +11,7 @@ Modules (import them by name; this file imports nothing):
 - `inputs`
 - `gguf_files`
 - `layout`
+- `configs`
 - `checkpoint`
 - `samples`
 - `prompts`
@@ -18,4 +19,4 @@ Modules (import them by name; this file imports nothing):
 - `mapping`
 """
 
-__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "origin", "inputs", "gguf_files", "layout", "checkpoint", "samples", "prompts", "chat", "mapping"]
+__all__ = ["tensor_files", "pt_files", "remote_access", "remote", "origin", "inputs", "gguf_files", "layout", "configs", "checkpoint", "samples", "prompts", "chat", "mapping"]

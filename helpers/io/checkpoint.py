@@ -20,7 +20,6 @@ Every problem with a file becomes one `BadInputError` naming the file.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,86 +27,17 @@ from pathlib import Path
 import torch
 
 from helpers.core.errors import BadInputError
-from helpers.core.terms import MAX_VOCAB
 from helpers.io import remote
+from helpers.io.configs import read_config_file, vocab_sizes
 from helpers.io.gguf_files import LLAMACPP_CONVENTION, open_gguf
 from helpers.io.layout import NPY_NAME, layout_of
-from helpers.io.mapping import VocabMapping
+from helpers.io.mapping import VocabMapping, checked_mapping
 from helpers.io.pt_files import follow_latest, pt_roles, refuse_foreign_pt
 from helpers.io.tensor_files import (
     TensorStore,
-    check_readable_file,
     read_mapping_file,
-    short_message,
     torch_load,
 )
-
-
-# -- configs ---------------------------------------------------------------------------------------
-def read_config(path: str | os.PathLike) -> dict:
-    """Parse a `config.json` (or the one inside a folder, local or remote) into a dict."""
-    if remote.is_remote(path):
-        return remote.via_mirror(path, read_config)
-    return _read_config_file(path)
-
-
-def _read_config_file(path: str | os.PathLike) -> dict:
-    """`read_config` of a local file or folder."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    check_readable_file(path)
-    try:
-        cfg = json.loads(path.read_text())
-    except UnicodeDecodeError:
-        raise BadInputError(path, "is not text (expected a JSON config)") from None
-    except json.JSONDecodeError as e:
-        raise BadInputError(path, f"is not valid JSON (line {e.lineno}: {e.msg})") from None
-    except RecursionError:
-        raise BadInputError(path, "is not a usable JSON config (nested too deeply)") from None
-    except ValueError as e:  # e.g. an integer of more than 4300 digits
-        raise BadInputError(path, f"is not a usable JSON config ({short_message(str(e), 100)})") from None
-    except OSError as e:
-        raise BadInputError(path, f"cannot be read ({e.strerror or e})") from None
-    if not isinstance(cfg, dict):
-        raise BadInputError(path, "is JSON but not an object")
-    return cfg
-
-
-def flat_config(cfg: dict) -> dict:
-    """One flat dict for both config styles.
-
-    speculators nests the Llama layer config under `transformer_layer_config`, with the EAGLE-3
-    fields (`draft_vocab_size`, `target_hidden_size`, `norm_before_residual`) at the top level.
-    """
-    nested = cfg.get("transformer_layer_config")
-    out = dict(nested) if isinstance(nested, dict) else {}
-    for k, v in cfg.items():
-        if k == "transformer_layer_config" or (k in out and k in ("vocab_size", "hidden_size")):
-            continue  # the nested layer config is the authority for the layer's own sizes
-        out[k] = v
-    return out
-
-
-def vocab_sizes(cfg: dict | None, path: str | os.PathLike | None = None) -> tuple[int | None, int | None]:
-    """(draft_vocab_size, target_vocab_size) from a config, where it states them.
-
-    With `path` (the config file), a size field that is present but not a positive integer is a
-    `BadInputError`; without it such a field is treated as absent.
-    """
-    if not cfg:
-        return None, None
-    flat = flat_config(cfg)
-    if path is not None:
-        for key in ("draft_vocab_size", "target_vocab_size", "vocab_size"):
-            v = flat.get(key)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-                raise BadInputError(path, f"{key} is {v!r}, expected a positive integer")
-            if v is not None and v > MAX_VOCAB:  # engines hold token ids in int32
-                raise BadInputError(path, f"{key} = {v:,} is not a plausible vocab size (more than {MAX_VOCAB:,})")
-    draft = flat.get("draft_vocab_size")
-    target = flat.get("target_vocab_size", flat.get("vocab_size"))
-    return (int(draft) if isinstance(draft, int) else None, int(target) if isinstance(target, int) else None)
 
 
 # -- checkpoints -------------------------------------------------------------------------------------
@@ -156,6 +86,11 @@ class Checkpoint:
     def shown(self, path) -> str:
         """One of the checkpoint's files as it is named in messages and sources (its URL when remote)."""
         return self.stand_in.display(path) if self.stand_in is not None else os.fspath(path)
+
+    @property
+    def config_shown(self) -> str | None:
+        """Its config as messages name it (None: it has none)."""
+        return None if self.config_path is None else self.shown(self.config_path)
 
     @property
     def sources(self) -> list[str]:
@@ -223,7 +158,7 @@ def _open_local(path: str | os.PathLike, stand_in: remote.StandIn | None, tip: s
         return ck
     ck.mapping_files = dict(files.mapping_files)
     if is_dir and files.config is not None:  # a folder's config is read first, a single file's after its weights
-        ck.config_path, ck.config = files.config, _read_config_file(files.config)
+        ck.config_path, ck.config = files.config, read_config_file(files.config)
     ck.tensors.add_files(files.weights, check=None if is_dir else refuse_foreign_pt, beside=files.beside)
     need_weights = is_dir and not ck.tensors.keys()
     if need_weights or is_dir and ck.tensors.find("d2t") is None and "d2t" not in files.mapping_files:
@@ -247,7 +182,7 @@ def _open_local(path: str | os.PathLike, stand_in: remote.StandIn | None, tip: s
             + (f"; it holds checkpoint folders {', '.join(subs[:8])}: point at one" if subs else ""),
         )
     if not is_dir and files.config is not None:
-        ck.config_path, ck.config = files.config, _read_config_file(files.config)
+        ck.config_path, ck.config = files.config, read_config_file(files.config)
     return ck
 
 
@@ -284,7 +219,7 @@ def load_mapping(path: str | os.PathLike | Checkpoint) -> VocabMapping:
     ck = path if isinstance(path, Checkpoint) else open_checkpoint(path)
     d2t, t2d, used = read_mapping_tensors(ck)
     if d2t is not None:
-        return _checked_mapping(ck, d2t, t2d, used)
+        return checked_mapping(d2t, t2d, used, vocab_sizes(ck.config, ck.config_path), ck.config_shown)
     vocab_sizes(ck.config, ck.config_path)  # a size field that is no positive integer is refused first
     full = full_vocab_size(ck)
     if full is not None:  # speculators writes no d2t when the draft keeps the full target vocab
@@ -301,32 +236,9 @@ def stored_mapping(ck: Checkpoint) -> VocabMapping | None:
     """The mapping an open checkpoint stores (d2t and t2d read once, checked as `load_mapping` checks
     them), or None when it stores no d2t."""
     d2t, t2d, used = read_mapping_tensors(ck)
-    return None if d2t is None else _checked_mapping(ck, d2t, t2d, used)
-
-
-def _checked_mapping(ck: Checkpoint, d2t, t2d, used: list[str]) -> VocabMapping:
-    """A stored d2t / t2d as a `VocabMapping`, refused where they contradict each other or the config."""
-    draft_cfg, target_cfg = vocab_sizes(ck.config, ck.config_path)
-    where = used[0]  # the file d2t came from
-    if (
-        target_cfg is None and isinstance(d2t, torch.Tensor) and isinstance(t2d, torch.Tensor)
-        and d2t.dim() == 1 and t2d.dim() == 1 and d2t.numel() and not d2t.dtype.is_floating_point
-        and d2t.dtype != torch.bool and int(d2t.max()) >= t2d.numel()
-    ):  # the two files come from different vocabularies (a stale cached mapping, say)
-        raise BadInputError(
-            where,
-            f"d2t holds id {int(d2t.max()):,} but t2d ({used[-1]}) has only {t2d.numel():,} entries: "
-            "the two files do not belong to the same mapping",
-        )
-    if draft_cfg is not None and hasattr(d2t, "shape") and len(d2t.shape) == 1 and d2t.shape[0] != draft_cfg:
-        raise BadInputError(
-            where, f"d2t has {d2t.shape[0]:,} entries but {ck.shown(ck.config_path)} says draft_vocab_size={draft_cfg:,}"
-        )
-    if target_cfg is not None and t2d is not None and hasattr(t2d, "shape") and len(t2d.shape) == 1 and t2d.shape[0] != target_cfg:
-        raise BadInputError(
-            used[-1], f"t2d has length {t2d.shape[0]:,} but {ck.shown(ck.config_path)} says vocab_size={target_cfg:,}"
-        )
-    return VocabMapping(d2t, t2d, target_vocab_size=target_cfg, sources=used)
+    if d2t is None:
+        return None
+    return checked_mapping(d2t, t2d, used, vocab_sizes(ck.config, ck.config_path), ck.config_shown)
 
 
 def full_vocab_size(ck: Checkpoint) -> int | None:

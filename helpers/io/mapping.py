@@ -331,6 +331,33 @@ class VocabMapping:
 
 
 # -- building and converting -----------------------------------------------------------------
+def checked_mapping(d2t, t2d, used: list[str], sizes: tuple, config_shown: str | None) -> VocabMapping:
+    """A stored d2t / t2d as a `VocabMapping`, refused where they contradict each other or the config's
+    vocab sizes (`sizes`: (draft_vocab_size, target vocab) as `helpers.io.configs.vocab_sizes` reads
+    them; `used`: the files read, d2t's first; `config_shown`: the config as messages name it)."""
+    draft_cfg, target_cfg = sizes
+    where = used[0]  # the file d2t came from
+    if (
+        target_cfg is None and isinstance(d2t, torch.Tensor) and isinstance(t2d, torch.Tensor)
+        and d2t.dim() == 1 and t2d.dim() == 1 and d2t.numel() and not d2t.dtype.is_floating_point
+        and d2t.dtype != torch.bool and int(d2t.max()) >= t2d.numel()
+    ):  # the two files come from different vocabularies (a stale cached mapping, say)
+        raise BadInputError(
+            where,
+            f"d2t holds id {int(d2t.max()):,} but t2d ({used[-1]}) has only {t2d.numel():,} entries: "
+            "the two files do not belong to the same mapping",
+        )
+    if draft_cfg is not None and hasattr(d2t, "shape") and len(d2t.shape) == 1 and d2t.shape[0] != draft_cfg:
+        raise BadInputError(
+            where, f"d2t has {d2t.shape[0]:,} entries but {config_shown} says draft_vocab_size={draft_cfg:,}"
+        )
+    if target_cfg is not None and t2d is not None and hasattr(t2d, "shape") and len(t2d.shape) == 1 and t2d.shape[0] != target_cfg:
+        raise BadInputError(
+            used[-1], f"t2d has length {t2d.shape[0]:,} but {config_shown} says vocab_size={target_cfg:,}"
+        )
+    return VocabMapping(d2t, t2d, target_vocab_size=target_cfg, sources=used)
+
+
 def offsets_to_absolute(d2t: torch.Tensor) -> torch.Tensor:
     """Offset encoding -> absolute target ids (`i + d2t[i]`)."""
     return d2t.to(torch.int64) + torch.arange(d2t.numel(), dtype=torch.int64)

@@ -25,7 +25,7 @@ import torch
 
 from helpers.core.errors import BadInputError
 from helpers.engines.registry import DEEPSEEK_FAMILY
-from helpers.io.checkpoint import flat_config
+from helpers.io.configs import flat_config
 
 ROPE_TYPES = ("default", "linear", "llama3")
 MLA_ROPE_TYPES = ("default", "yarn")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from helpers.core.errors import BadInputError
 from helpers.core.terms import MAX_VOCAB
-from helpers.io.checkpoint import flat_config
+from helpers.io.configs import flat_config
 from helpers.model.fit import _TEXT_KEYS, text_config
 
 # kinds of value

@@ -43,12 +43,8 @@ from helpers.core.devices import (
 from helpers.core.errors import BadInputError
 from helpers.core.terms import READINGS
 from helpers.io.origin import Origin
-from helpers.io.checkpoint import (
-    Checkpoint,
-    open_checkpoint,
-    read_config,
-    stored_mapping,
-)
+from helpers.io.checkpoint import Checkpoint, open_checkpoint, stored_mapping
+from helpers.io.configs import read_config
 from helpers.io.mapping import VocabMapping, to_target_ids
 from helpers.model.config import DraftConfig
 from helpers.model.config_fields import check_draft_config

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from helpers.io.checkpoint import flat_config
+from helpers.io.configs import flat_config
 
 _TEXT_KEYS = ("text_config", "language_config", "llm_config")
 

@@ -63,7 +63,7 @@ def target_config_of(target: str | None, target_config: str | None, *, flag: str
     missing, unreadable or a draft's config. `typed`: each field the kit reads also checked against
     its declaration (`helpers.model.config_fields`), the first wrong one refused by name (where the
     target is loaded; the doctor reports them as findings instead)."""
-    from helpers.io.checkpoint import read_config
+    from helpers.io.configs import read_config
     from helpers.model.config_fields import check_target_config
 
     if target:
@@ -115,7 +115,7 @@ def _mapping_vocab(ck) -> int | None:
 
 
 def flat_vocab(cfg: dict | None) -> int | None:
-    from helpers.io.checkpoint import flat_config
+    from helpers.io.configs import flat_config
 
     d = flat_config(cfg or {})
     v = d.get("target_vocab_size") or d.get("vocab_size")
@@ -351,7 +351,8 @@ def check_samples(checkpoint, samples, *, draft_config=None, target=None, opened
     as given or plus one), the draft's embed_tokens against the named target's (when that folder
     is at hand and is the one captured, by its config hash), and a given target's config hash
     against the manifest's. Samples without a manifest pass unchecked; returns the manifests."""
-    from helpers.io.checkpoint import flat_config, open_checkpoint, read_config, vocab_sizes
+    from helpers.io.checkpoint import open_checkpoint
+    from helpers.io.configs import flat_config, read_config, vocab_sizes
     from helpers.io.samples import read_manifests
 
     manifests = read_manifests(samples)

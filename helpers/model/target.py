@@ -43,7 +43,8 @@ from helpers.core.devices import (
 )
 from helpers.engines.registry import aux_ids, draft_capture, layers_in, release_capture_note
 from helpers.core.errors import BadInputError, clip
-from helpers.io.checkpoint import Checkpoint, open_checkpoint, read_config
+from helpers.io.checkpoint import Checkpoint, open_checkpoint
+from helpers.io.configs import read_config
 from helpers.model.config_fields import check_target_config
 from helpers.model.fit import compare_to_target
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from helpers.core.errors import BadInputError
-from helpers.io.checkpoint import flat_config, open_checkpoint
+from helpers.io.checkpoint import open_checkpoint
+from helpers.io.configs import flat_config
 
 
 @dataclass

@@ -30,12 +30,8 @@ import torch
 from helpers.engines.table import ENGINE_TABLE
 from helpers.core.outputs import normal_modes
 from helpers.core.paths import checkout_root
-from helpers.io.checkpoint import (
-    flat_config,
-    load_mapping,
-    open_checkpoint,
-    read_mapping_tensors,
-)
+from helpers.io.checkpoint import load_mapping, open_checkpoint, read_mapping_tensors
+from helpers.io.configs import flat_config
 
 ROLES = {  # file name (or suffix) -> what it is for
     "config.json": "the draft's config: sizes (N, V, H), architecture, aux layer ids",

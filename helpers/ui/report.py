@@ -183,7 +183,8 @@ def _check_samples(samples: str, aux_width: int | None) -> None:
 
 
 def _aux_width(checkpoint: str) -> int | None:
-    from helpers.io.checkpoint import flat_config, open_checkpoint
+    from helpers.io.checkpoint import open_checkpoint
+    from helpers.io.configs import flat_config
 
     ck = open_checkpoint(checkpoint)
     cfg = flat_config(ck.config) if ck.config else {}
