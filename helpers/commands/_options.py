@@ -308,26 +308,36 @@ def shape_flags(args, lone: str) -> dict:
         raise BadInputError(None, str(e)) from None
 
 
-def as_typed(args, message: str) -> str:
-    """A shape message in the spelling the user typed: the engines' flag names when no alias was given."""
+ALIAS_DESTS = ("steps", "topk", "draft_tokens")  # the kit's aliases of SGLang's three shape flags
+
+
+def engines_spelling(message: str) -> str:
+    """A shape message with the kit's aliases (--steps, --topk, --draft-tokens) in the engines' spelling."""
     import re
 
-    if any(getattr(args, name, None) is not None for name in ("steps", "topk", "draft_tokens")):
-        return message
     for alias, flag in (("--steps", "--speculative-num-steps"), ("--topk", "--speculative-eagle-topk"),
                         ("--draft-tokens", "--speculative-num-draft-tokens")):
         message = re.sub(rf"(?<![\w-]){alias}\b", flag, message)
     return message
 
 
+def as_typed(args, message: str) -> str:
+    """A shape message in the spelling the user typed: the engines' flag names when no alias was given."""
+    if any(getattr(args, name, None) is not None for name in ALIAS_DESTS):
+        return message
+    return engines_spelling(message)
+
+
 def drafting_from(args, lone: str, positions: int | None = None):
     """The `Drafting` the flags give (None when none given and no `positions`); a shape no engine
-    runs, or flags that disagree, is one line naming the flag, exit 2."""
+    runs, or flags that disagree, is one line naming the flag, exit 2. What it needs of `args` is
+    read before the shape is checked: the flags (`shape_flags`) and whether an alias was typed."""
     from helpers.acceptance.drafting import Drafting
     from helpers.core.errors import BadInputError
 
+    aliased = any(getattr(args, name, None) is not None for name in ALIAS_DESTS)
     f = shape_flags(args, lone)
     try:
         return Drafting.from_flags(f["steps"], f["topk"], f["draft_tokens"], lone=lone, positions=positions)
     except ValueError as e:
-        raise BadInputError(None, as_typed(args, str(e))) from None
+        raise BadInputError(None, str(e) if aliased else engines_spelling(str(e))) from None

@@ -156,6 +156,8 @@ def run(args) -> int:
         raise BadInputError(None, f"--repeat must be 1 to {MAX_REPEAT}, got {args.repeat}")
     if not (args.temperature >= 0 and args.temperature < float("inf")):
         raise BadInputError(None, f"--temperature must be a number >= 0, got {args.temperature}")
+    # what the command needs of the shared options, read together: the progress setting, the shape flags
+    progress = _options.show_progress(args)
     given = _options.drafting_from(args, "refuse")  # the shape flags, read once; None when none given
     if args.checkpoint and not args.target:
         raise BadInputError(None, "--checkpoint needs --target DIR: the engine-free loop runs the draft with its target")
@@ -183,7 +185,7 @@ def run(args) -> int:
         model=args.model, repeat=args.repeat, temperature=args.temperature, seed=args.seed, target=args.target,
         checkpoint=args.checkpoint, opened=opened, log=args.log, launch_command=args.launch_command,
         engine=args.engine, batch_size=args.batch_size, given=given, chat_template=args.chat_template,
-        device=args.device, dtype=args.dtype, embed_from=args.embed_from, progress=_options.show_progress(args),
+        device=args.device, dtype=args.dtype, embed_from=args.embed_from, progress=progress,
         judge=functools.partial(algorithm_findings, checkpoint=args.checkpoint)))
     obj = probed.to_dict()
     if out is not None:
