@@ -22,7 +22,7 @@ from helpers.core.errors import BadInputError
 from helpers.serving import bounds
 from helpers.serving.logs import read_log
 from helpers.serving.metrics import read_metrics
-from helpers.serving.probe_client import openai_reply, sglang_reply
+from helpers.serving.records import openai_reply, sglang_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ("[2026-01-05 09:00:00] server_args=ServerArgs(model_path='m', speculative_algorithm='EAGLE3', "

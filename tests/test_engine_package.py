@@ -174,7 +174,7 @@ def test_the_readers_and_engine_counts_give_one_accept_length(tmp_path):
     from helpers.acceptance.sources import normalise
     from helpers.engines import counting
     from helpers.serving.metrics import MetricsTable, from_log, parse_prometheus, parse_records
-    from helpers.serving.probe_client import openai_reply, request_row
+    from helpers.serving.records import openai_reply, request_row
 
     counts = counting.EngineCounts("vllm", 3, drafts=DRAFTS, draft_tokens=DRAFT_TOKENS,
                                    accepted_per_position=np.array(PER_POS))

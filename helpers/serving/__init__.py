@@ -6,10 +6,10 @@ Modules (import them by name; this file imports nothing):
 - `logs`
 - `startup`: the drafting settings and engine release a log states at start-up
 - `metrics`
-- `records`
+- `records`: per-request records (JSONL, SpecForge logs, a live server's answers) -> rows
 - `bounds`: the bounds on every serving number read (a row outside them named, never averaged)
 - `measured`: the serving accept length as one figure (mean, stderr, drafting) for the evidence ladder
-- `probe_client`: `probe`'s HTTP side: what a server is, one request, the answers' shapes
+- `probe_client`: `probe`'s HTTP side: what a server is, one request, its answer handed back raw
 - `probe`: a live server measured with the user's prompts (per request, or /metrics differenced)
 - `probe_verdict`: what `probe` concludes: the target's tokens, engine-free, reproduce; the result
 - `probe_run`: `probe` from start to conclusion: its inputs, the steps in order, what it hands the command

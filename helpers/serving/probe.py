@@ -2,8 +2,10 @@
 
 `measure(server, prompts, ...)` sends each prompt, one request at a time, greedy (temperature 0) or at
 the `temperature` asked (`probe --temperature T`),
-through `helpers.serving.probe_client`, scraping `/metrics` before the first request and after the
-last. The served accept length comes from, in order of preference:
+through `helpers.serving.probe_client` (HTTP only: the answers come back raw), scraping `/metrics`
+before the first request and after the last. Each answer is read by `helpers.serving.records.read_answer`,
+each /metrics page by `helpers.serving.metrics.parse_prometheus`. The served accept length comes
+from, in order of preference:
 
 - **per-request** figures in the answers: vLLM 0.32+ `metrics.speculative_decoding` (accept length
   of a request = 1 + num_accepted_draft_tokens / num_spec_steps) or SGLang's `meta_info`
@@ -42,7 +44,8 @@ from helpers.acceptance.sources import normalise
 from helpers.core.errors import BadInputError
 from helpers.engines.counting import accept_length, sglang_accept_length
 from helpers.serving.metrics import COUNTED_KINDS, MetricsTable, difference, parse_prometheus
-from helpers.serving.probe_client import Reply, Server, call, request_row, send
+from helpers.serving.probe_client import Server, send
+from helpers.serving.records import Reply, read_answer, request_row
 
 SETTLE_S = 3.0  # how long to wait for /metrics to catch up with the last answer
 
@@ -206,9 +209,10 @@ def measure(server: Server, prompts, *, max_new_tokens: int, model: str | None, 
     m_model = model
     requests, endpoint, t0 = [], None, time.monotonic()
     for index, ids, messages in tqdm(prompts, desc="probe", unit="request", disable=not progress):
-        endpoint, reply = send(server, ids=ids, messages=None if ids is not None else messages,
-                               max_new_tokens=max_new_tokens, model=model, temperature=temperature,
-                               seed=None if seed is None else seed + index)
+        endpoint, answer = send(server, ids=ids, messages=None if ids is not None else messages,
+                                max_new_tokens=max_new_tokens, model=model, temperature=temperature,
+                                seed=None if seed is None else seed + index)
+        reply = read_answer(answer, endpoint, server.url + endpoint)
         requests.append(Request(index, None if ids is None else len(ids), reply))
         if server.completion_path and len(requests) == 1 and not _has_counters(before):
             raise BadInputError(server.url, "llama-server's /metrics has no spec_decode counters (started without "

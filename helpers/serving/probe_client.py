@@ -1,4 +1,4 @@
-"""The HTTP side of `d2t-lab probe`: what a server is, one request to it, and its answers' shapes.
+"""The HTTP side of `d2t-lab probe`: what a server is, and one request to it, its answer handed back raw.
 
 Standard library only (`urllib`): every call waits at most `--timeout` seconds to connect,
 between reads and for its whole answer (`helpers.io.remote_access.timeout`), and every way a server can fail to answer is
@@ -20,13 +20,8 @@ HTTP error with the server's own message.
   `/v1/completions` with `"prompt": [ids]`, `"return_token_ids": true`; SGLang `/generate` with
   `"input_ids"` and `"sampling_params"`; llama.cpp its native `/completion` (`llamacpp_body`: the ids
   as `prompt`, `n_predict`, temperature 0, `return_tokens`, no prompt cache). Messages in:
-  `/v1/chat/completions`.
-- `Reply`: one answer - output ids (where the server returns them), text, completion tokens and the
-  per-request speculative counts: vLLM 0.32+'s `metrics.speculative_decoding`
-  (`--per-request-spec-decode-metrics summary|detailed`), SGLang's `meta_info` (read by
-  `helpers.serving.records.read_records`) or llama.cpp's `timings.draft_n` / `draft_n_accepted`
-  (draft tokens and accepted ones; llama.cpp gives no verify steps per request, and leaves both out
-  of an answer that drafted nothing).
+  `/v1/chat/completions`. It hands back the endpoint and the answer's JSON object as it came: what
+  the answer says is read by `helpers.serving.records.read_answer`.
 
 `--api-key KEY`: sent as `Authorization: Bearer KEY` on every call (vLLM, SGLang and llama-server
 all read it; llama-server asks it on every path but /health, /metrics included).
@@ -41,24 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 from urllib.request import Request, urlopen
 
 from helpers.core.errors import BadInputError, clip
-from helpers.engines.counting import (
-    LLAMACPP_ACCEPTED,
-    LLAMACPP_DRAFTED,
-    LLAMACPP_PREFIX,
-    SGLANG_PREFIX,
-    SGLANG_TOKENS,
-    VLLM_ANSWER_ACCEPTED,
-    VLLM_ANSWER_DRAFT_TOKENS,
-    VLLM_ANSWER_HISTOGRAM,
-    VLLM_ANSWER_SPEC_TOKENS,
-    VLLM_ANSWER_STEPS,
-    VLLM_PREFIX,
-    histogram_accepted,
-    histogram_per_position,
-)
+from helpers.engines.counting import LLAMACPP_PREFIX, SGLANG_PREFIX, VLLM_PREFIX
 from helpers.io import remote_access
-from helpers.serving import bounds
-from helpers.serving.records import _row, read_records
 from helpers.serving.startup import Setup, setup_from_server
 
 _SUFFIXES = ("/v1/models", "/v1", "/metrics", "/get_server_info", "/server_info", "/generate", "/health")
@@ -105,29 +84,6 @@ class Server:
     @property
     def speculative_algorithm(self) -> str | None:
         return None if self.server_info is None else self.server_info.get("speculative_algorithm")
-
-
-@dataclass
-class Reply:
-    """One answer: what came back and the request's speculative counts (None: the server gave none)."""
-
-    output_ids: list[int] | None
-    text: str
-    completion_tokens: int | None
-    finish_reason: str | None
-    kind: str | None = None  # "vllm" (metrics.speculative_decoding), "sglang" (meta_info) or "llamacpp"
-    #                          (timings: drafted and accepted, no steps); None: no counts
-    steps: int | None = None  # verify steps (vLLM num_spec_steps, SGLang spec_verify_ct)
-    accepted: int | None = None  # accepted draft tokens, the bonus not counted
-    drafted: int | None = None  # draft tokens proposed
-    histogram: list[int] | None = None  # [j]: verify steps that accepted exactly j draft tokens
-    num_spec_tokens: int | None = None  # vLLM: the chain length the server drafts
-    temperature: float | None = None  # the temperature the answer says was applied (llama.cpp generation_settings)
-
-    @property
-    def steps_unknown(self) -> bool:
-        """Counts without verify steps (llama.cpp's timings: draft tokens and accepted ones only)."""
-        return self.kind is not None and self.steps is None
 
 
 def served_mismatch(server: Server, model: str | None, target) -> str | None:
@@ -311,30 +267,27 @@ def _post(server: Server, path: str, body: dict) -> dict:
 
 def send(server: Server, *, ids: list[int] | None = None, messages: list[dict] | None = None,
          max_new_tokens: int, model: str | None, temperature: float = 0.0,
-         seed: int | None = None) -> tuple[str, Reply]:
-    """One request at `temperature` (0: greedy; `seed` sent where given): (the endpoint used, its `Reply`)."""
+         seed: int | None = None) -> tuple[str, dict]:
+    """One request at `temperature` (0: greedy; `seed` sent where given): (the endpoint used, its answer's
+    JSON object, unread: `helpers.serving.records.read_answer`)."""
     t = float(temperature)
     t = int(t) if t == 0 else t  # greedy is sent as 0, as before
     extra = {} if seed is None else {"seed": int(seed)}
     if ids is not None and server.engine == "sglang" and server.generate:
         path = "/generate"
-        obj = _post(server, path, {"input_ids": list(ids), "sampling_params": {
+        return path, _post(server, path, {"input_ids": list(ids), "sampling_params": {
             "temperature": t, "max_new_tokens": int(max_new_tokens), **({"sampling_seed": int(seed)} if seed is not None
                                                                        else {})}})
-        return path, sglang_reply(obj, server.url + path)
     if ids is not None and server.completion_path:
         path = server.completion_path
-        return path, llamacpp_reply(_post(server, path, llamacpp_body(ids, max_new_tokens, temperature=t, seed=seed)),
-                                    server.url + path)
+        return path, _post(server, path, llamacpp_body(ids, max_new_tokens, temperature=t, seed=seed))
     if ids is not None:
         path = "/v1/completions"
-        obj = _post(server, path, {"model": model, "prompt": list(ids), "max_tokens": int(max_new_tokens),
-                                   "temperature": t, "return_token_ids": True, **extra})
-    else:
-        path = "/v1/chat/completions"
-        obj = _post(server, path, {"model": model, "messages": list(messages), "max_tokens": int(max_new_tokens),
-                                   "temperature": t, **extra})
-    return path, openai_reply(obj, server.url + path)
+        return path, _post(server, path, {"model": model, "prompt": list(ids), "max_tokens": int(max_new_tokens),
+                                          "temperature": t, "return_token_ids": True, **extra})
+    path = "/v1/chat/completions"
+    return path, _post(server, path, {"model": model, "messages": list(messages), "max_tokens": int(max_new_tokens),
+                                      "temperature": t, **extra})
 
 
 def llamacpp_body(ids: list[int], max_new_tokens: int, temperature: float = 0, seed: int | None = None) -> dict:
@@ -351,116 +304,3 @@ def llamacpp_body(ids: list[int], max_new_tokens: int, temperature: float = 0, s
     return body
 
 
-def llamacpp_reply(obj: dict, url: str) -> Reply:
-    """A llama-server /completion answer: `tokens`, `content`, `tokens_predicted`, `stop_type` and the
-    request's `timings` (`draft_n`, `draft_n_accepted`; both absent when nothing was drafted)."""
-    if "content" not in obj and "tokens" not in obj:
-        raise BadInputError(url, f"answered without content or tokens (keys {sorted(obj)[:6]}): not a llama-server "
-                            "/completion answer")
-    ids = obj.get("tokens")
-    reply = Reply([int(t) for t in ids] if isinstance(ids, list) and ids else None, obj.get("content") or "",
-                  _int(obj.get("tokens_predicted"), "tokens_predicted", url), obj.get("stop_type"))
-    _llamacpp_timings(reply, obj, url)
-    g = obj.get("generation_settings")
-    if isinstance(g, dict) and isinstance(g.get("temperature"), (int, float)):
-        reply.temperature = float(g["temperature"])
-    return reply
-
-
-def _llamacpp_timings(reply: Reply, obj: dict, url: str) -> None:
-    """llama.cpp's per-request draft counts (`timings`, on its native and OpenAI answers alike)."""
-    t = obj.get("timings")
-    if not isinstance(t, dict):
-        return
-    reply.kind = "llamacpp"
-    reply.drafted = _int(t.get(LLAMACPP_DRAFTED, 0), f"timings.{LLAMACPP_DRAFTED}", url)
-    reply.accepted = _int(t.get(LLAMACPP_ACCEPTED, 0), f"timings.{LLAMACPP_ACCEPTED}", url)
-    _check_bounds(reply, url, "timings")
-
-
-def _int(v, what: str, url: str) -> int | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not float(v).is_integer():
-        raise BadInputError(url, f"{what} = {v!r} in the answer is not a count")
-    return int(v)
-
-
-def openai_reply(obj: dict, url: str) -> Reply:
-    """A /v1/completions or /v1/chat/completions answer (vLLM's per-request metrics read when present)."""
-    choices = obj.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise BadInputError(url, f"answered without choices (keys {sorted(obj)[:6]}): not an OpenAI completion")
-    c = choices[0]
-    text = c.get("text")
-    if text is None and isinstance(c.get("message"), dict):
-        text = c["message"].get("content")
-    ids = c.get("token_ids")
-    ids = [int(t) for t in ids] if isinstance(ids, list) else None
-    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
-    reply = Reply(ids, text or "", _int(usage.get("completion_tokens"), "usage.completion_tokens", url),
-                  c.get("finish_reason"))
-    if isinstance(obj.get("timings"), dict):  # llama-server's OpenAI answers carry its timings
-        _llamacpp_timings(reply, obj, url)
-    metrics = obj.get("metrics")
-    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-    if isinstance(spec, dict):
-        hist = spec.get(VLLM_ANSWER_HISTOGRAM)
-        if not isinstance(hist, list):
-            raise BadInputError(url, f"metrics.speculative_decoding.{VLLM_ANSWER_HISTOGRAM} = {hist!r}: not a list")
-        hist = [_int(h, VLLM_ANSWER_HISTOGRAM, url) for h in hist]
-        steps = _int(spec.get(VLLM_ANSWER_STEPS), VLLM_ANSWER_STEPS, url)
-        accepted = _int(spec.get(VLLM_ANSWER_ACCEPTED), VLLM_ANSWER_ACCEPTED, url)
-        reply.kind, reply.histogram = "vllm", hist
-        reply.steps = sum(hist) if steps is None else steps
-        reply.accepted = histogram_accepted(hist) if accepted is None else accepted
-        reply.drafted = _int(spec.get(VLLM_ANSWER_DRAFT_TOKENS), VLLM_ANSWER_DRAFT_TOKENS, url)
-        reply.num_spec_tokens = _int(spec.get(VLLM_ANSWER_SPEC_TOKENS), VLLM_ANSWER_SPEC_TOKENS, url)
-        _check_bounds(reply, url, "metrics.speculative_decoding")
-    return reply
-
-
-def _check_bounds(reply: Reply, url: str, where: str) -> None:
-    """An answer's counts within `helpers.serving.bounds` (accept length in [1, num_spec_tokens + 1],
-    accepted no more than drafted): else one line naming the URL and the field, never averaged in."""
-    maximum = reply.num_spec_tokens + 1 if reply.num_spec_tokens else None
-    found = bounds.problems(request_row(reply, 0), maximum)
-    if found:
-        field, _, why = found[0]
-        raise BadInputError(url, f"{where}.{field} in the answer is out of bounds: {why}")
-
-
-def sglang_reply(obj: dict, url: str) -> Reply:
-    """An SGLang /generate answer: `meta_info` read by `helpers.serving.records.read_records`."""
-    if not isinstance(obj.get("meta_info"), dict):
-        raise BadInputError(url, f"answered without meta_info (keys {sorted(obj)[:6]}): not an SGLang /generate answer")
-    got = read_records([json.dumps({"meta_info": obj["meta_info"]})])
-    if got["garbled_lines"]:
-        raise BadInputError(url, f"meta_info does not read: {got['garbled_lines'][0][1]}")
-    meta = obj["meta_info"]
-    ids = obj.get("output_ids")
-    reply = Reply([int(t) for t in ids] if isinstance(ids, list) else None, obj.get("text") or "",
-                  _int(meta.get(SGLANG_TOKENS), f"meta_info.{SGLANG_TOKENS}", url),
-                  (meta.get("finish_reason") or {}).get("type") if isinstance(meta.get("finish_reason"), dict)
-                  else meta.get("finish_reason"))
-    row = got["rows"][0] if got["rows"] else None
-    if row is not None and row.get("verify_ct"):
-        reply.kind, reply.steps = "sglang", row["verify_ct"]
-        reply.accepted, reply.drafted, reply.histogram = row["accepted"], row["draft_tokens"], row["histogram"]
-        _check_bounds(reply, url, "meta_info")
-    return reply
-
-
-def request_row(reply: Reply, index: int) -> dict:
-    """A reply's counts as a `helpers.serving.metrics.MetricsTable` row (kind vllm-requests or
-    sglang-requests), so `helpers.acceptance.sources.normalise` pools them as it pools a JSONL."""
-    if reply.kind == "sglang":
-        return _row("request", index, verify_ct=reply.steps, completion_tokens=reply.completion_tokens,
-                    accepted=reply.accepted, draft_tokens=reply.drafted, histogram=reply.histogram)
-    if reply.steps_unknown:  # llama.cpp: no verify steps per request
-        return _row("request", index, accepted=reply.accepted, draft_tokens=reply.drafted)
-    per_pos = None
-    if reply.histogram:  # position j is reached by the steps that accepted more than j
-        per_pos = histogram_per_position(reply.histogram)
-    return _row("request", index, drafts=reply.steps, accepted=reply.accepted, draft_tokens=reply.drafted,
-                accepted_per_pos=per_pos, histogram=reply.histogram, completion_tokens=reply.completion_tokens)
