@@ -166,13 +166,22 @@ def run(args) -> int:
     from helpers.io.inputs import input_path
 
     input_path(args.log, "log file", kind="file", text=True, flag="--log")
-    opened = None
-    if args.target:  # the door: paths, prompt records, the draft's weights and its fit, before anything loads
+    inputs = None
+    if not args.target:  # no door: the prompt file checked and read as probe reads it without a target
+        from helpers.io.prompts import stream_prompts
+
+        input_path(prompts, "prompt file", kind="file")
+        records = tuple(stream_prompts(prompts, args.max_prompts))
+        if not records:
+            raise BadInputError(prompts, "holds no prompt records")
+    else:  # the door: paths, prompt records (read once, kept), the target's config, the draft's weights and its
+        # fit, before anything loads; the later stages take what it opened
         from helpers.model.preflight import Door, Inputs, preflight
 
-        opened = preflight(Inputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
+        inputs = preflight(Inputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
                                   max_prompts=args.max_prompts, embed_from=args.embed_from),
-                           Door(what="probe", need_weights=bool(args.checkpoint))).opened
+                           Door(what="probe", need_weights=bool(args.checkpoint)))
+        records = inputs.records
     import functools
     import os
 
@@ -180,10 +189,10 @@ def run(args) -> int:
     from helpers.serving.probe_run import ProbeInputs, probe
 
     probed = probe(ProbeInputs(
-        url=args.url, prompts=prompts, bundled=args.prompts is None, max_prompts=args.max_prompts,
+        url=args.url, prompts=prompts, bundled=args.prompts is None, records=records, inputs=inputs,
         max_new_tokens=args.max_new_tokens, api_key=args.api_key or os.environ.get("D2T_API_KEY") or None,
         model=args.model, repeat=args.repeat, temperature=args.temperature, seed=args.seed, target=args.target,
-        checkpoint=args.checkpoint, opened=opened, log=args.log, launch_command=args.launch_command,
+        checkpoint=args.checkpoint, log=args.log, launch_command=args.launch_command,
         engine=args.engine, batch_size=args.batch_size, given=given, chat_template=args.chat_template,
         device=args.device, dtype=args.dtype, embed_from=args.embed_from, progress=progress,
         judge=functools.partial(algorithm_findings, checkpoint=args.checkpoint)))

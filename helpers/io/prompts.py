@@ -11,8 +11,9 @@ Three record shapes are accepted, one JSON object per line (blank lines are skip
 Every record becomes a list of `{"role", "content"}` messages with roles `system`, `user`,
 `assistant`, and needs at least one user turn (a chat template has nothing to answer without
 one). A line that is not one of these, or is not UTF-8, is one `BadInputError` naming the file
-and line. `check_prompts` reads the whole file that way before anything heavy loads (the door:
-`helpers.model.preflight`). Nothing here imports torch.
+and line. `check_prompts` reads the whole file that way before anything heavy loads; the door
+(`helpers.model.preflight`), which checks the path itself first, keeps the records it read
+(`prompt_records`) for the stages after it. Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -105,10 +106,16 @@ def _with_user_turn(msgs: list[dict], where: str, path: Path) -> list[dict]:
 
 
 def read_prompts(path: str | os.PathLike, max_records: int | None = None) -> Iterator[Conversation]:
-    """Stream the records of a JSONL prompt file as `Conversation`s (at most `max_records`)."""
+    """Stream the records of a JSONL prompt file as `Conversation`s (at most `max_records`), the path
+    checked first (`helpers.io.inputs.input_path`)."""
     from helpers.io.inputs import input_path
 
     input_path(path, "prompt file", kind="file")
+    yield from stream_prompts(path, max_records)
+
+
+def stream_prompts(path: str | os.PathLike, max_records: int | None = None) -> Iterator[Conversation]:
+    """`read_prompts` of a path already checked (the door, `helpers.model.preflight`, checks it first)."""
     path = Path(path)
     index = 0
     with open(path, "rb") as f:
@@ -137,17 +144,28 @@ def check_prompts(path, max_records: int | None = None, *, need_answer: bool = F
     """The door for a prompt file: every record read (at most `max_records`, which must be at
     least 1), each with a user turn and, when `need_answer` (teacher-forcing), an assistant
     answer; returns how many. One `BadInputError` naming the file and line otherwise."""
+    return sum(1 for _ in _checked(path, max_records, need_answer, flag, read_prompts(path, max_records)))
+
+
+def prompt_records(path, max_records: int | None = None, *, need_answer: bool = False,
+                   flag: str = "--max-prompts") -> tuple[Conversation, ...]:
+    """`check_prompts` of a path the door has checked already (`helpers.io.inputs.input_path` first):
+    the records themselves, read once, for the stages after the door (`Inputs.records`)."""
+    return tuple(_checked(path, max_records, need_answer, flag, stream_prompts(path, max_records)))
+
+
+def _checked(path, max_records, need_answer: bool, flag: str, records) -> Iterator[Conversation]:
     if max_records is not None and int(max_records) < 1:
         raise BadInputError(None, f"{flag} must be at least 1, got {max_records}")
     n = 0
-    for rec in read_prompts(path, max_records):
+    for rec in records:
         if need_answer and not rec.has_answer:
             raise BadInputError(path, f"line {rec.line}: the record has no assistant answer to teacher-force "
                                 "(pass --regenerate to let the target answer)")
         n += 1
+        yield rec
     if n == 0:
         raise BadInputError(path, "holds no prompt records (every line is blank)")
-    return n
 
 
 def file_sha256(path: str | os.PathLike) -> str:

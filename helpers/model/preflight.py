@@ -3,7 +3,7 @@
 `preflight(Inputs(...), Door(...))` is the one validation layer every front end calls before it
 loads a model or runs a notebook (`Inputs`: what the user gave; `Door`: what the front end runs
 and how it names its inputs); it returns the same `Inputs` opened: paths absolute where local, the
-target's config read (`target_cfg`), the prompt records counted, the draft's checkpoint open
+target's config read (`target_cfg`), the prompt records read and counted (`records`), the draft's checkpoint open
 (`opened`) where the door read it. Every later stage takes that object, not the paths again: the CLI commands (`capture`, `speculate`, `doctor`, `diff`,
 `report`), the report's `validate`, the notebooks' `helpers.ui.notebook.setup()` (on the
 parameters cell's values) and the dashboard. It checks, in this order, and stops at the first
@@ -12,8 +12,8 @@ problem with one `BadInputError` line naming the input:
 1. conflicting flags (`--target` and `--target-config` together) and counts (`--max-prompts 0`);
 2. paths (`helpers.io.inputs.input_path`): exists, file or folder as needed, readable, UTF-8 for
    text inputs; remote locations pass where the input may be remote;
-3. prompt records (`helpers.io.prompts.check_prompts`): each needs a user turn (and an answer
-   when teacher-forced); errors name the line;
+3. prompt records (`helpers.io.prompts.prompt_records`, the path checked in 2.): each needs a user
+   turn (and an answer when teacher-forced); errors name the line; the records are kept (`records`);
 4. the target's config: present, and not a draft's (a draft folder given as `--target`); where the
    target is loaded, each field the kit reads typed (`helpers.model.config_fields`), named when wrong;
 5. the draft: a config and weights where the command runs the draft (`need_weights`);
@@ -41,7 +41,7 @@ from helpers.engines.registry import DEFAULT_ENGINE, aux_convention, captured_la
 from helpers.core.errors import BadInputError
 from helpers.io.origin import Origin
 from helpers.io.inputs import conflicting, input_path
-from helpers.io.prompts import check_prompts
+from helpers.io.prompts import prompt_records
 from helpers.model.fit import compare_to_target, text_config
 
 EAGLE_AUX = 3  # hidden states an EAGLE-3 draft's fc concatenates
@@ -184,6 +184,7 @@ class Inputs:
     # what the door learnt (set by `preflight`; pass them on: nothing is read twice)
     checked: bool = False
     prompt_records: int | None = None  # prompt records in `prompts` (up to max_prompts)
+    records: tuple | None = field(default=None, compare=False, repr=False)  # those records (`Conversation`s), read once
     target_cfg: dict | None = field(default=None, compare=False, repr=False)  # the target's config.json, read once
     opened: object = field(default=None, compare=False, repr=False)  # the draft's open `Checkpoint` where the door read it
 
@@ -227,8 +228,8 @@ def preflight(given: Inputs, door: Door = Door()) -> Inputs:
     previous = input_path(given.previous, "previous checkpoint", remote_ok=True, flag="--previous")
     samples = input_path(given.samples, "samples folder", kind="folder", flag="--samples")
     target_head = input_path(given.target_head, "target head (file or folder)", remote_ok=True, flag="--target-head")
-    # 3. prompt records
-    records = (check_prompts(prompts, max_prompts, need_answer=door.need_answer, flag=max_prompts_flag)
+    # 3. prompt records (the path checked above: read once, kept)
+    records = (prompt_records(prompts, max_prompts, need_answer=door.need_answer, flag=max_prompts_flag)
                if prompts else None)
     # 4. the target's config
     tcfg = target_config_of(target, target_config, flag=target_flag, typed=door.target_is_model)
@@ -244,7 +245,8 @@ def preflight(given: Inputs, door: Door = Door()) -> Inputs:
     if given.aux_layers:
         layers = check_aux_layers(given.aux_layers, engine=given.engine, ck=ck, fc_key=fc, target_cfg=tcfg)
     return replace(given, checkpoint=_abs(checkpoint), target=_abs(target), target_config=_abs(target_config),
-                   prompts=_abs(prompts), prompt_records=records, embed_from=_abs(embed_from),
+                   prompts=_abs(prompts), prompt_records=None if records is None else len(records),
+                   records=records, embed_from=_abs(embed_from),
                    previous=_abs(previous), samples=_abs(samples), target_head=_abs(target_head), aux_layers=layers,
                    checked=True, target_cfg=tcfg, opened=ck)
 

@@ -86,12 +86,12 @@ class Server:
         return None if self.server_info is None else self.server_info.get("speculative_algorithm")
 
 
-def served_mismatch(server: Server, model: str | None, target) -> str | None:
+def served_mismatch(server: Server, model: str | None, target, target_cfg: dict | None) -> str | None:
     """Why `--target DIR` is not the model the server serves, or None: the served model's `/v1/models`
     `root` (the folder or Hub repo it was loaded from; vLLM, SGLang) names another model than DIR's
     folder (compared by the last path component, case and `-`/`_`/`.` ignored) or its config's
-    `_name_or_path`. None when the server lists no root."""
-    import json as _json
+    `_name_or_path` (`target_cfg`: DIR's config.json as the door read it). None when the server lists
+    no root. Reads nothing."""
     from pathlib import Path
 
     root = server.roots.get(model) if model else None
@@ -103,12 +103,9 @@ def served_mismatch(server: Server, model: str | None, target) -> str | None:
     t = Path(target)
     names = {key(t.resolve().name), key(t.name)}
     names |= {key(part.split("--")[-1]) for part in t.resolve().parts if part.startswith("models--")}  # the Hub cache
-    try:
-        cfg = _json.loads((t / "config.json").read_text(encoding="utf-8"))
-        if isinstance(cfg, dict) and isinstance(cfg.get("_name_or_path"), str) and cfg["_name_or_path"]:
-            names.add(key(cfg["_name_or_path"]))
-    except (OSError, ValueError):
-        pass
+    cfg = target_cfg
+    if isinstance(cfg, dict) and isinstance(cfg.get("_name_or_path"), str) and cfg["_name_or_path"]:
+        names.add(key(cfg["_name_or_path"]))
     names.discard("")
     if key(root) in names or not key(root):
         return None

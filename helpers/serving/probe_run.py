@@ -1,9 +1,10 @@
 """`d2t-lab probe` from start to conclusion: `probe(ProbeInputs)` -> `Probed` (its JSON and text).
 
-The command checks its flags and opens its inputs (`helpers.model.preflight`), builds one
-`ProbeInputs` of plain values and prints what `probe` hands back. Here, in order: the prompt
-records read and (with a target) rendered to token ids with its chat template, the server
-discovered, what it was started with (`helpers.serving.startup.stated_setup`: the server itself,
+The command checks its flags and opens its inputs (with a target, the door:
+`helpers.model.preflight`; the prompt records, the target's config and the draft's checkpoint
+read once), builds one `ProbeInputs` of them and prints what `probe` hands back. Here, in order:
+the prompt records (with a target) rendered to token ids with its chat template, the server
+discovered (with a target, whether it serves that model: `probe_client.served_mismatch`), what it was started with (`helpers.serving.startup.stated_setup`: the server itself,
 then `--log`, then `--launch-command`; forced acceptance stops here, no request sent), the prompts
 sent (`helpers.serving.probe.measure`, `repeat` times), the drafting settings, the doctor's
 `eagle3-as-eagle` for the stated algorithm (`ProbeInputs.judge`, handed in by the command: the
@@ -23,9 +24,10 @@ class ProbeInputs:
     """What one probe is given, each read once from the command line (`d2t-lab probe --help`)."""
 
     url: str
-    prompts: Path
+    prompts: Path  # the prompt file as given (shown in the JSON)
     bundled: bool  # the bundled default prompt file (no --prompts)
-    max_prompts: int
+    records: tuple  # its records (`helpers.io.prompts.Conversation`s, at most --max-prompts), read once
+    inputs: object  # with --target, the door's opened `helpers.model.preflight.Inputs` (target_cfg, opened); else None
     max_new_tokens: int
     api_key: str | None = None
     model: str | None = None  # the served model asked for (None: the first /v1/models lists)
@@ -33,8 +35,7 @@ class ProbeInputs:
     temperature: float = 0.0
     seed: int | None = None
     target: str | None = None
-    checkpoint: str | None = None  # the draft as given
-    opened: object = None  # the draft's open `Checkpoint` when the preflight read it
+    checkpoint: str | None = None  # the draft as given (its open `Checkpoint`: `inputs.opened`)
     log: str | None = None
     launch_command: str | None = None
     engine: str | None = None  # whose aux-layer convention the engine-free loop uses (None: the server's)
@@ -96,14 +97,11 @@ class Probed:
 def probe(given: ProbeInputs) -> Probed:
     """Send the prompts to the server at `given.url`, measure it and conclude (module docstring)."""
     from helpers.io import remote_access
-    from helpers.io.prompts import read_prompts
     from helpers.serving.probe import drafting_of, measure
-    from helpers.serving.probe_client import discover
+    from helpers.serving.probe_client import discover, served_mismatch
     from helpers.serving.probe_verdict import ProbeResult, conclude, engine_defect
 
-    records = list(read_prompts(given.prompts, given.max_prompts))
-    if not records:
-        raise BadInputError(given.prompts, "holds no prompt records")
+    records = given.records
     ids = None
     if given.target:  # each record rendered with the target's tokenizer and chat template, as `speculate` does
         from transformers import AutoTokenizer
@@ -117,6 +115,8 @@ def probe(given: ProbeInputs) -> Probed:
 
     server = discover(given.url, remote_access.timeout(), api_key=given.api_key)
     model = given.model or (server.models[0] if server.models else None)
+    # another model's folder as --target: named (the config the door read)
+    mismatch = None if ids is None else served_mismatch(server, model, given.target, given.inputs.target_cfg)
     setup = stated_setup(server.setup, given.log, given.launch_command)
     if setup.forced:  # no request is sent, nothing is concluded
         return Probed(server, model, setup)
@@ -140,9 +140,7 @@ def probe(given: ProbeInputs) -> Probed:
                             "DIR: the prompts then go as the target's token ids and the served text is compared with "
                             "the target's own greedy output)")
     else:
-        from helpers.serving.probe_client import served_mismatch
-
-        result.served_mismatch = served_mismatch(server, model, given.target)  # another model's folder: named
+        result.served_mismatch = mismatch
         compare(given, ids, result)
         if result.served_mismatch and result.target_check and result.target_check.get("verdict") in ("lossy",
                                                                                                  "near ties only"):
@@ -177,8 +175,8 @@ def compare(given: ProbeInputs, ids, result) -> None:
     from helpers.serving.probe_verdict import check_target, compare_engine_free
 
     m = result.measured
-    if given.checkpoint:
-        check_speculation_target(given.target)  # a family the loop cannot run: one line, before loading
+    if given.checkpoint:  # a family the loop cannot run: one line, before loading (the config the door read)
+        check_speculation_target(given.target, given.inputs.target_cfg)
     target = load_target(given.target, device=given.device, dtype=dtype)
     if given.temperature > 0:  # sampled answers are not the target's greedy output by design
         result.notes.append(f"the served tokens are not compared with the target's greedy output: the requests were "
@@ -197,8 +195,7 @@ def compare(given: ProbeInputs, ids, result) -> None:
     from helpers.speculate.reproduce import reproduce
     from helpers.speculate.result import SpecSettings
 
-    _, draft = load_pair(target, given.opened or given.checkpoint, device=given.device, dtype=dtype,
-                         embed_from=given.embed_from)
+    _, draft = load_pair(target, given.inputs.opened, device=given.device, dtype=dtype, embed_from=given.embed_from)
     engine = given.engine or m.server.convention
     try:  # checked when made
         settings = SpecSettings(reading="offset" if draft.d2t is not None else "none", drafting=result.drafting,
