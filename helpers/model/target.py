@@ -136,16 +136,15 @@ def _weights(path: Path):
     return ck
 
 
-def estimate_target_bytes(path, dtype=None) -> int:
+def _weights_bytes(ck: Checkpoint, dtype=None) -> int:
     """Bytes the target's weights take in `dtype` (from tensor shapes; no tensor data is read)."""
-    ck = _weights(Path(path))
     dtype = dtype or torch.float32
     return sum(math.prod(ck.tensors.shape(k)) for k in ck.tensors.keys()) * dtype.itemsize
 
 
-def _placement(path: Path, device: torch.device, dtype: torch.dtype):
-    """(device_map or None) for a target of `need` bytes; a one-line refusal when it cannot fit."""
-    need = int(estimate_target_bytes(path, dtype) * ACTIVATION_MARGIN)
+def _placement(ck: Checkpoint, path: Path, device: torch.device, dtype: torch.dtype):
+    """(device_map or None) for the target open as `ck`; a one-line refusal when it cannot fit."""
+    need = int(_weights_bytes(ck, dtype) * ACTIVATION_MARGIN)
     free = available_bytes(device)
     if free is None or need <= free:
         return None
@@ -166,8 +165,8 @@ def load_target(path, device=None, dtype=None, tokenizer: bool = True, device_ma
     path = Path(path)
     device = resolve_device(device)
     dtype = parse_dtype(dtype) or default_dtype(device)
-    _weights(path)
-    device_map = device_map or _placement(path, device, dtype)
+    ck = _weights(path)  # its files opened once: checked, and measured for the placement
+    device_map = device_map or _placement(ck, path, device, dtype)
     hf_logging.set_verbosity_error()  # the kit prints its own messages
     hf_logging.disable_progress_bar()
     try:
