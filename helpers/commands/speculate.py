@@ -124,11 +124,11 @@ def run(args) -> int:
 
     from helpers.core.distributed import finish, from_env, gather_to_main
     from helpers.io.prompts import read_prompts
-    from helpers.model.target import check_speculation_target
+    from helpers.model.target import check_speculation_config
     from helpers.speculate.loop import result_json, result_text, speculate_readings
     from helpers.speculate.result import SpecRun
 
-    check_speculation_target(target_dir, checked.target_cfg)  # a family the loop cannot run: one line, before loading
+    check_speculation_config(target_dir, checked.target_cfg)  # a family the loop cannot run: one line, before loading
     ranks = from_env(args.device, args.dist_timeout)  # under torchrun: prompt i is rank i % world's; runs merged on rank 0
     # the draft's files are opened once: load_pair passes the open Checkpoint on (fit, memory, load, aux ids)
     (target, draft), settings = build_run(checked.opened or args.checkpoint, target_dir, drafting, engine=args.engine,

@@ -399,16 +399,21 @@ def transformers_refusal(cfg: dict) -> str | None:
     return None
 
 
-def check_speculation_target(path, cfg: dict | None = None) -> None:
-    """Refuse, from config.json alone (before loading), a target the speculate loop cannot run.
-    `cfg`: its config.json as the door read and typed it (`Inputs.target_cfg`), else read here."""
-    from transformers import AutoConfig
-
+def check_speculation_target(path) -> None:
+    """Refuse, from config.json alone (before loading), a target the speculate loop cannot run: its
+    config.json read and typed here, then `check_speculation_config`."""
     path = Path(path)
     if not (path / "config.json").is_file():
         return  # load_target names the missing folder or file
-    if cfg is None:
-        cfg = check_target_config(read_config(path / "config.json"), path / "config.json")
+    check_speculation_config(path, check_target_config(read_config(path / "config.json"), path / "config.json"))
+
+
+def check_speculation_config(path, cfg: dict) -> None:
+    """`check_speculation_target` on the target's config.json as the door read and typed it
+    (`Inputs.target_cfg`): not read again."""
+    from transformers import AutoConfig
+
+    path = Path(path)
     why = transformers_refusal(cfg)
     if why:
         raise BadInputError(path / "config.json", why)

@@ -171,12 +171,12 @@ def compare(given: ProbeInputs, ids, result) -> None:
         dtype = parse_dtype(given.dtype)
     except ValueError as e:
         raise BadInputError(None, f"--dtype: {e}") from None
-    from helpers.model.target import check_speculation_target, load_target
+    from helpers.model.target import check_speculation_config, load_target
     from helpers.serving.probe_verdict import check_target, compare_engine_free
 
     m = result.measured
     if given.checkpoint:  # a family the loop cannot run: one line, before loading (the config the door read)
-        check_speculation_target(given.target, given.inputs.target_cfg)
+        check_speculation_config(given.target, given.inputs.target_cfg)
     target = load_target(given.target, device=given.device, dtype=dtype)
     if given.temperature > 0:  # sampled answers are not the target's greedy output by design
         result.notes.append(f"the served tokens are not compared with the target's greedy output: the requests were "

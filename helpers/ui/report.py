@@ -257,9 +257,9 @@ def validate(settings: RunSettings) -> RunSettings:
         estimate_load_bytes(c.opened or checkpoint, embed_from=paths["embed_from"])
     if paths["target"]:  # what `speculate` checks before and after loading the pair, from the files alone
         from helpers.model.preflight import check_target_fit
-        from helpers.model.target import check_speculation_target
+        from helpers.model.target import check_speculation_config
 
-        check_speculation_target(paths["target"], c.target_cfg)
+        check_speculation_config(paths["target"], c.target_cfg)
         check_target_fit(c.opened, paths["target"], c.target_cfg, shown=s.checkpoint)
     if paths["samples"]:  # samples captured from another target than the draft's or --target (their capture.json)
         from helpers.model.preflight import check_samples
