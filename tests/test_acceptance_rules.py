@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers.acceptance import sampling
 from helpers.engines import acceptance_rules as A
 from helpers.model.drafter import Proposal
 from helpers.speculate import verify as S
@@ -41,7 +42,7 @@ def _trial(rule, target, draft, gen):
     tokens, q = [0], {}
     for i in range(K):
         if rule.samples_draft:
-            qi = A.draft_probs(rule, draft[i], T)
+            qi = sampling.draft_probs(rule, draft[i], T)
             tokens.append(int(torch.multinomial(qi, 1, generator=gen)))
             q[i + 1] = qi
         else:
@@ -64,9 +65,9 @@ def _run(rule, target, draft, n=N, seed=0):
 
 
 def _exact(rule, target, draft):
-    p = [A.target_probs(target[i], T) for i in range(K)]
-    q = [A.draft_probs(rule, draft[i], T) for i in range(K)] if rule.samples_draft else [draft[i] for i in range(K)]
-    return A.exact_chain_acceptance(rule, p, q)
+    p = [sampling.target_probs(target[i], T) for i in range(K)]
+    q = [sampling.draft_probs(rule, draft[i], T) for i in range(K)] if rule.samples_draft else [draft[i] for i in range(K)]
+    return sampling.exact_chain_acceptance(rule, p, q)
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def test_one_hot_rules_are_one_law_and_differ_from_the_textbook(toy, runs):
 def test_lossless_rules_emit_the_target_distribution(toy, runs, name):
     """The first token a step emits (accepted draft or residual sample) follows p at the root."""
     target, _ = toy
-    p = A.target_probs(target[0], T).numpy()
+    p = sampling.target_probs(target[0], T).numpy()
     counts = runs[name][1]
     keep = p * N >= 5
     expected = p[keep] * N
@@ -141,7 +142,7 @@ def test_the_loops_chain_expectation_is_the_closed_form(toy):
     got = S.chain_expectation(prop, target, T, rule)
     want = _exact(rule, target, draft)["unconditional"]
     assert np.allclose(got, want)
-    p = [A.target_probs(target[i], T) for i in range(K)]
+    p = [sampling.target_probs(target[i], T) for i in range(K)]
     assert np.isclose(want[-1], float(np.prod([float(p[i][tokens[i + 1]]) for i in range(K)])))
 
 
@@ -163,12 +164,12 @@ def test_rules_are_data_with_sources():
 
 def test_llamacpp_target_chain_truncates_before_the_temperature():
     logits = torch.tensor([3.0, 2.0, 1.0, 0.0, -1.0])
-    plain = A.target_probs(logits, 0.7)
+    plain = sampling.target_probs(logits, 0.7)
     assert torch.allclose(plain, torch.softmax(logits / 0.7, -1))
-    assert torch.allclose(A.target_probs(logits, 0.7, engine="llamacpp"), plain)  # top_k 0, top_p 1, min_p 0: plain
-    cut = A.target_probs(logits, 0.7, top_k=2, engine="llamacpp")
+    assert torch.allclose(sampling.target_probs(logits, 0.7, engine="llamacpp"), plain)  # top_k 0, top_p 1, min_p 0: plain
+    cut = sampling.target_probs(logits, 0.7, top_k=2, engine="llamacpp")
     assert (cut[2:] == 0).all() and torch.isclose(cut.sum(), torch.tensor(1.0))
-    mp = A.target_probs(logits, 2.0, min_p=0.3, engine="llamacpp")  # min-p judged at T = 1: e^-1 = 0.37 kept, e^-2 not
+    mp = sampling.target_probs(logits, 2.0, min_p=0.3, engine="llamacpp")  # min-p judged at T = 1: e^-1 = 0.37 kept, e^-2 not
     assert mp[1] > 0 and mp[2] == 0
 
 

@@ -37,3 +37,15 @@ def test_help_and_a_mistyped_command_list_every_command():
     # an option before the command (or none at all) builds every command
     assert build_parser(["--timeout", "5", "simulate"])._subparsers._group_actions[0].choices.keys() == set(names)
     assert list(build_parser(["simulate"])._subparsers._group_actions[0].choices) == ["simulate"]
+
+
+def test_help_and_the_light_commands_import_no_torch_pandas_or_matplotlib():
+    """`d2t-lab --help` builds every command's options, so every add_arguments must stay light: an option's
+    help text taken from a module that imports torch at its top (speculate's result module once pulled
+    measure.replay, the acceptance rules pulled torch) made --help 18x the numpy import."""
+    heavy = "print(sorted(m for m in ('torch', 'pandas', 'matplotlib') if m in sys.modules))"
+    for argv in (["--help"], ["simulate", "--help"], ["logs", "--help"], ["throughput", "--help"]):
+        r = _run(f"import sys\nfrom helpers.__main__ import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+                 + heavy)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip().splitlines()[-1] == "[]", (argv, r.stdout.strip().splitlines()[-1])

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import helpers.speculate.loop as S
-from helpers.engines.acceptance_rules import residual
+from helpers.acceptance.sampling import residual
 from helpers.acceptance.drafting import Drafting
 from helpers.model.draft import load_draft
 from helpers.io.prompts import read_prompts

@@ -193,7 +193,8 @@ def test_each_rate_and_mean_is_defined_where_the_notebook_prints_it(path):
 
 
 def test_the_lessons_exercises_compute_their_answers():
-    from helpers.engines.acceptance_rules import exact_chain_acceptance, get_rule  # noqa: F401  (the kit's closed form)
+    from helpers.acceptance.sampling import exact_chain_acceptance  # noqa: F401  (the kit's closed form)
+    from helpers.engines.acceptance_rules import get_rule  # noqa: F401
     from helpers.io.checkpoint import load_mapping
 
     sol = ex.lesson_solutions()

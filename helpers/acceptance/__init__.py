@@ -11,6 +11,7 @@ Modules (import them by name; this file imports nothing):
 - `throughput`
 - `references`
 - `prediction`
+- `sampling`
 """
 
-__all__ = ["chain", "drafting", "tree", "montecarlo", "sources", "throughput", "references", "prediction"]
+__all__ = ["chain", "drafting", "tree", "montecarlo", "sources", "throughput", "references", "prediction", "sampling"]

@@ -18,6 +18,8 @@ check and each engine's names for it) is `helpers.acceptance.drafting.Drafting`.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from helpers.acceptance.montecarlo import (
@@ -217,3 +219,20 @@ def conclude_accept_length(predicted: float | None, drafting_label: str, *, rate
         return (f"Predicted accept length {predicted:.2f} for {drafting_label}{at}. "
                 "No serving measurement was given (pass --log) to compare with.")
     return f"{drafting_label}: " + judge_accept_length(measured, predicted, break_even)
+
+
+# -- a measured histogram of accept lengths ------------------------------------------------------
+def histogram_mean(counts: np.ndarray) -> float:
+    """Mean accept length of a histogram (`counts[L]` = how often accept length L was seen)."""
+    n = int(counts.sum())
+    return float((np.arange(counts.size) * counts).sum() / n) if n else float("nan")
+
+
+def histogram_stderr(counts: np.ndarray) -> float:
+    """Standard error of that mean (the sample variance of the lengths over n)."""
+    n = int(counts.sum())
+    if n < 2:
+        return float("nan")
+    x = np.arange(counts.size)
+    var = ((x - histogram_mean(counts)) ** 2 * counts).sum() / (n - 1)
+    return float(math.sqrt(var / n))

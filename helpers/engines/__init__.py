@@ -10,7 +10,8 @@ Where a new fact goes:
   `outcomes.py`, its acceptance rule in `acceptance_rules.py` and how it counts in `counting.py`;
 - a new outcome (what serving a checkpoint does): a row in the engine's `*_OUTCOMES` in `outcomes.py`;
 - a new acceptance rule (how a drafted token is accepted under sampling): an `AcceptanceRule` in
-  `RULES` in `acceptance_rules.py`, with the source lines read;
+  `RULES` in `acceptance_rules.py`, with the source lines read (its arithmetic, if it needs new
+  arithmetic, in `helpers.acceptance.sampling`);
 - how a new engine (or release) counts a speculative run: its names for the counts, and the accept length they
   make, in `counting.py` (the serving readers take them from there); a count that changes by release, a rule of
   the table (`count.draft_cap`);

@@ -8,32 +8,15 @@ what a chain would get in serving with this draft, these samples and this readin
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from helpers.acceptance.chain import chain_expected
+from helpers.acceptance.chain import chain_expected, histogram_mean, histogram_stderr
 from helpers.core.errors import BadInputError
 from helpers.io.samples import split_folders
 from helpers.measure.predict import Loading, as_model, draft_predictions
-
-
-def histogram_mean(counts: np.ndarray) -> float:
-    """Mean accept length of a histogram (`counts[L]` = how often accept length L was seen)."""
-    n = int(counts.sum())
-    return float((np.arange(counts.size) * counts).sum() / n) if n else float("nan")
-
-
-def histogram_stderr(counts: np.ndarray) -> float:
-    """Standard error of that mean (the sample variance of the lengths over n)."""
-    n = int(counts.sum())
-    if n < 2:
-        return float("nan")
-    x = np.arange(counts.size)
-    var = ((x - histogram_mean(counts)) ** 2 * counts).sum() / (n - 1)
-    return float(math.sqrt(var / n))
 
 
 @dataclass

@@ -98,12 +98,6 @@ def given(temperature: float | None, how: str) -> Stated:
                   [] if temperature is None else [float(temperature)], 0)
 
 
-# the rule each engine applies by default under sampling, as `helpers.engines.acceptance_rules` holds it
-# (ENGINE_DEFAULT_RULE, rule_for_engine); repeated here only because that module imports torch at its top
-# and `logs` / `metrics` start without torch. tests/test_temperature_verdicts.py checks the two agree.
-_DEFAULT_RULE = {"vllm": "vllm-greedy-draft", "llamacpp": "llamacpp-eagle3", "sglang": "sglang-target-only"}
-
-
 def rule_name(temperature: float | None, engine: str | None) -> str | None:
     """What a figure at `temperature` served by `engine` was accepted under: 'greedy' at 0, else the
     engine's default rule (`helpers.engines.acceptance_rules.rule_for_engine`: an engine whose rule is
@@ -113,6 +107,6 @@ def rule_name(temperature: float | None, engine: str | None) -> str | None:
         return "greedy"
     if not engine:
         return None
-    key = str(engine).split("==")[0].split(">")[0].split("<")[0].split("~")[0].strip().lower()
-    key = {"llama.cpp": "llamacpp", "llama-cpp": "llamacpp", "llama_cpp": "llamacpp"}.get(key, key)
-    return _DEFAULT_RULE.get(key, "textbook")
+    from helpers.engines.acceptance_rules import rule_for_engine
+
+    return rule_for_engine(str(engine)).name

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from helpers.acceptance.chain import histogram_stderr
 from helpers.acceptance.drafting import DEFAULT_DRAFTING, Drafting
 from helpers.core.terms import check_reading
 from helpers.engines.counting import EngineCounts
 from helpers.engines.registry import DEFAULT_ENGINE
-from helpers.measure.replay import histogram_stderr
 
 
 DEFINITION = ("accept length = tokens emitted by verify steps / verify steps (correction or bonus token counted; "

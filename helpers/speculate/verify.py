@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from helpers.engines.acceptance_rules import RULES, AcceptanceRule, accept_step, token_acceptance
+from helpers.acceptance.sampling import accept_step, token_acceptance
+from helpers.engines.acceptance_rules import RULES, AcceptanceRule
 from helpers.model.drafter import Drafter, Proposal
 from helpers.model.target import Target
 

@@ -378,7 +378,7 @@ SAMPLING_LESSON = (
     "and accept it with probability p_T(t), the target's probability of t at the request's temperature; the textbook "
     "rule (vLLM probabilistic, SGLang rejection sampling) accepts with min(1, p/q) against the draft's own q. So for an "
     "argmax-draft rule the conditional rate at position i is p_T(t_i), and the chain's expected accept length is "
-    "1 + p_T(t_0) + p_T(t_0) p_T(t_1) + ... (helpers.engines.acceptance_rules.exact_chain_acceptance). "
+    "1 + p_T(t_0) + p_T(t_0) p_T(t_1) + ... (helpers.acceptance.sampling.exact_chain_acceptance). "
     "What temperature does to the evidence ladder: a healthy draft's served accept length FALLS as T rises (p_T(t) < 1 "
     "even where t is the argmax), so a served number at T > 0 is compared with the engine-free loop at the same T and "
     "rule (speculate --temperature T --engine E), never with a greedy prediction; a misread mapping stays near 1 at "
@@ -402,7 +402,8 @@ def chain_under_rule(rule: str, p_at_draft, vocab: int = 8) -> dict:
     token 0 and share the rest (the draft's argmax is token 0 at every position)."""
     import torch
 
-    from helpers.engines.acceptance_rules import exact_chain_acceptance, get_rule
+    from helpers.acceptance.sampling import exact_chain_acceptance
+    from helpers.engines.acceptance_rules import get_rule
 
     rows = []
     for p in p_at_draft:

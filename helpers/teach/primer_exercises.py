@@ -169,7 +169,7 @@ def _tree_answer() -> float:
 
 
 def _sampled_answer() -> float:
-    """Exercise 12 with the kit's closed form for the rule (helpers.engines.acceptance_rules.exact_chain_acceptance)."""
+    """Exercise 12 with the kit's closed form for the rule (helpers.acceptance.sampling.exact_chain_acceptance)."""
     from helpers.teach.lessons import chain_under_rule
 
     return chain_under_rule(SAMPLED_RULE, SAMPLED_P)["accept_length"]
@@ -399,7 +399,7 @@ def check_lesson(n: int, answer) -> str:
 def _lesson_why(n: int, got) -> str:
     if n == 12:
         return ("1 + p0 + p0 p1 + p0 p1 p2: the conditional rates multiplied into unconditional ones "
-                "(helpers.engines.acceptance_rules.exact_chain_acceptance); at temperature 0 the same chain would accept "
+                "(helpers.acceptance.sampling.exact_chain_acceptance); at temperature 0 the same chain would accept "
                 "all three wherever t is the argmax.")
     if n == 13:
         return (f"{GGUF_DRAFT_ID} + d2t[{GGUF_DRAFT_ID}]: the GGUF stores the absolute id, and llama.cpp reads it as one "
