@@ -284,7 +284,7 @@ def cpu_threads(model):
     per 3-step batch of the bundled draft). Large drafts keep torch's thread count.
     """
     device, _ = model_info(model)
-    small = int(model.config.hidden_size) < 1024
+    small = int(getattr(model.config, "hidden_size", None) or 0) < 1024  # a target (a VL config: no hidden_size) too
     before = torch.get_num_threads()
     if device.type == "cpu" and small and before > 1:
         torch.set_num_threads(1)
