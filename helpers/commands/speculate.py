@@ -123,7 +123,6 @@ def run(args) -> int:
     import torch
 
     from helpers.core.distributed import finish, from_env, gather_to_main
-    from helpers.io.prompts import read_prompts
     from helpers.model.target import check_speculation_config
     from helpers.speculate.loop import result_json, result_text, speculate_readings
     from helpers.speculate.result import SpecRun
@@ -145,7 +144,7 @@ def run(args) -> int:
         raise BadInputError(args.checkpoint, f"has no d2t: --readings {args.readings} needs one (use none)")
     if draft.d2t is None:
         readings = ["none"]
-    records = list(read_prompts(prompts, args.max_prompts))  # checked at the door: at least one
+    records = list(checked.records)  # read once, at the door: at least one
     from helpers.speculate.builder import check_prompt_positions
 
     check_prompt_positions(target, records, settings)  # the longest prompt + tokens fit the target's context
