@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import helpers.io.checkpoint as checkpoint_mod
+import helpers.io.configs as configs_mod
 import helpers.io.tensor_files as tensor_files
 from helpers.__main__ import main
 from conftest import SAMPLES
@@ -39,7 +40,10 @@ def counts(monkeypatch):
         if hasattr(mod, "read_safetensors_header"):
             monkeypatch.setattr(mod, "read_safetensors_header", header)
     monkeypatch.setattr(safetensors, "safe_open", wrap("data", safetensors.safe_open))
-    monkeypatch.setattr(checkpoint_mod, "read_config", wrap("config", checkpoint_mod.read_config))
+    config = wrap("config", configs_mod.read_config_file)  # every config read, local or a remote's stand-in
+    for mod in (configs_mod, checkpoint_mod):
+        if hasattr(mod, "read_config_file"):
+            monkeypatch.setattr(mod, "read_config_file", config)
     load = wrap("torch", tensor_files.torch_load)
     for mod in (tensor_files, checkpoint_mod):
         if hasattr(mod, "torch_load"):
@@ -56,5 +60,6 @@ def test_speculate_reads_the_draft_files_once(counts, capsys):
     mine = {k: n for k, n in counts.items() if DRAFT.resolve() in k[1].parents}
     files = {p for _, p in mine}
     assert DRAFT.resolve() / "model.safetensors" in files  # the counting saw the run
+    assert ("config", DRAFT.resolve() / "config.json") in mine  # and the config reads
     too_many = {f"{kind} {p.name}": n for (kind, p), n in mine.items() if n > 1}
     assert not too_many, f"draft files read more than once: {too_many}"
