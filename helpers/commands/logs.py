@@ -87,9 +87,11 @@ def run(args) -> int:
         else:
             print(log.report() + ("" if plot is None else f" (no plot written to {plot})"))
         return 0
-    from helpers.doctor.served_algorithm import algorithm_findings, finding_lines
+    findings = None
+    if args.checkpoint:  # the doctor, only where a checkpoint is named (logs starts light)
+        from helpers.doctor.served_algorithm import algorithm_findings
 
-    findings = algorithm_findings(log.setup, args.checkpoint) if args.checkpoint else None
+        findings = algorithm_findings(log.setup, args.checkpoint)
     if args.baseline is not None and args.baseline < 1:
         raise BadInputError(None, f"--baseline must be at least 1 row, got {args.baseline}")
     from helpers.serving import over_time
@@ -118,6 +120,8 @@ def run(args) -> int:
         return 0
     text = log.report()
     if findings is not None:  # the doctor's finding replaces what the log alone shows
+        from helpers.doctor.served_algorithm import finding_lines
+
         text = "\n".join([x for x in text.splitlines() if not x.startswith("  finding: ")] + finding_lines(findings))
     print(text)
     s = log.summary()
