@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,10 +21,26 @@ ENV = os.environ | {"PYTHONPATH": os.fspath(ROOT), "OMP_NUM_THREADS": "1"}
 
 def _run(*args, ranks: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
     """`torchrun --nproc-per-node RANKS --standalone -m helpers ARGS` (the one-process side runs `main` in
-    this process: the `cli` fixture)."""
+    this process: the `cli` fixture). A run in which a rank was killed by a signal (torchrun's "exitcode: -N":
+    once in a clean-clone suite, rank 0 aborted with SIGABRT at the suite's start and never again in 10 runs
+    alone, under load or beside the other torchrun test) is run once more, with a warning that keeps what
+    the first run said; a command that fails twice, or fails with an exit status of its own, fails the test."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--standalone",
            "-m", "helpers", *map(str, args)]
-    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if r.returncode != 0 and re.search(r"exitcode\s*: -\d+", r.stderr):
+        import warnings
+
+        warnings.warn(f"torchrun: a rank was killed by a signal, run again; first run: {_why(r)}", stacklevel=2)
+        r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return r
+
+
+def _why(r: subprocess.CompletedProcess) -> str:
+    """A failed torchrun's own lines that say why (the ranks' errors, not only the agent's summary at the end)."""
+    said = [line for line in r.stderr.splitlines()
+            if re.search(r"error|Error|terminate|exitcode|Traceback|abort", line)][:40]
+    return "\n".join(said) or r.stderr[-2000:]
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -34,7 +51,7 @@ def test_evaluate_two_ranks_equals_one_process(cli):  # one process: `main` in t
     args = ["evaluate", SAMPLES / "tiny_draft_sglang", "--samples", SAMPLES / "tiny_hidden_states", "--steps", "2",
             "--device", "cpu", "--json"]
     one, two = cli(*args), _run(*args, ranks=2)
-    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
+    assert one.returncode == 0 and two.returncode == 0, _why(two)
     a, b = json.loads(one.stdout), json.loads(two.stdout)  # only rank 0 printed: one JSON object
     assert a == b
     assert a["splits"]["train"]["samples_scored"] == 320 and a["splits"]["val"]["samples_scored"] == 64
@@ -45,7 +62,7 @@ def test_capture_two_ranks_writes_the_same_bytes(tmp_path, cli):
             "--max-new-tokens", "6", "--batch-size", "3", "--device", "cpu", "--json"]
     one = cli(*args, "-o", tmp_path / "one")
     two = _run(*args, "-o", tmp_path / "two", ranks=2)
-    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
+    assert one.returncode == 0 and two.returncode == 0, _why(two)
     assert json.loads(one.stdout)["written"] == json.loads(two.stdout)["written"] == 32
     a, b = _files(tmp_path / "one"), _files(tmp_path / "two")
     assert len(a) == 33 and a == b  # 32 samples + capture.json, byte for byte
@@ -86,7 +103,7 @@ def test_a_killed_rank_is_named_and_the_rerun_resumes(tmp_path):
     done = len(list(out.rglob("data_*.ckpt")))
     assert 0 < done < 32
     again = _run(*args, "--json", ranks=2)
-    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.returncode == 0, _why(again)
     res = json.loads(again.stdout)
     assert res["skipped"] == done and res["written"] == 32 - done
     assert len(list(out.rglob("data_*.ckpt"))) == 32 and not list(out.rglob("*.tmp"))
@@ -119,7 +136,7 @@ def test_speculate_two_ranks_equals_one_process(extra, cli):
     args = ["speculate", SAMPLES / "tiny_draft_sglang", "--draft-tokens", "3", "--max-new-tokens", "12",
             "--max-prompts", "6", "--reading", "all", "--device", "cpu", "--json", *extra]
     one, two = cli(*args), _run(*args, ranks=2)
-    assert one.returncode == 0 and two.returncode == 0, two.stderr[-2000:]
+    assert one.returncode == 0 and two.returncode == 0, _why(two)
     a, b = json.loads(one.stdout), json.loads(two.stdout)
     assert _without_times(a) == _without_times(b)
     assert a["readings"]["offset"]["verify_steps"] > 0 and len(a["readings"]["offset"]["prompts"]) == 6
