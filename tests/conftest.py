@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -326,6 +328,22 @@ def llamacpp_pair(llamacpp, tmp_path_factory):
     for what, c in made.items():
         assert c.ok, f"llama.cpp's converter refused the engine pair's {what}: {c.error}"
     return {"target": made["target"].path, "draft": made["draft"].path, "hf": pair}
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    """A quiet request handler for the tests' fake servers: `_send` writes a status and a body (bytes,
+    text, or an object sent as JSON) with its Content-Type and Content-Length."""
+
+    def log_message(self, *a):
+        pass
+
+    def _send(self, code, body, ctype="application/json"):
+        data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
 
 class LoopbackServer:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LoopbackServer, SAMPLES
+from conftest import JSONHandler, LoopbackServer, SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "probe_vllm_0.32.json").read_text())
@@ -84,18 +84,7 @@ class Engine(LoopbackServer):
         self.lock = threading.Lock()
         engine = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, body, ctype="application/json"):
-                data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self):  # noqa: N802
                 sglang = engine.mode == "sglang"
                 if self.path == "/v1/models":

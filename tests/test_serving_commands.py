@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import copy
 import json
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from conftest import LoopbackServer, SAMPLES
+from conftest import JSONHandler, LoopbackServer, SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 F = ROOT / "tests" / "fixtures" / "serving"
@@ -254,18 +253,7 @@ class Server(LoopbackServer):
         by_ids = {tuple(i): r for i, r in zip(RECORDED["ids"], RECORDED["responses"])}
         srv = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, body, ctype="application/json"):
-                data = (body if isinstance(body, str) else json.dumps(body)).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self):  # noqa: N802
                 vllm = srv.mode == "vllm"
                 if self.path == "/v1/models":
