@@ -282,7 +282,7 @@ def evaluate(checkpoint, samples, *, target_head=None, hidden_normed: str = "aut
     more_scoring, more_loading = split_knobs(settings, Scoring, Loading)
     scoring = replace(Scoring(), **more_scoring)
     scoring = replace(scoring, readings=tuple(scoring.readings))
-    _checked_readings(scoring, samples)
+    _checked_readings(scoring, samples)  # refused before the draft loads (`score` checks again for its own callers)
     _checked_normed(hidden_normed)
     model = as_model(checkpoint, Loading(**more_loading))
     name = name or (str(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else None)

@@ -244,9 +244,8 @@ def as_model(checkpoint, loading: Loading = Loading()):
         return checkpoint
     from helpers.model.draft import load_draft
 
-    ld = loading
-    return load_draft(checkpoint, device=ld.device, dtype=parse_dtype(ld.dtype), embed_from=ld.embed_from,
-                      draft_config=ld.draft_config)
+    return load_draft(checkpoint, device=loading.device, dtype=parse_dtype(loading.dtype),
+                      embed_from=loading.embed_from, draft_config=loading.draft_config)
 
 
 def _as_samples(samples, max_samples, aux_width, shard=(0, 1), workers=0, pin_memory=False, ahead=16):

@@ -183,10 +183,14 @@ class Inputs:
     engine: str = DEFAULT_ENGINE
     # what the door learnt (set by `preflight`; pass them on: nothing is read twice)
     checked: bool = False
-    prompt_records: int | None = None  # prompt records in `prompts` (up to max_prompts)
-    records: tuple | None = field(default=None, compare=False, repr=False)  # those records (`Conversation`s), read once
+    records: tuple | None = field(default=None, compare=False, repr=False)  # the prompt records (`Conversation`s), read once
     target_cfg: dict | None = field(default=None, compare=False, repr=False)  # the target's config.json, read once
     opened: object = field(default=None, compare=False, repr=False)  # the draft's open `Checkpoint` where the door read it
+
+    @property
+    def prompt_records(self) -> int | None:
+        """How many prompt records the door read (up to max_prompts); None before the door or without prompts."""
+        return None if self.records is None else len(self.records)
 
 
 @dataclass(frozen=True)
@@ -245,7 +249,7 @@ def preflight(given: Inputs, door: Door = Door()) -> Inputs:
     if given.aux_layers:
         layers = check_aux_layers(given.aux_layers, engine=given.engine, ck=ck, fc_key=fc, target_cfg=tcfg)
     return replace(given, checkpoint=_abs(checkpoint), target=_abs(target), target_config=_abs(target_config),
-                   prompts=_abs(prompts), prompt_records=None if records is None else len(records),
+                   prompts=_abs(prompts),
                    records=records, embed_from=_abs(embed_from),
                    previous=_abs(previous), samples=_abs(samples), target_head=_abs(target_head), aux_layers=layers,
                    checked=True, target_cfg=tcfg, opened=ck)
