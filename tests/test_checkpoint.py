@@ -169,3 +169,14 @@ def test_key_layout_and_find_checkpoints(samples_dir):
     assert key_layout(["midlayer.a", "layers.0.b"]) == "mixed"
     found = {p.name for p in find_checkpoints(samples_dir)}
     assert {"kimi_k25_mapping", "kimi_k25_mapping_absolute"} <= found
+
+
+@pytest.mark.parametrize("give", ["folder", "file"])
+def test_config_is_read_before_the_weights_for_a_folder_and_a_file(tmp_path, give):
+    """One order however the checkpoint is named: its config.json first, then its weights, so a
+    broken config beside broken weights is the one error either way."""
+    (tmp_path / "config.json").write_text("{not json")
+    (tmp_path / "model.safetensors").write_bytes(b"\x00" * 7)
+    with pytest.raises(BadInputError) as e:
+        open_checkpoint(tmp_path if give == "folder" else tmp_path / "model.safetensors")
+    assert str(e.value.path).endswith("config.json") and "not valid JSON" in e.value.problem

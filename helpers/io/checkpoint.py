@@ -157,7 +157,7 @@ def _open_local(path: str | os.PathLike, stand_in: remote.StandIn | None, tip: s
         ck.format, ck.d2t_convention = "gguf", LLAMACPP_CONVENTION
         return ck
     ck.mapping_files = dict(files.mapping_files)
-    if is_dir and files.config is not None:  # a folder's config is read first, a single file's after its weights
+    if files.config is not None:  # the config first: what the weights are checked against
         ck.config_path, ck.config = files.config, read_config_file(files.config)
     ck.tensors.add_files(files.weights, check=None if is_dir else refuse_foreign_pt, beside=files.beside)
     need_weights = is_dir and not ck.tensors.keys()
@@ -181,8 +181,6 @@ def _open_local(path: str | os.PathLike, stand_in: remote.StandIn | None, tip: s
             + (f" (ignored {ign})" if ign else "")
             + (f"; it holds checkpoint folders {', '.join(subs[:8])}: point at one" if subs else ""),
         )
-    if not is_dir and files.config is not None:
-        ck.config_path, ck.config = files.config, read_config_file(files.config)
     return ck
 
 
