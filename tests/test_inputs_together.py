@@ -56,7 +56,8 @@ def test_evaluate_refuses_samples_captured_from_another_target(tmp_path, cli):
     err = _one_line(r, str(kimi / "capture.json"), "kimi_target", "deepseek_v3", "H 64", "vocab 4,096",
                     "aux layers [1, 3, 4]", "embed_tokens", "another target")
     assert "weak" not in r.stdout + err and r.stdout == ""
-    from helpers.model.preflight import check_samples, embed_agreement
+    from helpers.model.fit import embed_agreement
+    from helpers.model.preflight import check_samples
 
     assert len(check_samples(KIMI_DRAFT, kimi)) == 1  # the Kimi draft on its own target's samples passes
     from helpers.io.checkpoint import open_checkpoint

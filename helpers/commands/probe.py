@@ -163,25 +163,14 @@ def run(args) -> int:
         raise BadInputError(None, "--checkpoint needs --target DIR: the engine-free loop runs the draft with its target")
     out = output_file(args.out, "probe JSON") if args.out else None
     prompts = Path(args.prompts) if args.prompts else bundled_samples("--prompts", "prompts.jsonl")
-    from helpers.io.inputs import input_path
+    from helpers.model.preflight import Door, Inputs, preflight
 
-    input_path(args.log, "log file", kind="file", text=True, flag="--log")
-    inputs = None
-    if not args.target:  # no door: the prompt file checked and read as probe reads it without a target
-        from helpers.io.prompts import stream_prompts
-
-        input_path(prompts, "prompt file", kind="file")
-        records = tuple(stream_prompts(prompts, args.max_prompts))
-        if not records:
-            raise BadInputError(prompts, "holds no prompt records")
-    else:  # the door: paths, prompt records (read once, kept), the target's config, the draft's weights and its
-        # fit, before anything loads; the later stages take what it opened
-        from helpers.model.preflight import Door, Inputs, preflight
-
-        inputs = preflight(Inputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
-                                  max_prompts=args.max_prompts, embed_from=args.embed_from),
-                           Door(what="probe", need_weights=bool(args.checkpoint)))
-        records = inputs.records
+    # the door: the paths (the log's too), the prompt records (read once, kept), and with --target the target's
+    # config, with --checkpoint the draft's weights and its fit, before anything loads; the later stages take them
+    inputs = preflight(Inputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
+                              max_prompts=args.max_prompts, embed_from=args.embed_from, log=args.log),
+                       Door(what="probe", need_weights=bool(args.checkpoint)))
+    records = inputs.records
     import functools
     import os
 

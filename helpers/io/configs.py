@@ -17,9 +17,9 @@ from helpers.io.tensor_files import check_readable_file, short_message
 
 def read_config(path: str | os.PathLike) -> dict:
     """Parse a `config.json` (or the one inside a folder, local or remote) into a dict."""
-    if remote.is_remote(path):
-        return remote.via_mirror(path, read_config)
-    return read_config_file(path)
+    if not remote.is_remote(path):
+        return read_config_file(path)
+    return remote.via_mirror(path, read_config)  # fetched into the cache once, then read as a local file
 
 
 def read_config_file(path: str | os.PathLike) -> dict:

@@ -43,3 +43,9 @@ class Origin:
     def resolved(self) -> str:
         """The absolute local path, or the URL as given."""
         return self.path if self.is_remote else str(Path(self.path).resolve())
+
+
+def resolved_path(path: str | os.PathLike | None) -> str | None:
+    """`Origin(path).resolved()` of a path that may be absent (None stays None): how the door hands
+    its paths on."""
+    return None if path is None else Origin(path).resolved()

@@ -1,4 +1,4 @@
-"""Does a draft fit its target? The pure comparison, as structured mismatches.
+"""Does a draft fit its target? The comparison, as structured mismatches, and the door's refusals on it.
 
 `compare_to_target(draft_cfg, target_cfg, draft_embed=..., target_embed=..., fc_in=...)` compares
 what a draft was built for with what the target is: vocab size, the hidden size fc expects
@@ -9,6 +9,12 @@ factor such as Gemma's sqrt(hidden_size), or different), aux layer ids against t
 embeddings tensors (whole, or the same rows of both). The doctor turns each `Mismatch` into a
 finding (`helpers.doctor.checks_target`); anything that loads a target can call it too. It is also the
 home of `text_config` (a multimodal target's language-model part).
+
+The refusals built on it read an open checkpoint's headers and a few rows, nothing more, and raise
+one `BadInputError` line: `check_fit` (vocab and hidden size, at the door:
+`helpers.model.preflight`), `check_aux_layers` (a given aux-layer list against fc's width and the
+target's layers), `check_target_fit` (what `speculate` refuses once the pair is loaded, from the
+files), with `embed_rows` / `embed_agreement` (the same sampled rows of both embed_tokens).
 """
 from __future__ import annotations
 
@@ -17,7 +23,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from helpers.core.errors import BadInputError
+from helpers.engines.registry import DEFAULT_ENGINE, aux_convention, captured_layers, engine_at
 from helpers.io.configs import flat_config
+from helpers.io.origin import Origin
 
 _TEXT_KEYS = ("text_config", "language_config", "llm_config")
 
@@ -212,3 +221,119 @@ def init_signature(sample: torch.Tensor) -> InitSignature | None:
 def row_cosine(draft: torch.Tensor, target: torch.Tensor) -> float:
     """Mean cosine similarity of the matching rows of two same-shape tables (about 0 when unrelated)."""
     return float(torch.nn.functional.cosine_similarity(draft.float(), target.float(), dim=-1).nan_to_num(0.0).mean())
+
+
+# -- the door's refusals: a draft that does not fit its target, from the files alone ------------------------
+EAGLE_AUX = 3  # hidden states an EAGLE-3 draft's fc concatenates
+EMBED_ROWS = 8  # rows read per block, 8 blocks spread over the vocab: a few KB even for a 163,840-token target
+
+
+def mapping_vocab(ck) -> int | None:
+    """The target vocab a mapping-only draft was built for (its t2d's length), else None."""
+    from helpers.io.checkpoint import load_mapping
+
+    try:
+        return load_mapping(ck).target_vocab_size
+    except BadInputError:
+        return None
+
+
+def flat_vocab(cfg: dict | None) -> int | None:
+    d = flat_config(cfg or {})
+    v = d.get("target_vocab_size") or d.get("vocab_size")
+    return v if isinstance(v, int) else None
+
+
+def check_fit(ck, fc_key, target_cfg: dict, shown: str, target_shown: str) -> None:
+    """Vocab and hidden size of the draft against the target, from configs and headers only."""
+    fc_in = ck.tensors.shape(fc_key)[1] if fc_key is not None and len(ck.tensors.shape(fc_key)) == 2 else None
+    found = [m for m in compare_to_target(ck.config or {}, target_cfg, fc_in=fc_in)
+             if m.field in ("vocab_size", "hidden_size")]
+    tv = text_config(target_cfg).get("vocab_size")
+    if not found and isinstance(tv, int) and not flat_vocab(ck.config):
+        mv = mapping_vocab(ck)  # a mapping-only draft: the vocab its t2d was built for
+        if mv and mv != tv:
+            raise BadInputError(shown, f"does not fit the target {target_shown}: vocab_size: the draft's mapping "
+                                f"was built for a {mv:,}-token vocab, the target has {tv:,}")
+    if found:
+        raise BadInputError(shown, f"does not fit the target {target_shown}: "
+                            + "; ".join(f"{m.field}: {m.detail}" for m in found))
+
+
+def check_aux_layers(layers, *, engine: str = DEFAULT_ENGINE, ck=None, fc_key=None, target_cfg: dict | None = None,
+                     flag: str = "--aux-layers") -> tuple[int, ...]:
+    """A given aux-layer id list: as many ids as the draft's fc concatenates, inside the target."""
+    layers = tuple(int(i) for i in layers)
+    t = text_config(target_cfg or {})
+    hidden = t.get("hidden_size")
+    want, why = EAGLE_AUX, "an EAGLE-3 draft concatenates 3 hidden states"
+    if ck is not None and fc_key is not None and isinstance(hidden, int) and hidden > 0:
+        fc_in = ck.tensors.shape(fc_key)[1]
+        if fc_in % hidden == 0:
+            want = fc_in // hidden
+            why = f"the draft's fc takes {fc_in:,} inputs = {want} x the target's hidden size {hidden:,}"
+    if len(layers) != want:
+        raise BadInputError(None, f"{flag} {','.join(map(str, layers))}: {len(layers)} layer(s), but {why}: give {want} ids")
+    n = t.get("num_hidden_layers")
+    if isinstance(n, int) and n > 0:
+        got = captured_layers(engine, list(layers), n)
+        bad = [i for i in got if not 0 <= i < n]
+        if bad:
+            add = aux_convention(engine)
+            shift = f" ({engine_at(engine).name} adds {add} to configured ids)" if isinstance(add, int) and add else ""
+            raise BadInputError(None, f"{flag} {','.join(map(str, layers))} capture the input of layers {got}{shift}, "
+                                f"but the target has {n} layers (0..{n - 1})")
+    return layers
+
+
+def embed_rows(ck, target_dir) -> tuple | None:
+    """(the draft's rows, the target's rows): the same 8 blocks of `EMBED_ROWS` rows of both
+    embed_tokens, spread over the vocab and read from the files alone; None when either has none,
+    or the shapes differ (then only the shapes say anything: the size checks name them)."""
+    from helpers.io.checkpoint import open_checkpoint
+
+    dk = ck.tensors.find("embed_tokens.weight")
+    if dk is None:
+        return None
+    try:
+        tck = open_checkpoint(target_dir)
+    except BadInputError:
+        return None
+    tk = tck.tensors.find("embed_tokens.weight") or tck.tensors.find("model.embed_tokens.weight")
+    if tk is None or ck.tensors.shape(dk) != tck.tensors.shape(tk) or len(ck.tensors.shape(dk)) != 2:
+        return None
+    v = ck.tensors.shape(dk)[0]
+    starts = sorted({min(v * (2 * j + 1) // 16, max(v - EMBED_ROWS, 0)) for j in range(8)})
+    mine = torch.cat([ck.tensors.get_rows(dk, a, a + EMBED_ROWS).float() for a in starts])
+    ours = torch.cat([tck.tensors.get_rows(tk, a, a + EMBED_ROWS).float() for a in starts])
+    return mine, ours
+
+
+def embed_agreement(ck, target_dir) -> tuple[float, int] | None:
+    """Mean cosine similarity of sampled rows (`embed_rows`) of the draft's embed_tokens and the
+    target's, and the rows compared; None when there is nothing to compare. A draft trained with the
+    target's frozen embedding has 1.0; one built for another target ~0."""
+    rows = embed_rows(ck, target_dir)
+    if rows is None:
+        return None
+    x, y = rows
+    keep = (x.norm(dim=1) > 0) & (y.norm(dim=1) > 0)
+    if not keep.any():
+        return None
+    s = torch.nn.functional.cosine_similarity(x[keep], y[keep], dim=1)
+    return float(s.mean()), int(s.numel())
+
+
+def check_target_fit(ck, target: str, target_cfg: dict, *, shown: str | None = None) -> None:
+    """What `speculate` refuses after loading the pair (`helpers.model.target.draft_mismatches`: vocab,
+    hidden size, the draft's embed_tokens against the target's), from the files alone: one
+    `BadInputError` line, before anything loads. The embedding is compared on `embed_rows`' rows."""
+    rows = embed_rows(ck, target) if not Origin(target).is_remote else None
+    fc = ck.tensors.find("fc.weight")
+    fc_in = ck.tensors.shape(fc)[1] if fc is not None and len(ck.tensors.shape(fc)) == 2 else None
+    found = compare_to_target(ck.config or {}, target_cfg, draft_embed=None if rows is None else rows[0],
+                              target_embed=None if rows is None else rows[1], fc_in=fc_in)
+    bad = [f"{m.field}: {m.detail}" for m in found if m.field in ("vocab_size", "hidden_size", "embed_tokens")]
+    if bad:
+        raise BadInputError(shown or ck.origin or str(ck.path), f"does not fit the target {target}: " + "; ".join(bad)
+                            + f" (compared on {0 if rows is None else len(rows[0])} embed_tokens rows)")

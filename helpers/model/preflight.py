@@ -3,33 +3,36 @@
 `preflight(Inputs(...), Door(...))` is the one validation layer every front end calls before it
 loads a model or runs a notebook (`Inputs`: what the user gave; `Door`: what the front end runs
 and how it names its inputs); it returns the same `Inputs` opened: paths absolute where local, the
-target's config read (`target_cfg`), the prompt records read and counted (`records`), the draft's checkpoint open
-(`opened`) where the door read it. Every later stage takes that object, not the paths again: the CLI commands (`capture`, `speculate`, `doctor`, `diff`,
+target's config read (`target_cfg`), the prompt records read and counted (`records`), the draft's
+checkpoint open (`opened`) where the door read it. Every later stage takes that object, not the
+paths again: the CLI commands (`capture`, `speculate`, `probe`, `doctor`, `diff`, `drift`,
 `report`), the report's `validate`, the notebooks' `helpers.ui.notebook.setup()` (on the
 parameters cell's values) and the dashboard. It checks, in this order, and stops at the first
 problem with one `BadInputError` line naming the input:
 
 1. conflicting flags (`--target` and `--target-config` together) and counts (`--max-prompts 0`);
 2. paths (`helpers.io.inputs.input_path`): exists, file or folder as needed, readable, UTF-8 for
-   text inputs; remote locations pass where the input may be remote;
+   text inputs (prompts, a target config, a server's start-up log); remote locations pass where
+   the input may be remote;
 3. prompt records (`helpers.io.prompts.prompt_records`, the path checked in 2.): each needs a user
    turn (and an answer when teacher-forced); errors name the line; the records are kept (`records`);
-4. the target's config: present, and not a draft's (a draft folder given as `--target`); where the
-   target is loaded, each field the kit reads typed (`helpers.model.config_fields`), named when wrong;
+4. the target's config, read once from the folder or the file: present, and not a draft's (a
+   draft folder given as `--target`); where the target is loaded, each field the kit reads typed
+   (`helpers.model.config_fields`), named when wrong;
 5. the draft: a config and weights where the command runs the draft (`need_weights`);
-6. draft/target fit from configs and tensor headers only (`helpers.model.fit.compare_to_target`:
-   vocab, hidden size; the mapping's target vocab when the draft has no config);
-7. aux layers: a given `--aux-layers` list against the draft's fc width (fc takes
-   n_aux x hidden inputs; an EAGLE-3 draft without weights at hand: 3) and the target's layers.
+6. draft/target fit from configs and tensor headers only (`helpers.model.fit.check_fit`: vocab,
+   hidden size; the mapping's target vocab when the draft has no config);
+7. aux layers: a given `--aux-layers` list against the draft's fc width and the target's layers
+   (`helpers.model.fit.check_aux_layers`).
 
-Two checks of inputs that belong together sit beside `preflight`, for the commands that have
-them: `check_samples` (the samples' capture.json against the draft scored on them and a given
-target: `evaluate`, `report`) and `check_target_fit` (what `speculate` refuses once the pair is
-loaded, from the files: `report --target`). They read a few rows of embed_tokens (`embed_rows`).
+The fit checks live with the comparison they refuse on, in `helpers.model.fit` (also
+`check_target_fit`, what `speculate` refuses once the pair is loaded, from the files: `report
+--target`). Beside `preflight` sits `check_samples`: the samples' capture.json against the draft
+scored on them and a given target (`evaluate`, `report`).
 
-Nothing here loads weights beyond `d2t`/`t2d` (and those embed_tokens rows), and nothing is written. The drafting settings
-(`--steps/--topk/--draft-tokens`) are not checked here: they have one check of their own, with
-the `Drafting` value they describe.
+Nothing here loads weights beyond `d2t`/`t2d` (and a few embed_tokens rows for the samples'
+check), and nothing is written. The drafting settings (`--steps/--topk/--draft-tokens`) are not
+checked here: they have one check of their own, with the `Drafting` value they describe.
 """
 from __future__ import annotations
 
@@ -37,19 +40,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from helpers.engines.registry import DEFAULT_ENGINE, aux_convention, captured_layers, engine_at
+from helpers.engines.registry import DEFAULT_ENGINE
 from helpers.core.errors import BadInputError
-from helpers.io.origin import Origin
+from helpers.io.origin import Origin, resolved_path
 from helpers.io.inputs import conflicting, input_path
 from helpers.io.prompts import prompt_records
-from helpers.model.fit import compare_to_target, text_config
-
-EAGLE_AUX = 3  # hidden states an EAGLE-3 draft's fc concatenates
-
-
-def _abs(p: str | None) -> str | None:
-    return p if p is None else Origin(p).resolved()
-
+from helpers.model.fit import check_aux_layers, check_fit, embed_agreement, mapping_vocab
 
 def _looks_like_draft(cfg: dict) -> bool:
     archs = " ".join(map(str, cfg.get("architectures") or []))
@@ -66,15 +62,13 @@ def target_config_of(target: str | None, target_config: str | None, *, flag: str
     from helpers.io.configs import read_config
     from helpers.model.config_fields import check_target_config
 
-    if target:
-        if not Origin(target).is_remote and not (Path(target) / "config.json").is_file():
-            raise BadInputError(target, f"holds no config.json: {flag} takes a Hugging Face model folder "
-                                "(config.json, weights, tokenizer)")
-        cfg, where = read_config(target), target
-    elif target_config:
-        cfg, where = read_config(target_config), target_config
-    else:
+    if not target and not target_config:
         return None
+    if target and not Origin(target).is_remote and not (Path(target) / "config.json").is_file():
+        raise BadInputError(target, f"holds no config.json: {flag} takes a Hugging Face model folder "
+                            "(config.json, weights, tokenizer)")
+    cfg = read_config(target or target_config)  # the folder's config.json, or the file: one read either way
+    where = target or target_config
     if not isinstance(cfg, dict):
         raise BadInputError(where, "the target's config.json is not a JSON object")
     if _looks_like_draft(cfg):
@@ -104,66 +98,6 @@ def _draft(checkpoint: str, need_weights: bool, what: str):
     return ck, fc
 
 
-def _mapping_vocab(ck) -> int | None:
-    """The target vocab a mapping-only draft was built for (its t2d's length), else None."""
-    from helpers.io.checkpoint import load_mapping
-
-    try:
-        return load_mapping(ck).target_vocab_size
-    except BadInputError:
-        return None
-
-
-def flat_vocab(cfg: dict | None) -> int | None:
-    from helpers.io.configs import flat_config
-
-    d = flat_config(cfg or {})
-    v = d.get("target_vocab_size") or d.get("vocab_size")
-    return v if isinstance(v, int) else None
-
-
-def check_fit(ck, fc_key, target_cfg: dict, shown: str, target_shown: str) -> None:
-    """Vocab and hidden size of the draft against the target, from configs and headers only."""
-    fc_in = ck.tensors.shape(fc_key)[1] if fc_key is not None and len(ck.tensors.shape(fc_key)) == 2 else None
-    found = [m for m in compare_to_target(ck.config or {}, target_cfg, fc_in=fc_in)
-             if m.field in ("vocab_size", "hidden_size")]
-    tv = text_config(target_cfg).get("vocab_size")
-    if not found and isinstance(tv, int) and not flat_vocab(ck.config):
-        mv = _mapping_vocab(ck)  # a mapping-only draft: the vocab its t2d was built for
-        if mv and mv != tv:
-            raise BadInputError(shown, f"does not fit the target {target_shown}: vocab_size: the draft's mapping "
-                                f"was built for a {mv:,}-token vocab, the target has {tv:,}")
-    if found:
-        raise BadInputError(shown, f"does not fit the target {target_shown}: "
-                            + "; ".join(f"{m.field}: {m.detail}" for m in found))
-
-
-def check_aux_layers(layers, *, engine: str = DEFAULT_ENGINE, ck=None, fc_key=None, target_cfg: dict | None = None,
-                     flag: str = "--aux-layers") -> tuple[int, ...]:
-    """A given aux-layer id list: as many ids as the draft's fc concatenates, inside the target."""
-    layers = tuple(int(i) for i in layers)
-    t = text_config(target_cfg or {})
-    hidden = t.get("hidden_size")
-    want, why = EAGLE_AUX, "an EAGLE-3 draft concatenates 3 hidden states"
-    if ck is not None and fc_key is not None and isinstance(hidden, int) and hidden > 0:
-        fc_in = ck.tensors.shape(fc_key)[1]
-        if fc_in % hidden == 0:
-            want = fc_in // hidden
-            why = f"the draft's fc takes {fc_in:,} inputs = {want} x the target's hidden size {hidden:,}"
-    if len(layers) != want:
-        raise BadInputError(None, f"{flag} {','.join(map(str, layers))}: {len(layers)} layer(s), but {why}: give {want} ids")
-    n = t.get("num_hidden_layers")
-    if isinstance(n, int) and n > 0:
-        got = captured_layers(engine, list(layers), n)
-        bad = [i for i in got if not 0 <= i < n]
-        if bad:
-            add = aux_convention(engine)
-            shift = f" ({engine_at(engine).name} adds {add} to configured ids)" if isinstance(add, int) and add else ""
-            raise BadInputError(None, f"{flag} {','.join(map(str, layers))} capture the input of layers {got}{shift}, "
-                                f"but the target has {n} layers (0..{n - 1})")
-    return layers
-
-
 @dataclass(frozen=True)
 class Inputs:
     """A run's inputs: as the user gave them (paths, the prompt count, the aux layers and the engine
@@ -179,6 +113,7 @@ class Inputs:
     previous: str | None = None
     samples: str | None = None
     target_head: str | None = None
+    log: str | None = None  # a server's start-up log (probe --log)
     aux_layers: Sequence[int] | None = None
     engine: str = DEFAULT_ENGINE
     # what the door learnt (set by `preflight`; pass them on: nothing is read twice)
@@ -227,6 +162,7 @@ def preflight(given: Inputs, door: Door = Door()) -> Inputs:
     target = input_path(given.target, "target folder", kind="folder", remote_ok=not door.target_is_model,
                         flag=target_flag)
     target_config = input_path(given.target_config, "target config", text=True, remote_ok=True, flag="--target-config")
+    log = input_path(given.log, "log file", kind="file", text=True, flag="--log")
     prompts = input_path(given.prompts, "prompt file", kind="file", text=True, flag="--prompts")
     embed_from = input_path(given.embed_from, "embed_tokens file or folder", remote_ok=True, flag="--embed-from")
     previous = input_path(given.previous, "previous checkpoint", remote_ok=True, flag="--previous")
@@ -248,16 +184,15 @@ def preflight(given: Inputs, door: Door = Door()) -> Inputs:
     layers = None
     if given.aux_layers:
         layers = check_aux_layers(given.aux_layers, engine=given.engine, ck=ck, fc_key=fc, target_cfg=tcfg)
-    return replace(given, checkpoint=_abs(checkpoint), target=_abs(target), target_config=_abs(target_config),
-                   prompts=_abs(prompts),
-                   records=records, embed_from=_abs(embed_from),
-                   previous=_abs(previous), samples=_abs(samples), target_head=_abs(target_head), aux_layers=layers,
-                   checked=True, target_cfg=tcfg, opened=ck)
+    return replace(given, checkpoint=resolved_path(checkpoint), target=resolved_path(target),
+                   target_config=resolved_path(target_config), prompts=resolved_path(prompts), records=records,
+                   embed_from=resolved_path(embed_from), previous=resolved_path(previous),
+                   samples=resolved_path(samples), target_head=resolved_path(target_head), log=resolved_path(log),
+                   aux_layers=layers, checked=True, target_cfg=tcfg, opened=ck)
 
 
 # -- samples against the draft and the target they claim (their capture.json) -------------------------
 SAME_EMBED = 0.5  # mean cosine of sampled embed_tokens rows below which the draft's embedding is another target's
-EMBED_ROWS = 8  # rows read per block, 8 blocks spread over the vocab: a few KB even for a 163,840-token target
 
 
 def _named_aux(cfg: dict) -> list[int] | None:
@@ -290,63 +225,6 @@ def _sha(path: Path) -> str | None:
         return None
 
 
-def embed_rows(ck, target_dir) -> tuple | None:
-    """(the draft's rows, the target's rows): the same 8 blocks of `EMBED_ROWS` rows of both
-    embed_tokens, spread over the vocab and read from the files alone; None when either has none,
-    or the shapes differ (then only the shapes say anything: the size checks name them)."""
-    import torch
-
-    from helpers.io.checkpoint import open_checkpoint
-
-    dk = ck.tensors.find("embed_tokens.weight")
-    if dk is None:
-        return None
-    try:
-        tck = open_checkpoint(target_dir)
-    except BadInputError:
-        return None
-    tk = tck.tensors.find("embed_tokens.weight") or tck.tensors.find("model.embed_tokens.weight")
-    if tk is None or ck.tensors.shape(dk) != tck.tensors.shape(tk) or len(ck.tensors.shape(dk)) != 2:
-        return None
-    v = ck.tensors.shape(dk)[0]
-    starts = sorted({min(v * (2 * j + 1) // 16, max(v - EMBED_ROWS, 0)) for j in range(8)})
-    mine = torch.cat([ck.tensors.get_rows(dk, a, a + EMBED_ROWS).float() for a in starts])
-    ours = torch.cat([tck.tensors.get_rows(tk, a, a + EMBED_ROWS).float() for a in starts])
-    return mine, ours
-
-
-def embed_agreement(ck, target_dir) -> tuple[float, int] | None:
-    """Mean cosine similarity of sampled rows (`embed_rows`) of the draft's embed_tokens and the
-    target's, and the rows compared; None when there is nothing to compare. A draft trained with the
-    target's frozen embedding has 1.0; one built for another target ~0."""
-    import torch
-
-    rows = embed_rows(ck, target_dir)
-    if rows is None:
-        return None
-    x, y = rows
-    keep = (x.norm(dim=1) > 0) & (y.norm(dim=1) > 0)
-    if not keep.any():
-        return None
-    s = torch.nn.functional.cosine_similarity(x[keep], y[keep], dim=1)
-    return float(s.mean()), int(s.numel())
-
-
-def check_target_fit(ck, target: str, target_cfg: dict, *, shown: str | None = None) -> None:
-    """What `speculate` refuses after loading the pair (`helpers.model.target.draft_mismatches`: vocab,
-    hidden size, the draft's embed_tokens against the target's), from the files alone: one
-    `BadInputError` line, before anything loads. The embedding is compared on `embed_rows`' rows."""
-    rows = embed_rows(ck, target) if not Origin(target).is_remote else None
-    fc = ck.tensors.find("fc.weight")
-    fc_in = ck.tensors.shape(fc)[1] if fc is not None and len(ck.tensors.shape(fc)) == 2 else None
-    found = compare_to_target(ck.config or {}, target_cfg, draft_embed=None if rows is None else rows[0],
-                              target_embed=None if rows is None else rows[1], fc_in=fc_in)
-    bad = [f"{m.field}: {m.detail}" for m in found if m.field in ("vocab_size", "hidden_size", "embed_tokens")]
-    if bad:
-        raise BadInputError(shown or ck.origin or str(ck.path), f"does not fit the target {target}: " + "; ".join(bad)
-                            + f" (compared on {0 if rows is None else len(rows[0])} embed_tokens rows)")
-
-
 def check_samples(checkpoint, samples, *, draft_config=None, target=None, opened=None,
                   target_flag: str = "--target") -> list:
     """The samples' capture manifests (`capture.json`) against the draft that will be scored on
@@ -370,7 +248,7 @@ def check_samples(checkpoint, samples, *, draft_config=None, target=None, opened
     flat = flat_config(cfg) if isinstance(cfg, dict) else {}
     h = flat.get("target_hidden_size") or flat.get("hidden_size")
     h = h if isinstance(h, int) and not isinstance(h, bool) and h > 0 else None
-    vocab = vocab_sizes(flat)[1] or _mapping_vocab(ck)
+    vocab = vocab_sizes(flat)[1] or mapping_vocab(ck)
     ids = _named_aux(flat)
     local = target and not Origin(target).is_remote and (Path(target) / "config.json").is_file()
     given_sha = _sha(Path(target) / "config.json") if local else None

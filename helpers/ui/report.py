@@ -12,7 +12,7 @@ recorded with its error and the others still run. It writes only under `out`.
 
 With --target, every check the standalone commands make runs before the first notebook: what
 `speculate` refuses (the target's family, vocab, hidden size, the draft's embed_tokens against the
-target's, from the files: `helpers.model.preflight.check_target_fit`), the samples against the
+target's, from the files: `helpers.model.fit.check_target_fit`), the samples against the
 draft and target their capture.json names (`check_samples`), and the doctor with the target, whose
 errors follow the headline of the summary's conclusion (`target_doctor`). A conflict between
 drafting flags and a log's start-up line (`helpers.commands.report`) is quoted there too
@@ -256,7 +256,7 @@ def validate(settings: RunSettings) -> RunSettings:
 
         estimate_load_bytes(c.opened or checkpoint, embed_from=paths["embed_from"])
     if paths["target"]:  # what `speculate` checks before and after loading the pair, from the files alone
-        from helpers.model.preflight import check_target_fit
+        from helpers.model.fit import check_target_fit
         from helpers.model.target import check_speculation_config
 
         check_speculation_config(paths["target"], c.target_cfg)
