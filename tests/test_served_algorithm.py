@@ -54,3 +54,38 @@ def test_a_finding_the_registry_does_not_declare_is_refused():
 
     with pytest.raises(ValueError, match="eagle3-as-eagle"):
         algorithm_findings(Stated())
+
+
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory):
+    """Every bundled draft, and every mutated copy of the two engine pairs' drafts (broken configs,
+    tensors and mappings: `scripts.engine_mutations`), GGUF and MLA included."""
+    from scripts.engine_truth import make_mutations
+
+    bundled = [SAMPLES / d for d in ("tiny_draft_sglang", "tiny_draft_absolute", "tiny_draft_no_d2t",
+                                     "tiny_draft_speculators", "kimi_draft_mla", "kimi_k25_mapping")]
+    bundled += [SAMPLES / "engine_llama" / "draft", SAMPLES / "engine_kimi" / "draft"]
+    bundled += sorted(p for p in (SAMPLES / "producers").iterdir() if p.is_dir())
+    return bundled + sorted(make_mutations(tmp_path_factory.mktemp("mutations")).values())
+
+
+def test_the_served_check_is_the_doctors_finding_without_the_other_checks(drafts):
+    """`served_as_eagle` runs check_algorithm alone; the doctor run whole with algorithm 'eagle' must find
+    exactly the same eagle3-as-eagle (message, fix, predicted outcomes) on every draft, broken or not."""
+    from helpers.core.errors import BadInputError
+    from helpers.doctor.diagnose import diagnose, served_as_eagle
+
+    seen = {"found": 0, "none": 0, "refused": 0}
+    for d in drafts:
+        try:
+            whole = [f.as_dict() for f in diagnose(d, check_weights=False, algorithm="eagle")
+                     if f.code == "eagle3-as-eagle"][:1]
+        except BadInputError as e:
+            with pytest.raises(BadInputError) as alone:
+                served_as_eagle(d)
+            assert str(alone.value) == str(e), d
+            seen["refused"] += 1
+            continue
+        assert [f.as_dict() for f in served_as_eagle(d)] == whole, d
+        seen["found" if whole else "none"] += 1
+    assert seen["found"] >= 10 and seen["none"] >= 3, seen  # both answers were compared, on many drafts

@@ -184,7 +184,7 @@ def run(args) -> int:
         checkpoint=args.checkpoint, log=args.log, launch_command=args.launch_command,
         engine=args.engine, batch_size=args.batch_size, given=given, chat_template=args.chat_template,
         device=args.device, dtype=args.dtype, embed_from=args.embed_from, progress=progress,
-        judge=functools.partial(algorithm_findings, checkpoint=args.checkpoint)))
+        judge=functools.partial(algorithm_findings, checkpoint=inputs.opened)))  # the draft the door opened
     obj = probed.to_dict()
     if out is not None:
         try:

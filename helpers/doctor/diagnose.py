@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -147,37 +148,18 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
     target-drift check (`helpers.doctor.checks_drift`: the target loaded and run on their token ids). `algorithm`: 'eagle' / 'eagle3', the flag the draft is served with.
     Paths may be hf:// or http(s):// locations. Unreadable input raises `BadInputError`.
     """
-    try:
-        ats = engines_at(engine)
-    except ValueError as e:
-        raise BadInputError(None, f"--engine: {e}") from None
-    ck, config_only = _open(path)
-    asked = [a.key for a in ats]
-    if ck.format == "gguf":  # a GGUF is loaded by llama.cpp only: its rules, at the release asked for if any
-        readers = gguf_engines()
-        ats = [a for a in ats if a.key in readers] or [a for r in readers for a in engines_at(r)]
+    c, ats, asked, dprobs, config_only, dflash = _draft_context(path, engine)
+    ck = c.ck
     tcfg = None
     if target_config is None and target is not None:
         target_config = target
     if target_config is not None:
         tcfg = target_config if isinstance(target_config, dict) else read_config(target_config)
-    # every field the loaders would refuse, named once (config-invalid); the other checks read the
-    # configs without those fields, and with null as absent (`"eagle_config": null`, as exports carry it)
-    dprobs = draft_problems(ck.config)
     # the target's: with --target (a model to load) as speculate reads it, transformers' own checks too
     tprobs = target_problems(tcfg, loaded=target is not None) if isinstance(tcfg, dict) else []
     target_refusal = transformers_refusal(tcfg) if target is not None and isinstance(tcfg, dict) and not tprobs \
         else None
-    if ck.config is not None:
-        ck = replace(ck, config=without_problems(ck.config, dprobs))
     tcfg = without_problems(tcfg, tprobs) if isinstance(tcfg, dict) else tcfg
-    dflash = dflash_draft(ck.config, ck.tensors.keys()) is not None
-    if dflash or not any(k in ck.tensors for k in ("fc.weight", "model.fc.weight")) or _layerless(ck.config):
-        # the EAGLE-3 sizes only where an EAGLE-3 draft's weights are, and not where config-incomplete names them
-        dprobs = [p for p in dprobs if not p.missing]
-    cfg = flat_config(ck.config) if ck.config else {}
-    c = CheckContext(ck=ck, engines=tuple(a.key for a in ats), cfg=cfg, at={a.key: a for a in ats},
-                     invalid=frozenset(p.field for p in dprobs))
     if ck.config is None:
         c.add("config-missing", "warning", "no config.json beside the weights: sizes cannot be checked",
               "copy the draft's config.json into the checkpoint folder")
@@ -240,6 +222,54 @@ def diagnose(path, engine: str = "all", target_config=None, *, check_weights: bo
             check_finite(c, progress)
     return Findings([f.with_outcomes(ats) for f in c.findings], path=path if not isinstance(path, Checkpoint) else ck.path,
                     engine=engine, versions=ats)
+
+
+def served_as_eagle(path, engine: str = "all") -> Findings:
+    """`diagnose(path, engine, algorithm="eagle")`'s `eagle3-as-eagle` alone, none of the other
+    checks run: what `probe`, `logs --checkpoint` and `report --log` ask when a server ran the
+    EAGLE (1/2) algorithm (the draft's fc width against its hidden size decides,
+    `helpers.doctor.checks_target.check_algorithm`). Empty for a draft that is not EAGLE-3's."""
+    c, ats, _, _, config_only, dflash = _draft_context(path, engine)
+    if not (config_only or dflash) and c.ck.tensors.keys():  # where diagnose runs it: an EAGLE-3 draft's weights
+        check_algorithm(c, None, "eagle")
+    return Findings([f.with_outcomes(ats) for f in c.findings], path=path if not isinstance(path, Checkpoint)
+                    else c.ck.path, engine=engine, versions=ats)
+
+
+class _Draft(NamedTuple):
+    c: CheckContext  # the checkpoint (its config without the fields in `problems`), the releases' rules
+    ats: list  # the releases whose rules apply (a GGUF: llama.cpp's)
+    asked: list  # the engine keys --engine asked for
+    problems: list  # the config fields the loaders would refuse (config-invalid)
+    config_only: bool  # a draft's config.json alone
+    dflash: bool  # a DFlash / DSpark / XPress draft
+
+
+def _draft_context(path, engine: str) -> _Draft:
+    """What every check of the draft starts from, in the order diagnose reads it: the release rules
+    of `engine`, the checkpoint opened (or a config alone), and the config fields the loaders would
+    refuse, taken out of the config the checks read."""
+    try:
+        ats = engines_at(engine)
+    except ValueError as e:
+        raise BadInputError(None, f"--engine: {e}") from None
+    ck, config_only = _open(path)
+    asked = [a.key for a in ats]
+    if ck.format == "gguf":  # a GGUF is loaded by llama.cpp only: its rules, at the release asked for if any
+        readers = gguf_engines()
+        ats = [a for a in ats if a.key in readers] or [a for r in readers for a in engines_at(r)]
+    # every field the loaders would refuse, named once (config-invalid); the other checks read the
+    # configs without those fields, and with null as absent (`"eagle_config": null`, as exports carry it)
+    dprobs = draft_problems(ck.config)
+    if ck.config is not None:
+        ck = replace(ck, config=without_problems(ck.config, dprobs))
+    dflash = dflash_draft(ck.config, ck.tensors.keys()) is not None
+    if dflash or not any(k in ck.tensors for k in ("fc.weight", "model.fc.weight")) or _layerless(ck.config):
+        # the EAGLE-3 sizes only where an EAGLE-3 draft's weights are, and not where config-incomplete names them
+        dprobs = [p for p in dprobs if not p.missing]
+    c = CheckContext(ck=ck, engines=tuple(a.key for a in ats), cfg=flat_config(ck.config) if ck.config else {},
+                     at={a.key: a for a in ats}, invalid=frozenset(p.field for p in dprobs))
+    return _Draft(c, ats, asked, dprobs, config_only, dflash)
 
 
 # errors under which the draft cannot be run on the target's states: the drift check is left out

@@ -14,8 +14,9 @@ from helpers.doctor.registry import check_finding
 
 def algorithm_findings(setup, checkpoint=None, engine: str = "all") -> list[dict]:
     """The doctor's `eagle3-as-eagle` where `setup` (`helpers.serving.startup.Setup`) says the server
-    ran an EAGLE (1/2) algorithm: with `checkpoint`, the doctor's own finding (`doctor --algorithm
-    eagle`: the draft's fc width decides); without, what the setup shows of the draft
+    ran an EAGLE (1/2) algorithm: with `checkpoint` (a path or an open `Checkpoint`), the doctor's own
+    finding (`doctor --algorithm eagle`'s, that check alone: `helpers.doctor.diagnose.served_as_eagle`;
+    the draft's fc width decides); without, what the setup shows of the draft
     (`Setup.wrong_algorithm`). Each: {code, severity, message, fix, algorithm: where it was stated}."""
     if setup.family != "eagle":
         return []
@@ -25,10 +26,9 @@ def algorithm_findings(setup, checkpoint=None, engine: str = "all") -> list[dict
             return []
         check_finding(wrong["code"], wrong["severity"], None, None)
         return [wrong]
-    from helpers.doctor.diagnose import diagnose
+    from helpers.doctor.diagnose import served_as_eagle
 
-    found = [f for f in diagnose(checkpoint, engine, check_weights=False, algorithm="eagle") if f.code == "eagle3-as-eagle"]
-    return [{**f.as_dict(), "algorithm": dict(setup.algorithm)} for f in found[:1]]
+    return [{**f.as_dict(), "algorithm": dict(setup.algorithm)} for f in served_as_eagle(checkpoint, engine)[:1]]
 
 
 def finding_lines(findings) -> list[str]:
