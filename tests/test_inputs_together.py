@@ -67,6 +67,13 @@ def test_evaluate_refuses_samples_captured_from_another_target(tmp_path, cli):
     assert n == 64 and same > 0.99 and other < 0.5
 
 
+def test_the_refusal_names_the_draft_as_given(tmp_path, cli):
+    """evaluate opens the checkpoint once and hands it on: the message still names the path typed."""
+    kimi = _samples_copy(tmp_path, SAMPLES / "kimi_hidden_states", "kimi_samples")
+    err = _one_line(cli("evaluate", TINY, "--samples", kimi, "--device", "cpu"), f"but the draft {TINY} expects")
+    assert "Checkpoint(" not in err
+
+
 @pytest.mark.parametrize("edit, expect", [
     ({"target.hidden_size": 128}, "hidden size 128 vs the draft's 64"),
     ({"target.vocab_size": 163840}, "vocab 163,840 vs the draft's 4,096"),

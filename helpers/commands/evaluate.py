@@ -121,7 +121,7 @@ def run(args) -> int:
 
     opened = open_checkpoint(args.checkpoint)  # once: the samples' check and the loading read it
     # samples captured from another target than the draft's (their capture.json) are refused before scoring
-    check_samples(opened, args.samples, draft_config=args.draft_config, target=args.target_head, opened=opened,
+    check_samples(args.checkpoint, args.samples, draft_config=args.draft_config, target=args.target_head, opened=opened,
                   target_flag="--target-head")
     from helpers.core.distributed import finish, from_env
 
