@@ -170,7 +170,6 @@ def run(args) -> int:
     inputs = preflight(Inputs(checkpoint=args.checkpoint, target=args.target, prompts=str(prompts),
                               max_prompts=args.max_prompts, embed_from=args.embed_from, log=args.log),
                        Door(what="probe", need_weights=bool(args.checkpoint)))
-    records = inputs.records
     import functools
     import os
 
@@ -178,7 +177,7 @@ def run(args) -> int:
     from helpers.serving.probe_run import ProbeInputs, probe
 
     probed = probe(ProbeInputs(
-        url=args.url, prompts=prompts, bundled=args.prompts is None, records=records, inputs=inputs,
+        url=args.url, prompts=prompts, bundled=args.prompts is None, inputs=inputs,
         max_new_tokens=args.max_new_tokens, api_key=args.api_key or os.environ.get("D2T_API_KEY") or None,
         model=args.model, repeat=args.repeat, temperature=args.temperature, seed=args.seed, target=args.target,
         checkpoint=args.checkpoint, log=args.log, launch_command=args.launch_command,

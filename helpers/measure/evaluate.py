@@ -280,7 +280,7 @@ def evaluate(checkpoint, samples, *, target_head=None, hidden_normed: str = "aut
     if "topk" in settings:
         settings["accuracy_topk"] = settings.pop("topk")
     more_scoring, more_loading = split_knobs(settings, Scoring, Loading)
-    scoring = replace(Scoring(), **more_scoring)
+    scoring = Scoring(**more_scoring)
     scoring = replace(scoring, readings=tuple(scoring.readings))
     _checked_readings(scoring, samples)  # refused before the draft loads (`score` checks again for its own callers)
     _checked_normed(hidden_normed)

@@ -1,10 +1,11 @@
 """`d2t-lab probe` from start to conclusion: `probe(ProbeInputs)` -> `Probed` (its JSON and text).
 
-The command checks its flags and opens its inputs (with a target, the door:
-`helpers.model.preflight`; the prompt records, the target's config and the draft's checkpoint
-read once), builds one `ProbeInputs` of them and prints what `probe` hands back. Here, in order:
-the prompt records (with a target) rendered to token ids with its chat template, the server
-discovered (with a target, whether it serves that model: `probe_client.served_mismatch`), what it was started with (`helpers.serving.startup.stated_setup`: the server itself,
+The command checks its flags and opens its inputs at the door (`helpers.model.preflight`: the
+prompt records, and with a target its config and the draft's checkpoint, read once), builds one
+`ProbeInputs` of them and prints what `probe` hands back. Here, in order: the prompt records (with
+a target) rendered to token ids with its chat template, the server discovered (with a target,
+whether it serves that model: `probe_client.served_mismatch`), what it was started with
+(`helpers.serving.startup.stated_setup`: the server itself,
 then `--log`, then `--launch-command`; forced acceptance stops here, no request sent), the prompts
 sent (`helpers.serving.probe.measure`, `repeat` times), the drafting settings, the doctor's
 `eagle3-as-eagle` for the stated algorithm (`ProbeInputs.judge`, handed in by the command: the
@@ -26,8 +27,8 @@ class ProbeInputs:
     url: str
     prompts: Path  # the prompt file as given (shown in the JSON)
     bundled: bool  # the bundled default prompt file (no --prompts)
-    records: tuple  # its records (`helpers.io.prompts.Conversation`s, at most --max-prompts), read once
-    inputs: object  # with --target, the door's opened `helpers.model.preflight.Inputs` (target_cfg, opened); else None
+    inputs: object  # the door's opened `helpers.model.preflight.Inputs`: the prompt records (`records`, at most
+    #                 --max-prompts), with --target its config (`target_cfg`), with --checkpoint the draft (`opened`)
     max_new_tokens: int
     api_key: str | None = None
     model: str | None = None  # the served model asked for (None: the first /v1/models lists)
@@ -101,7 +102,7 @@ def probe(given: ProbeInputs) -> Probed:
     from helpers.serving.probe_client import discover, served_mismatch
     from helpers.serving.probe_verdict import ProbeResult, conclude, engine_defect
 
-    records = given.records
+    records = given.inputs.records
     ids = None
     if given.target:  # each record rendered with the target's tokenizer and chat template, as `speculate` does
         from transformers import AutoTokenizer
